@@ -1,0 +1,74 @@
+// Assembles training batches on a background thread: shuffles with DistributedSampler semantics,
+// augments (random crop with zero padding, horizontal flip) and normalises CIFAR images into
+// channels-last float tensors, a few batches ahead of the consumer.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "tensor.h"
+
+namespace accordion {
+
+struct BatcherOptions {
+  int64_t batchSize = 128;
+  bool shuffle = true;
+  bool augment = true;  // random crop (padding below) and horizontal flip
+  int64_t padding = 4;
+  bool dropLast = false;
+  uint64_t seed = 0;
+  int64_t rank = 0, worldSize = 1;  // this worker's shard
+  float mean[3] = {0.f, 0.f, 0.f};  // per channel, on the [0, 1] scale
+  float stddev[3] = {1.f, 1.f, 1.f};
+  int64_t prefetch = 3;  // batches prepared ahead
+};
+
+struct Batch {
+  Tensor images;                // (N, 3, 32, 32) channels-last, normalised
+  std::vector<int32_t> labels;  // (N,)
+  int64_t size() const { return static_cast<int64_t>(labels.size()); }
+};
+
+class Batcher {
+ public:
+  static constexpr int64_t kChannels = 3, kHeight = 32, kWidth = 32, kImageBytes = kChannels * kHeight * kWidth;
+
+  // `images` holds count × 3072 bytes (CIFAR's planar RGB), `labels` count entries in [0, classes).
+  // Both must outlive the batcher.
+  Batcher(const uint8_t* images, const int32_t* labels, int64_t count, int64_t classes, BatcherOptions options);
+  ~Batcher();
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+
+  void startEpoch(int64_t epoch);
+  // Blocks until the next batch of the current epoch is ready; false once the epoch is exhausted.
+  bool next(Batch& out);
+  int64_t batchesPerEpoch() const;
+  int64_t samplesPerEpoch() const { return shardSize_; }
+  const BatcherOptions& options() const { return options_; }
+
+ private:
+  void produce();
+  void assemble(int64_t epoch, int64_t batchIndex, const std::vector<int64_t>& order, Batch& out) const;
+
+  const uint8_t* images_;
+  const int32_t* labels_;
+  int64_t count_;
+  BatcherOptions options_;
+  int64_t shardSize_;
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::thread thread_;
+  bool stopping_ = false;
+  uint64_t generation_ = 0;
+  int64_t epoch_ = -1;
+  std::vector<int64_t> order_;      // this rank's sample indices for the epoch
+  int64_t nextToProduce_ = 0, nextToConsume_ = 0;
+  std::deque<Batch> ready_;
+};
+
+}  // namespace accordion

@@ -1,0 +1,127 @@
+// Module entry: build and device information, the classes, and small stateless functions.
+#include <cblas.h>
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "backend/cuda.h"
+#include "napi/classes.h"
+
+namespace accordion::napi {
+
+namespace {
+
+struct AddonData {
+  Napi::FunctionReference batcherClass;
+};
+
+Napi::Value buildInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  const dnnl_version_t* dnnl = dnnl_version();
+  o.Set("dnnl", std::to_string(dnnl->major) + "." + std::to_string(dnnl->minor) + "." + std::to_string(dnnl->patch));
+  o.Set("openblas", openblas_get_config());
+  o.Set("threads", omp_get_max_threads());
+  Napi::Object cuda = Napi::Object::New(env);
+  cuda.Set("built", cuda::built());
+  cuda.Set("architectures", cuda::compiledArchitectures());
+  cuda.Set("runtimeVersion", cuda::runtimeVersion());
+  o.Set("cuda", cuda);
+  Napi::Array models = Napi::Array::New(env);
+  for (const auto& name : architectures()) models.Set(models.Length(), name);
+  o.Set("models", models);
+  return o;
+}
+
+// { count, errorCode, error, devices: [{ name, computeCapability, memoryBytes }] }; never throws.
+Napi::Value deviceQuery(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  cuda::DeviceQuery q = cuda::queryDevices();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("count", q.count);
+  o.Set("errorCode", q.errorCode);
+  o.Set("error", q.error);
+  Napi::Array devices = Napi::Array::New(env, q.devices.size());
+  for (size_t i = 0; i < q.devices.size(); ++i) {
+    Napi::Object d = Napi::Object::New(env);
+    d.Set("name", q.devices[i].name);
+    d.Set("computeCapability", std::to_string(q.devices[i].major) + "." + std::to_string(q.devices[i].minor));
+    d.Set("memoryBytes", static_cast<double>(q.devices[i].memoryBytes));
+    devices.Set(static_cast<uint32_t>(i), d);
+  }
+  o.Set("devices", devices);
+  return o;
+}
+
+// cudaRelu(x, dy) → { y, dx } computed on device 0 (for GPU tests).
+Napi::Value cudaRelu(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Float32Array x = float32Arg(info, 0, "x"), dy = float32Arg(info, 1, "dy");
+  if (x.ElementLength() != dy.ElementLength()) throw typeError(env, "x and dy must have the same length");
+  Napi::Float32Array y = Napi::Float32Array::New(env, x.ElementLength()), dx = Napi::Float32Array::New(env, x.ElementLength());
+  try {
+    cuda::reluForwardBackward(x.Data(), dy.Data(), y.Data(), dx.Data(), static_cast<int64_t>(x.ElementLength()));
+  } catch (const EngineError& e) {
+    throw makeError(env, e.code(), e.what());
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("y", y);
+  o.Set("dx", dx);
+  return o;
+}
+
+// crossEntropy(logits: Float32Array (N×K), n, k, labels: Int32Array) → { loss, grad, correct }
+Napi::Value crossEntropy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Float32Array logits = float32Arg(info, 0, "logits");
+  const int64_t n = info[1].As<Napi::Number>().Int64Value(), k = info[2].As<Napi::Number>().Int64Value();
+  if (!info[3].IsTypedArray() || info[3].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
+      static_cast<int64_t>(info[3].As<Napi::Int32Array>().ElementLength()) != n)
+    throw typeError(env, "labels must be an Int32Array of length n");
+  Tensor z = fromJs(logits, {n, k}, env), grad;
+  int64_t correct = 0;
+  double loss;
+  try {
+    loss = softmaxCrossEntropy(z, info[3].As<Napi::Int32Array>().Data(), grad, &correct);
+  } catch (const EngineError& e) {
+    throw makeError(env, e.code(), e.what());
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("loss", loss);
+  o.Set("grad", toJs(env, grad));
+  o.Set("correct", static_cast<double>(correct));
+  return o;
+}
+
+Napi::Value setThreads(const Napi::CallbackInfo& info) {
+  const int n = info[0].As<Napi::Number>().Int32Value();
+  if (n > 0) {
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+  }
+  return info.Env().Undefined();
+}
+
+}  // namespace
+
+Napi::Object init(Napi::Env env, Napi::Object exports) {
+  auto* data = new AddonData();
+  env.SetInstanceData(data);
+  Napi::Function batcher = BatcherWrap::define(env);
+  data->batcherClass = Napi::Persistent(batcher);
+  exports.Set("Batcher", batcher);
+  exports.Set("Engine", EngineWrap::define(env, data->batcherClass));
+  exports.Set("LayerProbe", LayerProbeWrap::define(env));
+  exports.Set("buildInfo", Napi::Function::New(env, buildInfo));
+  exports.Set("deviceQuery", Napi::Function::New(env, deviceQuery));
+  exports.Set("cudaRelu", Napi::Function::New(env, cudaRelu));
+  exports.Set("crossEntropy", Napi::Function::New(env, crossEntropy));
+  exports.Set("setThreads", Napi::Function::New(env, setThreads));
+  return exports;
+}
+
+}  // namespace accordion::napi
+
+static Napi::Object InitAccordion(Napi::Env env, Napi::Object exports) { return accordion::napi::init(env, exports); }
+
+NODE_API_MODULE(accordion, InitAccordion)

@@ -1,0 +1,68 @@
+// JS class Batcher: the native prefetching data loader over images held in JS memory.
+#include "napi/classes.h"
+
+namespace accordion::napi {
+
+Napi::Function BatcherWrap::define(Napi::Env env) {
+  return DefineClass(env, "Batcher",
+                     {InstanceMethod("startEpoch", &BatcherWrap::startEpoch),
+                      InstanceAccessor("batchesPerEpoch", &BatcherWrap::batchesPerEpoch, nullptr),
+                      InstanceAccessor("samplesPerEpoch", &BatcherWrap::samplesPerEpoch, nullptr)});
+}
+
+// new Batcher(images: Uint8Array (count × 3072), labels: Int32Array, classes, options)
+BatcherWrap::BatcherWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<BatcherWrap>(info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 4 || !info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
+    throw typeError(env, "images must be a Uint8Array");
+  if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
+    throw typeError(env, "labels must be an Int32Array");
+  if (!info[2].IsNumber()) throw typeError(env, "classes must be a number");
+  if (!info[3].IsObject()) throw typeError(env, "options must be an object");
+  auto images = info[0].As<Napi::Uint8Array>();
+  auto labels = info[1].As<Napi::Int32Array>();
+  const int64_t count = static_cast<int64_t>(labels.ElementLength());
+  if (static_cast<int64_t>(images.ElementLength()) != count * Batcher::kImageBytes)
+    throw typeError(env, "images hold " + std::to_string(images.ElementLength()) + " bytes, expected " +
+                             std::to_string(count * Batcher::kImageBytes) + " for " + std::to_string(count) + " labels");
+  Napi::Object o = info[3].As<Napi::Object>();
+  BatcherOptions options;
+  options.batchSize = static_cast<int64_t>(numberOption(o, "batchSize", 128));
+  options.shuffle = boolOption(o, "shuffle", true);
+  options.augment = boolOption(o, "augment", true);
+  options.dropLast = boolOption(o, "dropLast", false);
+  options.seed = static_cast<uint64_t>(numberOption(o, "seed", 0));
+  options.rank = static_cast<int64_t>(numberOption(o, "rank", 0));
+  options.worldSize = static_cast<int64_t>(numberOption(o, "worldSize", 1));
+  for (const char* key : {"mean", "std"}) {
+    Napi::Value v = o.Get(key);
+    if (v.IsUndefined()) continue;
+    if (!v.IsArray() || v.As<Napi::Array>().Length() != 3) throw typeError(env, std::string("option '") + key + "' must be 3 numbers");
+    for (uint32_t c = 0; c < 3; ++c)
+      (key[0] == 'm' ? options.mean : options.stddev)[c] = v.As<Napi::Array>().Get(c).As<Napi::Number>().FloatValue();
+  }
+  imagesRef_ = Napi::Persistent(images.As<Napi::Object>());
+  labelsRef_ = Napi::Persistent(labels.As<Napi::Object>());
+  try {
+    batcher_ = std::make_unique<Batcher>(images.Data(), labels.Data(), count, static_cast<int64_t>(info[2].As<Napi::Number>().Int64Value()),
+                                         options);
+  } catch (const EngineError& e) {
+    throw makeError(env, e.code(), e.what());
+  }
+}
+
+Napi::Value BatcherWrap::startEpoch(const Napi::CallbackInfo& info) {
+  if (!info[0].IsNumber()) throw typeError(info.Env(), "epoch must be a number");
+  batcher_->startEpoch(info[0].As<Napi::Number>().Int64Value());
+  return info.Env().Undefined();
+}
+
+Napi::Value BatcherWrap::batchesPerEpoch(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>(batcher_->batchesPerEpoch()));
+}
+
+Napi::Value BatcherWrap::samplesPerEpoch(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>(batcher_->samplesPerEpoch()));
+}
+
+}  // namespace accordion::napi

@@ -1,0 +1,67 @@
+// The JS classes of the addon. One class per file: batcher.cpp, engine.cpp, layer_probe.cpp.
+#pragma once
+#include <napi.h>
+
+#include <memory>
+
+#include "batcher.h"
+#include "layers.h"
+#include "napi/convert.h"
+#include "napi/worker.h"
+#include "session.h"
+
+namespace accordion::napi {
+
+class BatcherWrap : public Napi::ObjectWrap<BatcherWrap> {
+ public:
+  static Napi::Function define(Napi::Env env);
+  explicit BatcherWrap(const Napi::CallbackInfo& info);
+  Batcher& batcher() { return *batcher_; }
+
+ private:
+  Napi::Value startEpoch(const Napi::CallbackInfo& info);
+  Napi::Value batchesPerEpoch(const Napi::CallbackInfo& info);
+  Napi::Value samplesPerEpoch(const Napi::CallbackInfo& info);
+  Napi::ObjectReference imagesRef_, labelsRef_;  // the batcher reads these from its thread
+  std::unique_ptr<Batcher> batcher_;
+};
+
+// A training session (model + optimiser) whose work runs on its own native thread.
+class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
+ public:
+  static Napi::Function define(Napi::Env env, Napi::FunctionReference& batcherClass);
+  explicit EngineWrap(const Napi::CallbackInfo& info);
+
+ private:
+  Napi::Value parameters(const Napi::CallbackInfo& info);
+  Napi::Value trainStep(const Napi::CallbackInfo& info);
+  Napi::Value evaluate(const Napi::CallbackInfo& info);
+  Napi::Value predict(const Napi::CallbackInfo& info);
+  Napi::Value setLearningRate(const Napi::CallbackInfo& info);
+  Napi::Value getState(const Napi::CallbackInfo& info);
+  Napi::Value setState(const Napi::CallbackInfo& info);
+  Napi::Value dispose(const Napi::CallbackInfo& info);
+  WorkerThread& worker(Napi::Env env);
+  Batcher& batcherArg(const Napi::CallbackInfo& info, size_t index);
+
+  std::unique_ptr<Session> session_;
+  std::unique_ptr<WorkerThread> worker_;
+};
+
+// Synchronous access to one layer, for gradient checks and inspection on small shapes.
+class LayerProbeWrap : public Napi::ObjectWrap<LayerProbeWrap> {
+ public:
+  static Napi::Function define(Napi::Env env);
+  explicit LayerProbeWrap(const Napi::CallbackInfo& info);
+
+ private:
+  Napi::Value forward(const Napi::CallbackInfo& info);
+  Napi::Value backward(const Napi::CallbackInfo& info);
+  Napi::Value state(const Napi::CallbackInfo& info);
+  Napi::Value setValue(const Napi::CallbackInfo& info);
+  std::unique_ptr<Module> layer_;
+  StateRefs refs_;
+  Shape outputShape_;
+};
+
+}  // namespace accordion::napi

@@ -1,0 +1,97 @@
+// Conversions between JS values and engine types, shared by the N-API classes.
+#pragma once
+#include <napi.h>
+
+#include <string>
+#include <vector>
+
+#include "session.h"
+#include "tensor.h"
+
+namespace accordion::napi {
+
+inline Napi::Error typeError(Napi::Env env, const std::string& message) {
+  Napi::Error e = Napi::TypeError::New(env, message);
+  e.Set("code", Napi::String::New(env, "ERR_INVALID_ARG_TYPE"));
+  return e;
+}
+
+inline Napi::Float32Array float32Arg(const Napi::CallbackInfo& info, size_t i, const char* what) {
+  if (info.Length() <= i || !info[i].IsTypedArray() || info[i].As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+    throw typeError(info.Env(), std::string(what) + " must be a Float32Array");
+  return info[i].As<Napi::Float32Array>();
+}
+
+inline Shape shapeArg(Napi::Env env, Napi::Value v, const char* what) {
+  if (!v.IsArray()) throw typeError(env, std::string(what) + " must be an array of dimensions");
+  Napi::Array a = v.As<Napi::Array>();
+  Shape shape;
+  for (uint32_t i = 0; i < a.Length(); ++i) {
+    Napi::Value d = a.Get(i);
+    if (!d.IsNumber() || d.As<Napi::Number>().DoubleValue() < 0)
+      throw typeError(env, std::string(what) + "[" + std::to_string(i) + "] must be a non-negative integer");
+    shape.push_back(d.As<Napi::Number>().Int64Value());
+  }
+  return shape;
+}
+
+inline Napi::Array shapeValue(Napi::Env env, const Shape& shape) {
+  Napi::Array a = Napi::Array::New(env, shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) a.Set(static_cast<uint32_t>(i), Napi::Number::New(env, static_cast<double>(shape[i])));
+  return a;
+}
+
+// Reads an optional numeric option with a default.
+inline double numberOption(Napi::Object o, const char* key, double fallback) {
+  Napi::Value v = o.Get(key);
+  if (v.IsUndefined()) return fallback;
+  if (!v.IsNumber()) throw typeError(o.Env(), std::string("option '") + key + "' must be a number");
+  return v.As<Napi::Number>().DoubleValue();
+}
+
+inline bool boolOption(Napi::Object o, const char* key, bool fallback) {
+  Napi::Value v = o.Get(key);
+  if (v.IsUndefined()) return fallback;
+  if (!v.IsBoolean()) throw typeError(o.Env(), std::string("option '") + key + "' must be a boolean");
+  return v.As<Napi::Boolean>().Value();
+}
+
+inline std::string stringOption(Napi::Object o, const char* key, const std::string& fallback) {
+  Napi::Value v = o.Get(key);
+  if (v.IsUndefined()) return fallback;
+  if (!v.IsString()) throw typeError(o.Env(), std::string("option '") + key + "' must be a string");
+  return v.As<Napi::String>().Utf8Value();
+}
+
+// A copy of `t` as a JS Float32Array (4-D activations are returned in PyTorch's NCHW layout).
+inline Napi::Float32Array toJs(Napi::Env env, const Tensor& t) {
+  Napi::Float32Array out = Napi::Float32Array::New(env, static_cast<size_t>(t.numel()));
+  if (t.rank() == 4)
+    nhwcToNchw(t.data(), out.Data(), t.dim(0), t.dim(1), t.dim(2), t.dim(3));
+  else if (t.numel())
+    std::memcpy(out.Data(), t.data(), t.numel() * sizeof(float));
+  return out;
+}
+
+// A tensor from JS data in PyTorch's layout (4-D input is converted to channels-last).
+inline Tensor fromJs(const Napi::Float32Array& data, const Shape& shape, Napi::Env env) {
+  if (numelOf(shape) != static_cast<int64_t>(data.ElementLength()))
+    throw typeError(env, "data has " + std::to_string(data.ElementLength()) + " elements but shape " + shapeString(shape) +
+                             " needs " + std::to_string(numelOf(shape)));
+  Tensor t(shape);
+  if (shape.size() == 4)
+    nchwToNhwc(data.Data(), t.data(), shape[0], shape[1], shape[2], shape[3]);
+  else if (t.numel())
+    std::memcpy(t.data(), data.Data(), t.numel() * sizeof(float));
+  return t;
+}
+
+inline Napi::Object stepResultValue(Napi::Env env, const StepResult& r) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("loss", r.loss);
+  o.Set("correct", static_cast<double>(r.correct));
+  o.Set("samples", static_cast<double>(r.samples));
+  return o;
+}
+
+}  // namespace accordion::napi

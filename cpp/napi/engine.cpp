@@ -1,0 +1,188 @@
+// JS class Engine: a Session driven through promises.
+#include <cstring>
+
+#include "napi/classes.h"
+
+namespace accordion::napi {
+
+static Napi::FunctionReference* batcherConstructor = nullptr;
+
+Napi::Function EngineWrap::define(Napi::Env env, Napi::FunctionReference& batcherClass) {
+  batcherConstructor = &batcherClass;
+  return DefineClass(env, "Engine",
+                     {InstanceMethod("parameters", &EngineWrap::parameters), InstanceMethod("trainStep", &EngineWrap::trainStep),
+                      InstanceMethod("evaluate", &EngineWrap::evaluate), InstanceMethod("predict", &EngineWrap::predict),
+                      InstanceMethod("setLearningRate", &EngineWrap::setLearningRate),
+                      InstanceMethod("getState", &EngineWrap::getState), InstanceMethod("setState", &EngineWrap::setState),
+                      InstanceMethod("dispose", &EngineWrap::dispose)});
+}
+
+// new Engine({ model, classes, seed, learningRate, momentum, weightDecay, nesterov })
+// Building a model is quick next to training (well under a second), so it happens here.
+EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<EngineWrap>(info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsObject()) throw typeError(env, "Engine options must be an object");
+  Napi::Object o = info[0].As<Napi::Object>();
+  ModelSpec spec{stringOption(o, "model", "resnet18"), static_cast<int64_t>(numberOption(o, "classes", 10)),
+                 static_cast<uint64_t>(numberOption(o, "seed", 0))};
+  SgdOptions sgd{numberOption(o, "learningRate", 0.1), numberOption(o, "momentum", 0.9), numberOption(o, "weightDecay", 1e-4),
+                 boolOption(o, "nesterov", true)};
+  try {
+    session_ = std::make_unique<Session>(spec, sgd);
+  } catch (const EngineError& e) {
+    throw makeError(env, e.code(), e.what());
+  }
+  worker_ = std::make_unique<WorkerThread>();
+}
+
+WorkerThread& EngineWrap::worker(Napi::Env env) {
+  if (!worker_) throw makeError(env, "ERR_DISPOSED", "the engine has been disposed");
+  return *worker_;
+}
+
+Batcher& EngineWrap::batcherArg(const Napi::CallbackInfo& info, size_t index) {
+  if (info.Length() <= index || !info[index].IsObject() || !info[index].As<Napi::Object>().InstanceOf(batcherConstructor->Value()))
+    throw typeError(info.Env(), "expected a Batcher");
+  return BatcherWrap::Unwrap(info[index].As<Napi::Object>())->batcher();
+}
+
+// [{ name, shape }] of the trainable parameters, in state_dict order. Names and shapes never change.
+Napi::Value EngineWrap::parameters(const Napi::CallbackInfo& info) {
+  worker(info.Env());
+  auto& params = session_->model().parameters();
+  Napi::Array out = Napi::Array::New(info.Env(), params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    Napi::Object p = Napi::Object::New(info.Env());
+    p.Set("name", params[i]->name);
+    p.Set("shape", shapeValue(info.Env(), params[i]->value.shape()));
+    out.Set(static_cast<uint32_t>(i), p);
+  }
+  return out;
+}
+
+// trainStep(batcher) → Promise<{ loss, correct, samples } | null>; null once the epoch is exhausted.
+Napi::Value EngineWrap::trainStep(const Napi::CallbackInfo& info) {
+  Batcher& batcher = batcherArg(info, 0);
+  Session* session = session_.get();
+  return schedule<std::optional<StepResult>>(
+      info.Env(), worker(info.Env()),
+      [session, &batcher]() -> std::optional<StepResult> {
+        Batch batch;
+        if (!batcher.next(batch)) return std::nullopt;
+        return session->trainStep(batch);
+      },
+      [](Napi::Env env, std::optional<StepResult>& r) -> Napi::Value {
+        return r ? Napi::Value(stepResultValue(env, *r)) : env.Null();
+      },
+      {info.This(), info[0]});
+}
+
+// evaluate(batcher) → Promise<{ loss, correct, samples }> over the batcher's current epoch.
+Napi::Value EngineWrap::evaluate(const Napi::CallbackInfo& info) {
+  Batcher& batcher = batcherArg(info, 0);
+  Session* session = session_.get();
+  return schedule<StepResult>(
+      info.Env(), worker(info.Env()), [session, &batcher] { return session->evaluate(batcher); },
+      [](Napi::Env env, StepResult& r) -> Napi::Value { return stepResultValue(env, r); }, {info.This(), info[0]});
+}
+
+// predict(images: Float32Array (N, 3, H, W) in NCHW, n, height, width) → Promise<Float32Array (N, classes)>
+Napi::Value EngineWrap::predict(const Napi::CallbackInfo& info) {
+  Napi::Float32Array images = float32Arg(info, 0, "images");
+  const int64_t n = info[1].As<Napi::Number>().Int64Value(), h = info[2].As<Napi::Number>().Int64Value(),
+                w = info[3].As<Napi::Number>().Int64Value();
+  if (n <= 0 || h <= 0 || w <= 0 || static_cast<int64_t>(images.ElementLength()) != n * 3 * h * w)
+    throw typeError(info.Env(), "images must hold N×3×H×W floats");
+  Session* session = session_.get();
+  const float* data = images.Data();
+  return schedule<Tensor>(
+      info.Env(), worker(info.Env()), [session, data, n, h, w] { return session->predict(data, n, h, w); },
+      [](Napi::Env env, Tensor& logits) -> Napi::Value { return toJs(env, logits); }, {info.This(), info[0]});
+}
+
+Napi::Value EngineWrap::setLearningRate(const Napi::CallbackInfo& info) {
+  if (!info[0].IsNumber()) throw typeError(info.Env(), "learning rate must be a number");
+  const double lr = info[0].As<Napi::Number>().DoubleValue();
+  Session* session = session_.get();
+  return schedule<bool>(
+      info.Env(), worker(info.Env()),
+      [session, lr] {
+        session->optimizer().setLearningRate(lr);
+        return true;
+      },
+      [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
+}
+
+// getState(includeTrainer) → Promise<[{ name, dtype, shape, data: ArrayBuffer }]>
+Napi::Value EngineWrap::getState(const Napi::CallbackInfo& info) {
+  const bool includeTrainer = info.Length() > 0 && info[0].ToBoolean().Value();
+  Session* session = session_.get();
+  return schedule<std::vector<StateEntry>>(
+      info.Env(), worker(info.Env()), [session, includeTrainer] { return session->state(includeTrainer); },
+      [](Napi::Env env, std::vector<StateEntry>& entries) -> Napi::Value {
+        Napi::Array out = Napi::Array::New(env, entries.size());
+        for (size_t i = 0; i < entries.size(); ++i) {
+          auto* bytes = new std::vector<uint8_t>(std::move(entries[i].bytes));
+          Napi::Object e = Napi::Object::New(env);
+          e.Set("name", entries[i].name);
+          e.Set("dtype", entries[i].dtype);
+          e.Set("shape", shapeValue(env, entries[i].shape));
+          e.Set("data", Napi::ArrayBuffer::New(env, bytes->data(), bytes->size(),
+                                               [](Napi::Env, void*, std::vector<uint8_t>* owned) { delete owned; }, bytes));
+          out.Set(static_cast<uint32_t>(i), e);
+        }
+        return out;
+      },
+      {info.This()});
+}
+
+// setState([{ name, dtype, shape, data: Uint8Array }]) → Promise<void>; all-or-nothing.
+Napi::Value EngineWrap::setState(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsArray()) throw typeError(env, "state must be an array of entries");
+  Napi::Array list = info[0].As<Napi::Array>();
+  auto entries = std::make_shared<std::vector<StateEntry>>();
+  for (uint32_t i = 0; i < list.Length(); ++i) {
+    Napi::Object e = list.Get(i).As<Napi::Object>();
+    Napi::Value data = e.Get("data");
+    if (!data.IsTypedArray()) throw typeError(env, "state entry " + std::to_string(i) + " has no byte data");
+    auto bytes = data.As<Napi::TypedArray>();
+    const uint8_t* begin = static_cast<const uint8_t*>(bytes.ArrayBuffer().Data()) + bytes.ByteOffset();
+    entries->push_back({stringOption(e, "name", ""), stringOption(e, "dtype", ""), shapeArg(env, e.Get("shape"), "shape"),
+                        std::vector<uint8_t>(begin, begin + bytes.ByteLength())});
+    const auto& entry = entries->back();
+    const size_t itemSize = entry.dtype == "I64" ? 8 : 4;
+    if (static_cast<size_t>(numelOf(entry.shape)) * itemSize != entry.bytes.size())
+      throw makeError(env, "ERR_STATE_MISMATCH", "state entry '" + entry.name + "' has " + std::to_string(entry.bytes.size()) +
+                                                     " bytes, which does not match " + entry.dtype + " " + shapeString(entry.shape));
+  }
+  Session* session = session_.get();
+  return schedule<bool>(
+      env, worker(env),
+      [session, entries] {
+        session->loadState(*entries);
+        return true;
+      },
+      [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
+}
+
+// dispose() → Promise<void>: frees the model once queued work has finished; later calls fail.
+Napi::Value EngineWrap::dispose(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!worker_) return Napi::Promise::Deferred::New(env).Promise();
+  WorkerThread* retiring = worker_.release();
+  std::shared_ptr<Session> session(session_.release());
+  return schedule<bool>(
+      env, *retiring,
+      [session]() mutable {
+        session.reset();
+        return true;
+      },
+      [retiring](Napi::Env env, bool&) -> Napi::Value {
+        delete retiring;  // its queue is empty: nothing can be posted after dispose
+        return env.Undefined();
+      },
+      {info.This()});
+}
+
+}  // namespace accordion::napi

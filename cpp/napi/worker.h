@@ -1,0 +1,118 @@
+// Long native work runs on one dedicated thread per engine object, never on the JS thread or the
+// libuv pool; each call returns a promise that settles back on the JS thread.
+#pragma once
+#include <napi.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "errors.h"
+
+namespace accordion::napi {
+
+class WorkerThread {
+ public:
+  WorkerThread() : thread_([this] { run(); }) {}
+  ~WorkerThread() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  void post(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      jobs_.push_back(std::move(job));
+    }
+    wake_.notify_all();
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      wake_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, and every posted job has run
+      auto job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+inline Napi::Error makeError(Napi::Env env, const std::string& code, const std::string& message) {
+  Napi::Error error = Napi::Error::New(env, message);
+  error.Set("code", Napi::String::New(env, code));
+  return error;
+}
+
+// Runs `work` on `worker`, then `settle` on the JS thread to turn its result into a JS value.
+// `keepAlive` holds JS objects (input buffers, the engine itself) until the promise settles.
+template <typename Result>
+Napi::Promise schedule(Napi::Env env, WorkerThread& worker, std::function<Result()> work,
+                       std::function<Napi::Value(Napi::Env, Result&)> settle, std::vector<Napi::Value> keepAlive = {}) {
+  struct Job {
+    Napi::Promise::Deferred deferred;
+    std::function<Result()> work;
+    std::function<Napi::Value(Napi::Env, Result&)> settle;
+    std::vector<Napi::Reference<Napi::Value>> keepAlive;
+    std::optional<Result> result;
+    bool failed = false;
+    std::string errorCode, errorMessage;
+  };
+  auto* job = new Job{Napi::Promise::Deferred::New(env), std::move(work), std::move(settle), {}, std::nullopt, false, "", ""};
+  for (auto& v : keepAlive) job->keepAlive.push_back(Napi::Persistent(v));
+  Napi::Promise promise = job->deferred.Promise();
+
+  auto finish = [](Napi::Env env, Napi::Function, Job* job) {
+    std::unique_ptr<Job> owned(job);
+    if (env == nullptr) return;  // the environment is shutting down
+    Napi::HandleScope scope(env);
+    if (job->failed) {
+      job->deferred.Reject(makeError(env, job->errorCode, job->errorMessage).Value());
+      return;
+    }
+    try {
+      job->deferred.Resolve(job->settle(env, *job->result));
+    } catch (const Napi::Error& e) {
+      job->deferred.Reject(e.Value());
+    } catch (const std::exception& e) {
+      job->deferred.Reject(makeError(env, "ERR_NATIVE", e.what()).Value());
+    }
+  };
+  auto tsfn = std::make_shared<Napi::ThreadSafeFunction>(
+      Napi::ThreadSafeFunction::New(env, Napi::Function::New(env, [](const Napi::CallbackInfo&) {}), "accordion-job", 0, 1));
+  worker.post([job, tsfn, finish] {
+    try {
+      job->result.emplace(job->work());
+    } catch (const EngineError& e) {
+      job->failed = true;
+      job->errorCode = e.code();
+      job->errorMessage = e.what();
+    } catch (const std::exception& e) {
+      job->failed = true;
+      job->errorCode = "ERR_NATIVE";
+      job->errorMessage = e.what();
+    }
+    tsfn->BlockingCall(job, [finish](Napi::Env env, Napi::Function fn, Job* job) { finish(env, fn, job); });
+    tsfn->Release();
+  });
+  return promise;
+}
+
+}  // namespace accordion::napi

@@ -1,0 +1,133 @@
+#include "session.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+namespace accordion {
+
+Session::Session(const ModelSpec& model, const SgdOptions& optimizer)
+    : model_(model), optimizer_(model_.parameters(), optimizer) {}
+
+StepResult Session::trainStep(const Batch& batch) {
+  model_.setTraining(true);
+  Tensor logits = model_.forward(batch.images);
+  StepResult result;
+  result.samples = batch.size();
+  result.loss = softmaxCrossEntropy(logits, batch.labels.data(), gradLogits_, &result.correct);
+  if (!std::isfinite(result.loss))
+    throw numericalError("the training loss is " + std::to_string(result.loss) +
+                         "; the update was skipped (lower the learning rate or check the data)");
+  model_.backward(gradLogits_);
+  optimizer_.step();
+  return result;
+}
+
+StepResult Session::evaluate(Batcher& batcher) {
+  model_.setTraining(false);
+  StepResult total;
+  double lossSum = 0;
+  Batch batch;
+  while (batcher.next(batch)) {
+    Tensor logits = model_.forward(batch.images);
+    int64_t correct = 0;
+    lossSum += softmaxCrossEntropy(logits, batch.labels.data(), gradLogits_, &correct) * static_cast<double>(batch.size());
+    total.correct += correct;
+    total.samples += batch.size();
+  }
+  model_.setTraining(true);
+  total.loss = total.samples ? lossSum / static_cast<double>(total.samples) : 0.0;
+  return total;
+}
+
+Tensor Session::predict(const float* imagesNchw, int64_t n, int64_t height, int64_t width) {
+  Tensor images({n, 3, height, width});
+  nchwToNhwc(imagesNchw, images.data(), n, 3, height, width);
+  const bool wasTraining = model_.training();
+  model_.setTraining(false);
+  Tensor logits = model_.forward(images).clone();
+  model_.setTraining(wasTraining);
+  return logits;
+}
+
+static StateEntry floatEntry(const std::string& name, const Tensor& t) {
+  StateEntry e{name, "F32", t.shape(), std::vector<uint8_t>(t.numel() * sizeof(float))};
+  if (t.numel()) std::memcpy(e.bytes.data(), t.data(), e.bytes.size());
+  return e;
+}
+
+static StateEntry int64Entry(const std::string& name, Shape shape, const int64_t* values) {
+  StateEntry e{name, "I64", shape, std::vector<uint8_t>(numelOf(shape) * sizeof(int64_t))};
+  std::memcpy(e.bytes.data(), values, e.bytes.size());
+  return e;
+}
+
+std::vector<StateEntry> Session::state(bool includeTrainer) const {
+  auto& refs = const_cast<Model&>(model_).state();
+  std::vector<StateEntry> out;
+  for (auto [kind, index] : refs.order) {
+    if (kind == 0) out.push_back(floatEntry(refs.parameters[index]->name, refs.parameters[index]->value));
+    if (kind == 1) out.push_back(floatEntry(refs.buffers[index]->name, refs.buffers[index]->value));
+    if (kind == 2) out.push_back(int64Entry(refs.counters[index].name, {}, refs.counters[index].value));
+  }
+  if (includeTrainer) {
+    auto& opt = const_cast<Sgd&>(optimizer_);
+    for (size_t k = 0; k < refs.parameters.size(); ++k)
+      out.push_back(floatEntry("optimizer.momentum_buffer." + refs.parameters[k]->name, opt.momentumBuffers()[k]));
+    const int64_t started = opt.started() ? 1 : 0;
+    out.push_back(int64Entry("optimizer.started", {}, &started));
+    auto streams = const_cast<Model&>(model_).randomStreams();
+    for (size_t i = 0; i < streams.size(); ++i) {
+      Random::State s = streams[i]->state();
+      out.push_back(int64Entry("rng.dropout." + std::to_string(i), {4}, reinterpret_cast<const int64_t*>(s.words)));
+    }
+  }
+  return out;
+}
+
+void Session::loadState(const std::vector<StateEntry>& entries) {
+  std::map<std::string, const StateEntry*> byName;
+  for (const auto& e : entries) byName[e.name] = &e;
+  auto find = [&](const std::string& name, const char* dtype, const Shape& shape, bool required) -> const StateEntry* {
+    auto it = byName.find(name);
+    if (it == byName.end()) {
+      if (required) throw EngineError("ERR_STATE_MISMATCH", "the state has no entry '" + name + "'");
+      return nullptr;
+    }
+    const StateEntry& e = *it->second;
+    if (e.dtype != dtype || e.shape != shape)
+      throw EngineError("ERR_STATE_MISMATCH", "entry '" + name + "' is " + e.dtype + " " + shapeString(e.shape) +
+                                                  " but the model expects " + dtype + " " + shapeString(shape));
+    return &e;
+  };
+  auto& refs = model_.state();
+  // Validate everything before changing anything, so a bad state leaves the session untouched.
+  std::vector<std::pair<const StateEntry*, void*>> copies;
+  for (auto [kind, index] : refs.order) {
+    if (kind == 0) copies.emplace_back(find(refs.parameters[index]->name, "F32", refs.parameters[index]->value.shape(), true),
+                                       refs.parameters[index]->value.data());
+    if (kind == 1) copies.emplace_back(find(refs.buffers[index]->name, "F32", refs.buffers[index]->value.shape(), true),
+                                       refs.buffers[index]->value.data());
+    if (kind == 2) copies.emplace_back(find(refs.counters[index].name, "I64", {}, true), refs.counters[index].value);
+  }
+  for (size_t k = 0; k < refs.parameters.size(); ++k) {
+    Tensor& buffer = optimizer_.momentumBuffers()[k];
+    if (auto e = find("optimizer.momentum_buffer." + refs.parameters[k]->name, "F32", buffer.shape(), false))
+      copies.emplace_back(e, buffer.data());
+  }
+  const StateEntry* started = find("optimizer.started", "I64", {}, false);
+  std::vector<std::pair<const StateEntry*, Random*>> streams;
+  auto randomStreams = model_.randomStreams();
+  for (size_t i = 0; i < randomStreams.size(); ++i)
+    if (auto e = find("rng.dropout." + std::to_string(i), "I64", {4}, false)) streams.emplace_back(e, randomStreams[i]);
+
+  for (auto [entry, target] : copies) std::memcpy(target, entry->bytes.data(), entry->bytes.size());
+  if (started) optimizer_.setStarted(*reinterpret_cast<const int64_t*>(started->bytes.data()) != 0);
+  for (auto [entry, stream] : streams) {
+    Random::State s;
+    std::memcpy(s.words, entry->bytes.data(), sizeof(s.words));
+    stream->setState(s);
+  }
+}
+
+}  // namespace accordion

@@ -1,0 +1,457 @@
+import { expect } from 'chai';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+import { readCifar } from '../lib/data/cifar.js';
+import { writeSyntheticCifar10, ensureSyntheticCifar10 } from '../lib/data/synthetic.js';
+import { DataError, UsageError, AccordionError } from '../lib/errors.js';
+
+const IMG = 3072;
+
+function tmpDir() {
+  return fs.mkdtempSync(os.tmpdir() + '/acc-');
+}
+
+/** Distinct, position-dependent pixel bytes so any misplacement shows up. */
+function pixels(seed) {
+  const p = new Uint8Array(IMG);
+  for (let i = 0; i < IMG; i++) p[i] = (i * 7 + seed * 131 + (i >> 10) * 29) & 255;
+  return p;
+}
+
+function cifar10File(records) {
+  const buf = new Uint8Array(records.length * (IMG + 1));
+  records.forEach(([label, px], i) => {
+    buf[i * (IMG + 1)] = label;
+    buf.set(px, i * (IMG + 1) + 1);
+  });
+  return buf;
+}
+
+function cifar100File(records) {
+  const buf = new Uint8Array(records.length * (IMG + 2));
+  records.forEach(([coarse, fine, px], i) => {
+    buf[i * (IMG + 2)] = coarse;
+    buf[i * (IMG + 2) + 1] = fine;
+    buf.set(px, i * (IMG + 2) + 2);
+  });
+  return buf;
+}
+
+/** Runs fn, asserts it throws a DataError, and returns the error for message checks. */
+function dataError(fn) {
+  let caught;
+  try {
+    fn();
+  } catch (err) {
+    caught = err;
+  }
+  expect(caught, 'expected a DataError to be thrown').to.be.instanceOf(DataError);
+  expect(caught).to.be.instanceOf(AccordionError);
+  expect(caught.code).to.equal('ERR_DATA');
+  expect(caught.name).to.equal('DataError');
+  return caught;
+}
+
+describe('CIFAR readers', () => {
+  let dir;
+  beforeEach(() => {
+    dir = tmpDir();
+  });
+  afterEach(() => {
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('reads CIFAR-10 batches that exist, in order, with exact pixels and labels', () => {
+    const b1 = [
+      [3, pixels(1)],
+      [0, pixels(2)],
+    ];
+    const b2 = [[9, pixels(3)]];
+    const b4 = [
+      [5, pixels(4)],
+      [1, pixels(5)],
+    ];
+    // data_batch_3 and _5 deliberately absent: the reader takes whichever exist.
+    fs.writeFileSync(path.join(dir, 'data_batch_1.bin'), cifar10File(b1));
+    fs.writeFileSync(path.join(dir, 'data_batch_2.bin'), cifar10File(b2));
+    fs.writeFileSync(path.join(dir, 'data_batch_4.bin'), cifar10File(b4));
+    fs.writeFileSync(path.join(dir, 'test_batch.bin'), cifar10File([[7, pixels(6)]]));
+
+    const train = readCifar('cifar10', dir, 'train');
+    const all = [...b1, ...b2, ...b4];
+    expect(train.count).to.equal(5);
+    expect(train.classes).to.equal(10);
+    expect([train.height, train.width, train.channels]).to.deep.equal([32, 32, 3]);
+    expect(Array.from(train.labels)).to.deep.equal(all.map((r) => r[0]));
+    expect(train.labels).to.be.instanceOf(Int32Array);
+    expect(train.images.byteLength).to.equal(5 * IMG);
+    all.forEach(([, px], i) => {
+      expect(Buffer.compare(train.images.subarray(i * IMG, (i + 1) * IMG), px), `image ${i}`).to.equal(0);
+    });
+
+    const test = readCifar('cifar10', dir, 'test');
+    expect(test.count).to.equal(1);
+    expect(Array.from(test.labels)).to.deep.equal([7]);
+    expect(Buffer.compare(test.images, pixels(6))).to.equal(0);
+  });
+
+  it('reads CIFAR-100 with the fine label', () => {
+    const recs = [
+      [19, 99, pixels(10)],
+      [0, 0, pixels(11)],
+      [7, 42, pixels(12)],
+    ];
+    fs.writeFileSync(path.join(dir, 'train.bin'), cifar100File(recs));
+    fs.writeFileSync(path.join(dir, 'test.bin'), cifar100File([[1, 2, pixels(13)]]));
+
+    const train = readCifar('cifar100', dir, 'train');
+    expect(train.count).to.equal(3);
+    expect(train.classes).to.equal(100);
+    expect(Array.from(train.labels)).to.deep.equal([99, 0, 42]);
+    recs.forEach(([, , px], i) => {
+      expect(Buffer.compare(train.images.subarray(i * IMG, (i + 1) * IMG), px), `image ${i}`).to.equal(0);
+    });
+    const test = readCifar('cifar100', dir, 'test');
+    expect(Array.from(test.labels)).to.deep.equal([2]);
+    expect(Buffer.compare(test.images, pixels(13))).to.equal(0);
+  });
+
+  it('rejects a missing data directory', () => {
+    const missing = path.join(dir, 'nope');
+    const err = dataError(() => readCifar('cifar10', missing, 'train'));
+    expect(err.message).to.equal(`data directory not found: ${missing}`);
+  });
+
+  it('rejects a data path that is a file', () => {
+    const f = path.join(dir, 'file');
+    fs.writeFileSync(f, 'x');
+    const err = dataError(() => readCifar('cifar10', f, 'test'));
+    expect(err.message).to.include('not a directory').and.include(f);
+  });
+
+  it('names the expected files when no CIFAR-10 train batch exists', () => {
+    const err = dataError(() => readCifar('cifar10', dir, 'train'));
+    for (let i = 1; i <= 5; i++) expect(err.message).to.include(`data_batch_${i}.bin`);
+    expect(err.message).to.include(dir);
+  });
+
+  it('names the missing test file, for both datasets', () => {
+    fs.writeFileSync(path.join(dir, 'data_batch_1.bin'), cifar10File([[0, pixels(0)]]));
+    fs.writeFileSync(path.join(dir, 'train.bin'), cifar100File([[0, 0, pixels(0)]]));
+    expect(dataError(() => readCifar('cifar10', dir, 'test')).message).to.include('test_batch.bin').and.include(dir);
+    expect(dataError(() => readCifar('cifar100', dir, 'test')).message).to.include('test.bin').and.include(dir);
+  });
+
+  it('hints at the extracted archive folder when pointed at its parent', () => {
+    fs.mkdirSync(path.join(dir, 'cifar-10-batches-bin'));
+    const err = dataError(() => readCifar('cifar10', dir, 'test'));
+    expect(err.message).to.include(path.join(dir, 'cifar-10-batches-bin'));
+  });
+
+  it('rejects a file whose size is not a whole number of records', () => {
+    const f = path.join(dir, 'test_batch.bin');
+    const full = cifar10File([
+      [1, pixels(1)],
+      [2, pixels(2)],
+    ]);
+    fs.writeFileSync(f, full.subarray(0, 3073 + 100));
+    const err = dataError(() => readCifar('cifar10', dir, 'test'));
+    expect(err.message).to.include(f);
+    expect(err.message).to.include('3173'); // file size
+    expect(err.message).to.include('record size 3073');
+    expect(err.message).to.include('offset 3073'); // where the partial record starts
+  });
+
+  it('uses the CIFAR-100 record size in the size check', () => {
+    const f = path.join(dir, 'train.bin');
+    fs.writeFileSync(f, new Uint8Array(3073)); // one CIFAR-10 record is not a CIFAR-100 record
+    const err = dataError(() => readCifar('cifar100', dir, 'train'));
+    expect(err.message).to.include(f).and.include('3073').and.include('record size 3074').and.include('offset 0');
+  });
+
+  it('rejects a CIFAR-10 label out of range, naming file, record, offset and value', () => {
+    const f = path.join(dir, 'data_batch_2.bin');
+    fs.writeFileSync(path.join(dir, 'data_batch_1.bin'), cifar10File([[0, pixels(0)]]));
+    fs.writeFileSync(
+      f,
+      cifar10File([
+        [4, pixels(1)],
+        [10, pixels(2)],
+      ]),
+    );
+    const err = dataError(() => readCifar('cifar10', dir, 'train'));
+    expect(err.message).to.include(f);
+    expect(err.message).to.include('record 1');
+    expect(err.message).to.include('byte offset 3073');
+    expect(err.message).to.include('label 10');
+  });
+
+  it('rejects CIFAR-100 fine and coarse labels out of range', () => {
+    const f = path.join(dir, 'test.bin');
+    fs.writeFileSync(
+      f,
+      cifar100File([
+        [0, 0, pixels(0)],
+        [1, 1, pixels(1)],
+        [2, 100, pixels(2)],
+      ]),
+    );
+    let err = dataError(() => readCifar('cifar100', dir, 'test'));
+    expect(err.message).to.include(f).and.include('record 2').and.include(`byte offset ${2 * 3074 + 1}`);
+    expect(err.message).to.include('fine label 100');
+
+    fs.writeFileSync(f, cifar100File([[20, 5, pixels(0)]]));
+    err = dataError(() => readCifar('cifar100', dir, 'test'));
+    expect(err.message).to.include('record 0').and.include('byte offset 0').and.include('coarse label 20');
+  });
+
+  it('rejects an empty file', () => {
+    const f = path.join(dir, 'test_batch.bin');
+    fs.writeFileSync(f, new Uint8Array(0));
+    const err = dataError(() => readCifar('cifar10', dir, 'test'));
+    expect(err.message).to.include('empty file').and.include(f);
+  });
+
+  it('rejects an unknown dataset name', () => {
+    expect(dataError(() => readCifar('mnist', dir, 'train')).message).to.include('mnist');
+  });
+});
+
+describe('synthetic CIFAR-10', function () {
+  this.timeout(20000);
+  const dirs = [];
+  const mk = () => {
+    const d = tmpDir();
+    dirs.push(d);
+    return d;
+  };
+  after(() => {
+    for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+  });
+
+  const FILES = ['data_batch_1.bin', 'data_batch_2.bin', 'data_batch_3.bin', 'data_batch_4.bin', 'data_batch_5.bin', 'test_batch.bin', 'batches.meta.txt'];
+
+  it('is byte-identical for the same options and different for another seed', () => {
+    const opts = { train: 53, test: 21, seed: 7 };
+    const [a, b, c] = [mk(), mk(), mk()];
+    writeSyntheticCifar10(a, opts);
+    writeSyntheticCifar10(b, { ...opts });
+    writeSyntheticCifar10(c, { ...opts, seed: 8 });
+    for (const f of FILES) {
+      expect(Buffer.compare(fs.readFileSync(path.join(a, f)), fs.readFileSync(path.join(b, f))), f).to.equal(0);
+    }
+    for (const f of FILES.slice(0, 6)) {
+      expect(Buffer.compare(fs.readFileSync(path.join(a, f)), fs.readFileSync(path.join(c, f))), f).to.not.equal(0);
+    }
+    // Seeds beyond 32 bits must matter too.
+    const d = mk();
+    writeSyntheticCifar10(d, { ...opts, seed: 7 + 2 ** 32 });
+    expect(Buffer.compare(fs.readFileSync(path.join(a, 'test_batch.bin')), fs.readFileSync(path.join(d, 'test_batch.bin')))).to.not.equal(0);
+  });
+
+  it('splits train evenly over five files, leaves no temp files, and writes class names', () => {
+    const d = mk();
+    writeSyntheticCifar10(d, { train: 23, test: 4, seed: 1 });
+    const sizes = [1, 2, 3, 4, 5].map((i) => fs.statSync(path.join(d, `data_batch_${i}.bin`)).size / 3073);
+    expect(sizes).to.deep.equal([5, 5, 5, 4, 4]);
+    expect(fs.statSync(path.join(d, 'test_batch.bin')).size).to.equal(4 * 3073);
+    expect(fs.readdirSync(d).sort()).to.deep.equal([...FILES].sort());
+    const names = fs.readFileSync(path.join(d, 'batches.meta.txt'), 'utf8').split('\n').filter(Boolean);
+    expect(names).to.have.length(10);
+    expect(new Set(names).size).to.equal(10);
+  });
+
+  it('has balanced, shuffled labels and is readable by readCifar', () => {
+    const d = mk();
+    writeSyntheticCifar10(d, { train: 200, test: 50, seed: 3 });
+    const train = readCifar('cifar10', d, 'train');
+    const test = readCifar('cifar10', d, 'test');
+    expect(train.count).to.equal(200);
+    expect(test.count).to.equal(50);
+    const counts = new Array(10).fill(0);
+    for (const l of train.labels) counts[l]++;
+    expect(counts).to.deep.equal(new Array(10).fill(20));
+    const testCounts = new Array(10).fill(0);
+    for (const l of test.labels) testCounts[l]++;
+    expect(testCounts).to.deep.equal(new Array(10).fill(5));
+    // Not in label order (a sorted or cyclic order would starve SGD batches of classes).
+    const cyclic = Array.from(train.labels).every((l, i) => l === i % 10);
+    const sorted = Array.from(train.labels).every((l, i, a) => i === 0 || a[i - 1] <= l);
+    expect(cyclic || sorted).to.equal(false);
+  });
+
+  it('honours a smaller class count', () => {
+    const d = mk();
+    writeSyntheticCifar10(d, { train: 30, test: 9, seed: 3, classes: 3 });
+    const train = readCifar('cifar10', d, 'train');
+    expect(new Set(train.labels)).to.deep.equal(new Set([0, 1, 2]));
+    expect(fs.readFileSync(path.join(d, 'batches.meta.txt'), 'utf8').split('\n').filter(Boolean)).to.have.length(3);
+  });
+
+  it('rejects invalid options with UsageError', () => {
+    const d = mk();
+    for (const bad of [
+      { train: 4, test: 1, seed: 1 },
+      { train: 10, test: 0, seed: 1 },
+      { train: 10.5, test: 1, seed: 1 },
+      { train: 10, test: 1, seed: 0.5 },
+      { train: 10, test: 1, seed: 1, classes: 11 },
+      { train: 10, test: 1, seed: 1, classes: 1 },
+    ]) {
+      expect(() => writeSyntheticCifar10(d, bad), JSON.stringify(bad)).to.throw(UsageError);
+    }
+  });
+
+  it('generates 10,000 images in well under 2 seconds', () => {
+    const d = mk();
+    const t0 = performance.now();
+    writeSyntheticCifar10(d, { train: 10000, test: 10, seed: 5 });
+    const ms = performance.now() - t0;
+    expect(ms).to.be.below(2000);
+  });
+
+  it('ensureSyntheticCifar10 creates, reuses, and regenerates on changed options or missing files', () => {
+    const root = mk();
+    const d = path.join(root, 'nested', 'synthetic');
+    const opts = { train: 20, test: 10, seed: 11 };
+    expect(ensureSyntheticCifar10(d, opts)).to.equal(d);
+    const stamp = JSON.parse(fs.readFileSync(path.join(d, 'synthetic.json'), 'utf8'));
+    expect(stamp).to.include({ train: 20, test: 10, seed: 11, classes: 10 });
+
+    // Reuse: a marker byte we plant in a data file must survive (sizes unchanged).
+    const f = path.join(d, 'data_batch_1.bin');
+    const planted = fs.readFileSync(f);
+    planted[5] ^= 0xff;
+    fs.writeFileSync(f, planted);
+    ensureSyntheticCifar10(d, { ...opts });
+    expect(fs.readFileSync(f)[5]).to.equal(planted[5]);
+
+    // Changed options: rewritten and re-stamped.
+    ensureSyntheticCifar10(d, { ...opts, seed: 12 });
+    expect(JSON.parse(fs.readFileSync(path.join(d, 'synthetic.json'), 'utf8')).seed).to.equal(12);
+    const fresh = mk();
+    writeSyntheticCifar10(fresh, { ...opts, seed: 12 });
+    expect(Buffer.compare(fs.readFileSync(f), fs.readFileSync(path.join(fresh, 'data_batch_1.bin')))).to.equal(0);
+
+    // A deleted file invalidates the cache even though the stamp matches.
+    fs.rmSync(path.join(d, 'test_batch.bin'));
+    ensureSyntheticCifar10(d, { ...opts, seed: 12 });
+    expect(readCifar('cifar10', d, 'test').count).to.equal(10);
+    expect(fs.readdirSync(d).filter((n) => n.includes('.tmp-'))).to.deep.equal([]);
+  });
+
+  describe('learnability', () => {
+    // Cheap, engine-independent evidence that the classes are separable by
+    // spatial structure but not by colour: nearest-class-centroid on
+    // (a) the magnitude of a low-frequency 2-D DFT of the grey image (phase
+    // invariant, so random phase/shift do not matter) versus (b) the mean RGB.
+    const K = 6;
+    const NK = 2 * K + 1;
+    const cosT = new Float64Array(32 * 32);
+    const sinT = new Float64Array(32 * 32);
+    for (let k = 0; k < 32; k++) {
+      for (let x = 0; x < 32; x++) {
+        cosT[k * 32 + x] = Math.cos((2 * Math.PI * k * x) / 32);
+        sinT[k * 32 + x] = -Math.sin((2 * Math.PI * k * x) / 32);
+      }
+    }
+    const tw = (k) => (k + 32) % 32;
+
+    function spectrum(images, i) {
+      const g = new Float64Array(1024);
+      let mean = 0;
+      for (let p = 0; p < 1024; p++) {
+        g[p] = images[i * IMG + p] + images[i * IMG + 1024 + p] + images[i * IMG + 2048 + p];
+        mean += g[p];
+      }
+      mean /= 1024;
+      const re = new Float64Array(32 * NK);
+      const im = new Float64Array(32 * NK);
+      for (let y = 0; y < 32; y++) {
+        for (let a = 0; a < NK; a++) {
+          const k = tw(a - K) * 32;
+          let sr = 0;
+          let si = 0;
+          for (let x = 0; x < 32; x++) {
+            const v = g[y * 32 + x] - mean;
+            sr += v * cosT[k + x];
+            si += v * sinT[k + x];
+          }
+          re[y * NK + a] = sr;
+          im[y * NK + a] = si;
+        }
+      }
+      const f = [];
+      let norm = 0;
+      for (let ky = 0; ky <= K; ky++) {
+        for (let a = 0; a < NK; a++) {
+          let sr = 0;
+          let si = 0;
+          for (let y = 0; y < 32; y++) {
+            const c = cosT[ky * 32 + y];
+            const s = sinT[ky * 32 + y];
+            sr += re[y * NK + a] * c - im[y * NK + a] * s;
+            si += re[y * NK + a] * s + im[y * NK + a] * c;
+          }
+          const m = Math.hypot(sr, si);
+          f.push(m);
+          norm += m * m;
+        }
+      }
+      norm = Math.sqrt(norm) || 1;
+      return f.map((v) => v / norm);
+    }
+
+    function meanColour(images, i) {
+      const f = [0, 0, 0];
+      for (let c = 0; c < 3; c++) {
+        for (let p = 0; p < 1024; p++) f[c] += images[i * IMG + c * 1024 + p];
+        f[c] /= 1024;
+      }
+      return f;
+    }
+
+    function centroidAccuracy(feature, train, test) {
+      const sums = [];
+      const counts = new Array(train.classes).fill(0);
+      for (let i = 0; i < train.count; i++) {
+        const f = feature(train.images, i);
+        const l = train.labels[i];
+        sums[l] ??= new Array(f.length).fill(0);
+        f.forEach((v, j) => (sums[l][j] += v));
+        counts[l]++;
+      }
+      const centroids = sums.map((s, l) => s.map((v) => v / counts[l]));
+      let correct = 0;
+      for (let i = 0; i < test.count; i++) {
+        const f = feature(test.images, i);
+        let best = -1;
+        let bestDist = Infinity;
+        centroids.forEach((c, l) => {
+          let d = 0;
+          for (let j = 0; j < f.length; j++) d += (c[j] - f[j]) ** 2;
+          if (d < bestDist) {
+            bestDist = d;
+            best = l;
+          }
+        });
+        if (best === test.labels[i]) correct++;
+      }
+      return correct / test.count;
+    }
+
+    it('is separable by spatial structure but not by mean colour', () => {
+      const d = mk();
+      writeSyntheticCifar10(d, { train: 1000, test: 500, seed: 2024 });
+      const train = readCifar('cifar10', d, 'train');
+      const test = readCifar('cifar10', d, 'test');
+      const structure = centroidAccuracy(spectrum, train, test);
+      const colour = centroidAccuracy(meanColour, train, test);
+      expect(structure, 'spectrum centroid accuracy').to.be.above(0.8);
+      expect(colour, 'mean-colour centroid accuracy').to.be.below(0.6);
+      expect(structure - colour).to.be.above(0.3);
+    });
+  });
+});
