@@ -228,6 +228,7 @@ Tensor BatchNorm2d::backward(const Tensor& gradOutput) {
                                       {DNNL_ARG_MEAN, wrap(channel, mean.data())},
                                       {DNNL_ARG_VARIANCE, wrap(channel, var.data())},
                                       {DNNL_ARG_SCALE, wrap(channel, weight.value.data())},
+                                      {DNNL_ARG_SHIFT, wrap(channel, bias.value.data())},
                                       {DNNL_ARG_DIFF_SRC, wrap(data, gradInput_.data())},
                                       {DNNL_ARG_DIFF_SCALE, wrap(channel, weight.grad.data())},
                                       {DNNL_ARG_DIFF_SHIFT, wrap(channel, bias.grad.data())}});

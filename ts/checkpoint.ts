@@ -1,0 +1,117 @@
+/**
+ * Checkpoints of a run: `checkpoints/epoch-NNNN/` holds `model.safetensors` (exactly the PyTorch
+ * state_dict, loadable with strict=True) and `trainer.safetensors` (optimiser buffers, random
+ * streams, and the trainer's position in its metadata). A checkpoint directory is assembled under
+ * a temporary name and renamed into place, then `checkpoints/latest` is replaced atomically, so an
+ * interrupted run always leaves the previous checkpoint intact and `latest` never points at a
+ * partial one.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors.js';
+import { CheckpointError } from './errors.js';
+import type { Model } from './model.js';
+
+const TRAINER_PREFIXES = ['optimizer.', 'rng.'];
+const KEEP = 2;
+
+export interface TrainerPosition {
+  /** Epochs completed (the next epoch to run is this number). */
+  epochsCompleted: number;
+  /** The resolved training configuration, for checks on resume. */
+  config: Record<string, unknown>;
+  /** Anything else the trainer wants back (history, counters). */
+  extra: Record<string, unknown>;
+}
+
+export interface LoadedCheckpoint {
+  dir: string;
+  model: NamedTensor[];
+  trainer: NamedTensor[];
+  position: TrainerPosition;
+}
+
+function epochDirName(epoch: number): string {
+  return `epoch-${String(epoch).padStart(4, '0')}`;
+}
+
+function writeFileAtomic(file: string, text: string): void {
+  const tmp = `${file}.tmp-${process.pid}`;
+  fs.writeFileSync(tmp, text);
+  const fd = fs.openSync(tmp, 'r');
+  fs.fsyncSync(fd);
+  fs.closeSync(fd);
+  fs.renameSync(tmp, file);
+}
+
+export async function saveCheckpoint(runDir: string, model: Model, position: TrainerPosition): Promise<string> {
+  const root = path.join(runDir, 'checkpoints');
+  fs.mkdirSync(root, { recursive: true });
+  const state = await model.stateDict(true);
+  const isTrainer = (t: NamedTensor) => TRAINER_PREFIXES.some((p) => t.name.startsWith(p));
+  const name = epochDirName(position.epochsCompleted);
+  const tmp = path.join(root, `.tmp-${name}-${process.pid}`);
+  fs.rmSync(tmp, { recursive: true, force: true });
+  fs.mkdirSync(tmp);
+  try {
+    writeSafetensors(path.join(tmp, 'model.safetensors'), state.filter((t) => !isTrainer(t)), {
+      format: 'pt',
+      architecture: model.architecture,
+      classes: String(model.classes),
+    });
+    writeSafetensors(path.join(tmp, 'trainer.safetensors'), state.filter(isTrainer), {
+      position: JSON.stringify(position),
+    });
+    const final = path.join(root, name);
+    fs.rmSync(final, { recursive: true, force: true });
+    fs.renameSync(tmp, final);
+    writeFileAtomic(path.join(root, 'latest'), name + '\n');
+  } catch (err) {
+    fs.rmSync(tmp, { recursive: true, force: true });
+    throw new CheckpointError(`cannot write checkpoint ${name} in ${root}: ${(err as Error).message}`);
+  }
+  pruneCheckpoints(root, position.epochsCompleted);
+  return path.join(root, name);
+}
+
+function pruneCheckpoints(root: string, current: number): void {
+  const epochs = fs
+    .readdirSync(root)
+    .map((n) => /^epoch-(\d+)$/.exec(n))
+    .filter((m): m is RegExpExecArray => m !== null)
+    .map((m) => Number(m[1]))
+    .filter((e) => e <= current)
+    .sort((a, b) => b - a);
+  for (const e of epochs.slice(KEEP)) fs.rmSync(path.join(root, epochDirName(e)), { recursive: true, force: true });
+}
+
+/** Finds the checkpoint directory for a run directory, its checkpoints/ folder, or an epoch folder. */
+export function resolveCheckpointDir(target: string): string {
+  if (!fs.existsSync(target)) throw new CheckpointError(`checkpoint not found: ${target}`);
+  if (fs.existsSync(path.join(target, 'trainer.safetensors'))) return target;
+  for (const root of [path.join(target, 'checkpoints'), target]) {
+    const latest = path.join(root, 'latest');
+    if (fs.existsSync(latest)) {
+      const dir = path.join(root, fs.readFileSync(latest, 'utf8').trim());
+      if (!fs.existsSync(path.join(dir, 'trainer.safetensors')))
+        throw new CheckpointError(`${latest} names ${dir}, which holds no trainer.safetensors`);
+      return dir;
+    }
+  }
+  throw new CheckpointError(`${target} holds no checkpoint (expected checkpoints/latest or trainer.safetensors)`);
+}
+
+export function loadCheckpoint(target: string): LoadedCheckpoint {
+  const dir = resolveCheckpointDir(target);
+  const model = readSafetensors(path.join(dir, 'model.safetensors'));
+  const trainer = readSafetensors(path.join(dir, 'trainer.safetensors'));
+  let position: TrainerPosition;
+  try {
+    position = JSON.parse(trainer.metadata.position ?? '') as TrainerPosition;
+  } catch {
+    throw new CheckpointError(`${path.join(dir, 'trainer.safetensors')}: metadata 'position' is missing or not JSON`);
+  }
+  if (!Number.isInteger(position.epochsCompleted) || position.epochsCompleted < 0)
+    throw new CheckpointError(`${dir}: invalid epochsCompleted in the trainer state`);
+  return { dir, model: [...model.tensors.values()], trainer: [...trainer.tensors.values()], position };
+}

@@ -1,0 +1,185 @@
+#!/usr/bin/env node
+/**
+ * Command line: `accordion train [options]`, `accordion info`. Usage errors exit with code 2 and a
+ * message naming the option; runtime errors exit with code 1.
+ */
+import * as path from 'node:path';
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { AccordionError, UsageError } from './errors.js';
+import { DEFAULT_CONFIG, Trainer, type TrainConfig } from './trainer.js';
+import { ARCHITECTURES } from './model.js';
+
+type Kind = 'int' | 'number' | 'string' | 'list' | 'flag';
+
+interface OptionSpec {
+  flag: string;
+  key: keyof TrainConfig | 'compressor' | 'help';
+  kind: Kind;
+  help: string;
+  choices?: readonly string[];
+  /** For flags that set a boolean key to false (e.g. --no-nesterov). */
+  negate?: boolean;
+}
+
+const TRAIN_OPTIONS: OptionSpec[] = [
+  { flag: '--model', key: 'model', kind: 'string', choices: ARCHITECTURES, help: 'model architecture (required)' },
+  { flag: '--dataset', key: 'dataset', kind: 'string', choices: ['synthetic', 'cifar10', 'cifar100'], help: 'dataset; cifar10 when --data is given' },
+  { flag: '--data', key: 'dataDir', kind: 'string', help: 'directory of the CIFAR binary files' },
+  { flag: '--epochs', key: 'epochs', kind: 'int', help: 'epochs to train' },
+  { flag: '--batch-size', key: 'batchSize', kind: 'int', help: 'batch size per worker' },
+  { flag: '--eval-batch-size', key: 'evalBatchSize', kind: 'int', help: 'batch size for evaluation' },
+  { flag: '--lr', key: 'lr', kind: 'number', help: 'base learning rate for one worker' },
+  { flag: '--momentum', key: 'momentum', kind: 'number', help: 'SGD momentum' },
+  { flag: '--weight-decay', key: 'weightDecay', kind: 'number', help: 'weight decay' },
+  { flag: '--no-nesterov', key: 'nesterov', kind: 'flag', negate: true, help: 'plain heavy-ball momentum instead of Nesterov' },
+  { flag: '--warmup-epochs', key: 'warmupEpochs', kind: 'number', help: 'linear warm-up to lr × workers over this many epochs' },
+  { flag: '--milestones', key: 'milestones', kind: 'list', help: 'comma-separated epochs after which the lr is decayed' },
+  { flag: '--lr-decay', key: 'lrDecay', kind: 'number', help: 'factor applied to the lr at each milestone' },
+  { flag: '--seed', key: 'seed', kind: 'int', help: 'seed of initialisation, shuffling and augmentation' },
+  { flag: '--workers', key: 'workers', kind: 'int', help: 'number of worker processes' },
+  { flag: '--compressor', key: 'compressor', kind: 'string', choices: ['none', 'powersgd', 'topk'], help: 'gradient compressor' },
+  { flag: '--out', key: 'outDir', kind: 'string', help: 'run directory (default runs/<model>-<time>)' },
+  { flag: '--checkpoint-every', key: 'checkpointEvery', kind: 'int', help: 'epochs between checkpoints' },
+  { flag: '--resume', key: 'resume', kind: 'string', help: 'continue from a run or checkpoint directory' },
+  { flag: '--synthetic-train', key: 'syntheticTrain', kind: 'int', help: 'training images of the synthetic dataset' },
+  { flag: '--synthetic-test', key: 'syntheticTest', kind: 'int', help: 'test images of the synthetic dataset' },
+  { flag: '--threads', key: 'threads', kind: 'int', help: 'native threads (default: OMP_NUM_THREADS or all cores)' },
+  { flag: '--quiet', key: 'progress', kind: 'flag', negate: true, help: 'no progress bar or per-epoch lines' },
+  { flag: '--help', key: 'help', kind: 'flag', help: 'show this help' },
+];
+
+function parseValue(spec: OptionSpec, raw: string): unknown {
+  const bad = (what: string) => new UsageError(`option ${spec.flag}: ${what}, got '${raw}'`);
+  switch (spec.kind) {
+    case 'int': {
+      if (!/^-?\d+$/.test(raw)) throw bad('expected an integer');
+      return Number(raw);
+    }
+    case 'number': {
+      const v = Number(raw);
+      if (raw.trim() === '' || !Number.isFinite(v)) throw bad('expected a number');
+      return v;
+    }
+    case 'list': {
+      const parts = raw === '' ? [] : raw.split(',');
+      if (parts.some((p) => !/^\d+$/.test(p.trim()))) throw bad('expected comma-separated non-negative integers');
+      return parts.map((p) => Number(p));
+    }
+    default:
+      if (spec.choices && !spec.choices.includes(raw)) throw bad(`expected one of ${spec.choices.join(', ')}`);
+      return raw;
+  }
+}
+
+export function parseTrainArgs(argv: string[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const eq = arg.indexOf('=');
+    const flag = arg.startsWith('--') && eq > 0 ? arg.slice(0, eq) : arg;
+    const spec = TRAIN_OPTIONS.find((o) => o.flag === flag);
+    if (!spec) {
+      throw new UsageError(arg.startsWith('-') ? `unknown option ${flag} (see --help)` : `unexpected argument '${arg}' (options start with --)`);
+    }
+    if (spec.kind === 'flag') {
+      if (eq > 0) throw new UsageError(`option ${spec.flag} takes no value`);
+      out[spec.key] = !spec.negate;
+      continue;
+    }
+    const raw = eq > 0 ? arg.slice(eq + 1) : argv[++i];
+    if (raw === undefined || (eq < 0 && raw.startsWith('--'))) throw new UsageError(`option ${spec.flag} needs a value`);
+    out[spec.key] = parseValue(spec, raw);
+  }
+  return out;
+}
+
+function trainHelp(): string {
+  const defaults = DEFAULT_CONFIG as unknown as Record<string, unknown>;
+  const lines = TRAIN_OPTIONS.map((o) => {
+    const value = o.kind === 'flag' ? '' : ` ${o.kind === 'list' ? 'A,B' : o.kind === 'int' || o.kind === 'number' ? 'N' : 'VALUE'}`;
+    const dflt = o.key === 'compressor' ? 'none' : defaults[o.key];
+    const shown = dflt === undefined || o.kind === 'flag' ? '' : ` (default: ${Array.isArray(dflt) ? dflt.join(',') : dflt})`;
+    const choices = o.choices ? ` [${o.choices.join('|')}]` : '';
+    return `  ${(o.flag + value).padEnd(26)} ${o.help}${choices}${shown}`;
+  });
+  return ['Usage: accordion train --model resnet18|vgg19bn [options]', '', 'Options:', ...lines].join('\n');
+}
+
+const USAGE = `Usage: accordion <command> [options]
+
+Commands:
+  train    train a model (accordion train --help for options)
+  info     show how the native addon was built and which devices it sees`;
+
+async function train(argv: string[]): Promise<void> {
+  const args = parseTrainArgs(argv);
+  if (args.help) {
+    process.stdout.write(trainHelp() + '\n');
+    return;
+  }
+  if (!args.model) throw new UsageError(`option --model is required (one of: ${ARCHITECTURES.join(', ')})`);
+  const compressor = (args.compressor as string | undefined) ?? 'none';
+  delete args.compressor;
+  if (compressor !== 'none')
+    throw new UsageError(`option --compressor ${compressor}: gradient compression is not available in this version; use --compressor none`);
+  if (args.dataDir && !args.dataset) args.dataset = 'cifar10';
+  args.outDir ??= args.resume ? undefined : path.join('runs', `${args.model}-${new Date().toISOString().replace(/[:.]/g, '-')}`);
+  const trainer = await Trainer.create(args as Partial<TrainConfig> & { model: TrainConfig['model'] });
+  const onSignal = () => {
+    process.stderr.write('\nstopping after the current step; the last checkpoint is kept\n');
+    trainer.stop();
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  const { config } = trainer;
+  process.stderr.write(
+    `accordion: ${config.model} (${trainer.model.parameterCount().toLocaleString('en-US')} parameters) on ${config.dataset}` +
+      ` (${trainer.dataset.train.count} train / ${trainer.dataset.test.count} test images), ${config.epochs} epochs,` +
+      ` batch ${config.batchSize}, run directory ${config.outDir}\n`,
+  );
+  try {
+    const summary = await trainer.fit();
+    const last = summary.epochs[summary.epochs.length - 1];
+    process.stdout.write(
+      [
+        `model ${summary.model}, ${summary.parameters.toLocaleString('en-US')} parameters, dataset ${summary.dataset}`,
+        `epochs ${summary.epochs.length}, time ${summary.seconds.toFixed(1)} s` +
+          (last ? `, ${last.samplesPerSecond.toFixed(1)} samples/s in the last epoch` : ''),
+        `final test accuracy ${(100 * summary.finalTestAccuracy).toFixed(2)}%, best ${(100 * summary.bestTestAccuracy).toFixed(2)}%`,
+        `run directory ${summary.runDir}`,
+      ].join('\n') + '\n',
+    );
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await trainer.dispose();
+  }
+}
+
+async function info(): Promise<void> {
+  const { binding } = await import('./native.js');
+  process.stdout.write(JSON.stringify({ build: binding.buildInfo(), devices: binding.deviceQuery() }, null, 2) + '\n');
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  try {
+    if (command === 'train') await train(rest);
+    else if (command === 'info') await info();
+    else if (command === undefined || command === '--help' || command === 'help') process.stdout.write(USAGE + '\n');
+    else throw new UsageError(`unknown command '${command}'\n${USAGE}`);
+    return 0;
+  } catch (err) {
+    const e = err as Error & { code?: string };
+    process.stderr.write(`accordion: ${e instanceof AccordionError ? e.message : (e.stack ?? e.message)}\n`);
+    return e instanceof UsageError ? 2 : 1;
+  }
+}
+
+const invokedDirectly = process.argv[1] !== undefined && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url);
+if (invokedDirectly) {
+  main(process.argv.slice(2)).then((code) => {
+    process.exitCode = code;
+  });
+}

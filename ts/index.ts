@@ -1,0 +1,37 @@
+/**
+ * accordion-engine: a training engine for Node.js with a native (C++) core.
+ *
+ *   import { Trainer, Model } from 'accordion-engine';
+ */
+export { Model, ARCHITECTURES, type Architecture, type ModelOptions } from './model.js';
+export { Trainer, DEFAULT_CONFIG, type TrainConfig, type TrainSummary, type EpochRecord } from './trainer.js';
+export { learningRateForEpoch, type LrSchedule } from './schedule.js';
+export { readCifar, type ImageSet, type DatasetName } from './data/cifar.js';
+export { writeSyntheticCifar10, ensureSyntheticCifar10, type SyntheticOptions } from './data/synthetic.js';
+export { loadImageDataset, type ImageDataset, type ImageDatasetName } from './data/datasets.js';
+export { readSafetensors, writeSafetensors, type NamedTensor, type Dtype } from './safetensors.js';
+export { saveCheckpoint, loadCheckpoint, type TrainerPosition } from './checkpoint.js';
+export { MetricsLog, readMetrics, type MetricsEvent } from './metrics.js';
+export { AccordionError, DataError, CheckpointError, UsageError, NativeError } from './errors.js';
+import { binding, type BuildInfo, type DeviceQuery } from './native.js';
+export type { BuildInfo, DeviceQuery, StepResult } from './native.js';
+
+/** How the addon was built (oneDNN, OpenBLAS, CUDA architectures) and its thread count. */
+export function buildInfo(): BuildInfo {
+  return binding.buildInfo();
+}
+
+/** CUDA devices visible to the addon; never throws (a driver error is reported in the result). */
+export function deviceQuery(): DeviceQuery {
+  return binding.deviceQuery();
+}
+
+/** Number of usable CUDA devices (0 without CUDA, a driver or a GPU). */
+export function deviceCount(): number {
+  return binding.deviceQuery().count;
+}
+
+/** Sets the number of native (OpenMP and OpenBLAS) threads. */
+export function setThreads(n: number): void {
+  binding.setThreads(n);
+}

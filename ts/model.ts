@@ -1,0 +1,114 @@
+/**
+ * A model with its optimiser, living in native memory. Weights use PyTorch's state_dict names, so a
+ * `save()`d file loads in PyTorch (`load_state_dict(..., strict=True)`) and a PyTorch state_dict in
+ * safetensors layout loads here.
+ */
+import { binding, call, type NativeEngine, type StateEntry } from './native.js';
+import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors.js';
+import { CheckpointError, UsageError } from './errors.js';
+
+export type Architecture = 'resnet18' | 'vgg19bn';
+export const ARCHITECTURES: readonly Architecture[] = ['resnet18', 'vgg19bn'];
+
+export interface ModelOptions {
+  architecture: Architecture;
+  /** Number of classes (10 for CIFAR-10, 100 for CIFAR-100). */
+  classes?: number;
+  /** Seed of the weight initialisation (and of dropout). */
+  seed?: number;
+  learningRate?: number;
+  momentum?: number;
+  weightDecay?: number;
+  /** Nesterov momentum (default) or plain heavy ball. */
+  nesterov?: boolean;
+}
+
+export class Model {
+  readonly architecture: Architecture;
+  readonly classes: number;
+  private engine: NativeEngine | null;
+  private readonly params: { name: string; shape: number[] }[];
+
+  constructor(options: ModelOptions) {
+    if (!ARCHITECTURES.includes(options.architecture))
+      throw new UsageError(`unknown model '${options.architecture}' (choose one of: ${ARCHITECTURES.join(', ')})`);
+    this.architecture = options.architecture;
+    this.classes = options.classes ?? 10;
+    if (!Number.isInteger(this.classes) || this.classes < 2) throw new UsageError(`classes must be an integer ≥ 2, got ${this.classes}`);
+    this.engine = new binding.Engine({
+      model: options.architecture,
+      classes: this.classes,
+      seed: options.seed ?? 0,
+      learningRate: options.learningRate ?? 0.1,
+      momentum: options.momentum ?? 0.9,
+      weightDecay: options.weightDecay ?? 1e-4,
+      nesterov: options.nesterov ?? true,
+    });
+    this.params = this.engine.parameters();
+  }
+
+  /** @internal The native engine, for the trainer. */
+  get native(): NativeEngine {
+    if (!this.engine) throw new UsageError('the model has been disposed');
+    return this.engine;
+  }
+
+  /** Trainable parameters in state_dict order. */
+  parameters(): { name: string; shape: number[] }[] {
+    return this.params.map((p) => ({ name: p.name, shape: [...p.shape] }));
+  }
+
+  parameterCount(): number {
+    return this.params.reduce((sum, p) => sum + p.shape.reduce((a, b) => a * b, 1), 0);
+  }
+
+  /** Logits (N × classes, row-major) for N images given as float32 NCHW (N, 3, height, width). */
+  async predict(images: Float32Array, count: number, height = 32, width = 32): Promise<Float32Array> {
+    if (images.length !== count * 3 * height * width)
+      throw new UsageError(`predict: ${images.length} floats do not make ${count} images of 3×${height}×${width}`);
+    return call(this.native.predict(images, count, height, width));
+  }
+
+  /** The state_dict (optionally with optimiser and random-stream state) as named tensors. */
+  async stateDict(includeTrainer = false): Promise<NamedTensor[]> {
+    const entries = await call(this.native.getState(includeTrainer));
+    return entries.map((e) => ({ name: e.name, dtype: e.dtype, shape: e.shape, data: new Uint8Array(e.data as ArrayBuffer) }));
+  }
+
+  /** Loads named tensors; every state_dict entry must be present with its shape and dtype. */
+  async loadStateDict(tensors: Iterable<NamedTensor>): Promise<void> {
+    const entries: StateEntry[] = [];
+    for (const t of tensors) {
+      if (t.dtype !== 'F32' && t.dtype !== 'I64')
+        throw new CheckpointError(`tensor '${t.name}' has dtype ${t.dtype}; only F32 and I64 are used by the engine`);
+      entries.push({ name: t.name, dtype: t.dtype, shape: t.shape, data: t.data });
+    }
+    await call(this.native.setState(entries));
+  }
+
+  /** Writes the weights (PyTorch state_dict) to a safetensors file, atomically. */
+  async save(path: string, metadata: Record<string, string> = {}): Promise<void> {
+    writeSafetensors(path, await this.stateDict(false), { format: 'pt', architecture: this.architecture, classes: String(this.classes), ...metadata });
+  }
+
+  /** Loads weights from a safetensors file (ours, or a PyTorch state_dict in that layout). */
+  async load(path: string): Promise<void> {
+    const { tensors } = readSafetensors(path);
+    try {
+      await this.loadStateDict(tensors.values());
+    } catch (err) {
+      throw new CheckpointError(`${path}: ${(err as Error).message}`);
+    }
+  }
+
+  async setLearningRate(lr: number): Promise<void> {
+    await call(this.native.setLearningRate(lr));
+  }
+
+  /** Frees the native memory once queued work is done. Further calls throw. */
+  async dispose(): Promise<void> {
+    const engine = this.engine;
+    this.engine = null;
+    if (engine) await engine.dispose();
+  }
+}

@@ -1,0 +1,144 @@
+/**
+ * The one typed seam to the C++ addon. Everything else in ts/ goes through these types; nothing
+ * outside this file touches the raw binding.
+ */
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { dirname, join } from 'node:path';
+import { NativeError } from './errors.js';
+
+export interface BuildInfo {
+  dnnl: string;
+  openblas: string;
+  threads: number;
+  cuda: { built: boolean; architectures: string; runtimeVersion: number };
+  models: string[];
+}
+
+export interface DeviceQuery {
+  count: number;
+  /** The CUDA runtime's error code when the query failed (e.g. 35: driver too old or absent), else 0. */
+  errorCode: number;
+  error: string;
+  devices: { name: string; computeCapability: string; memoryBytes: number }[];
+}
+
+export interface StepResult {
+  /** Mean loss over the samples. */
+  loss: number;
+  correct: number;
+  samples: number;
+}
+
+export interface StateEntry {
+  name: string;
+  dtype: 'F32' | 'I64';
+  shape: number[];
+  data: ArrayBuffer | Uint8Array;
+}
+
+export interface EngineOptions {
+  model: string;
+  classes: number;
+  seed: number;
+  learningRate: number;
+  momentum: number;
+  weightDecay: number;
+  nesterov: boolean;
+}
+
+export interface BatcherOptions {
+  batchSize: number;
+  shuffle: boolean;
+  augment: boolean;
+  dropLast?: boolean;
+  seed: number;
+  rank?: number;
+  worldSize?: number;
+  /** Per-channel mean and standard deviation on the [0, 1] scale. */
+  mean: [number, number, number];
+  std: [number, number, number];
+}
+
+export interface NativeBatcher {
+  startEpoch(epoch: number): void;
+  readonly batchesPerEpoch: number;
+  readonly samplesPerEpoch: number;
+}
+
+export interface NativeEngine {
+  parameters(): { name: string; shape: number[] }[];
+  trainStep(batcher: NativeBatcher): Promise<StepResult | null>;
+  evaluate(batcher: NativeBatcher): Promise<StepResult>;
+  predict(images: Float32Array, n: number, height: number, width: number): Promise<Float32Array>;
+  setLearningRate(lr: number): Promise<void>;
+  getState(includeTrainer: boolean): Promise<StateEntry[]>;
+  setState(entries: StateEntry[]): Promise<void>;
+  dispose(): Promise<void>;
+}
+
+export interface LayerStateEntry {
+  name: string;
+  kind: 'parameter' | 'buffer';
+  shape: number[];
+  value: Float32Array;
+  grad?: Float32Array;
+}
+
+export interface NativeLayerProbe {
+  forward(input: Float32Array, shape: number[], training?: boolean): { data: Float32Array; shape: number[] };
+  backward(gradOutput: Float32Array): Float32Array;
+  state(): LayerStateEntry[];
+  setValue(name: string, value: Float32Array): void;
+}
+
+interface Binding {
+  Engine: new (options: EngineOptions) => NativeEngine;
+  Batcher: new (images: Uint8Array, labels: Int32Array, classes: number, options: BatcherOptions) => NativeBatcher;
+  LayerProbe: new (kind: string, options?: Record<string, number | boolean>) => NativeLayerProbe;
+  buildInfo(): BuildInfo;
+  deviceQuery(): DeviceQuery;
+  cudaRelu(x: Float32Array, dy: Float32Array): { y: Float32Array; dx: Float32Array };
+  crossEntropy(logits: Float32Array, n: number, k: number, labels: Int32Array): { loss: number; grad: Float32Array; correct: number };
+  setThreads(n: number): void;
+}
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+function load(): Binding {
+  const require = createRequire(import.meta.url);
+  const build = require('node-gyp-build') as (dir: string) => Binding;
+  try {
+    return build(root);
+  } catch (err) {
+    throw new NativeError(
+      'ERR_ADDON_MISSING',
+      `the native addon is not built (${(err as Error).message.split('\n')[0]}). ` +
+        'Install the system libraries and build it with: npm run setup',
+    );
+  }
+}
+
+export const binding: Binding = load();
+
+/** Errors thrown by the addon carry a `code`; give them the project's error class. */
+export function asNativeError(err: unknown): Error {
+  if (err instanceof Error && typeof (err as { code?: unknown }).code === 'string' && !(err instanceof NativeError)) {
+    const wrapped = new NativeError((err as unknown as { code: string }).code, err.message);
+    wrapped.stack = `${wrapped.name}: ${err.message}\n${(err.stack ?? '').split('\n').slice(1).join('\n')}`;
+    return wrapped;
+  }
+  return err as Error;
+}
+
+/** Awaits a native promise, converting its rejection and keeping the caller's stack. */
+export async function call<T>(promise: Promise<T>): Promise<T> {
+  const callerStack = new Error().stack ?? '';
+  try {
+    return await promise;
+  } catch (err) {
+    const wrapped = asNativeError(err);
+    wrapped.stack = `${wrapped.stack ?? ''}\n    --- awaited at ---\n${callerStack.split('\n').slice(2).join('\n')}`;
+    throw wrapped;
+  }
+}

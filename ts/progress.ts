@@ -1,0 +1,47 @@
+/**
+ * A one-line progress bar for an epoch: done/total, loss, samples/s and ETA. On a terminal it redraws
+ * in place; otherwise (logs, CI) it prints a plain line at every 25% so logs stay short.
+ */
+export class ProgressBar {
+  private readonly start = performance.now();
+  private lastPrintedQuarter = -1;
+  private readonly tty: boolean;
+
+  constructor(
+    private readonly label: string,
+    private readonly total: number,
+    private readonly stream: NodeJS.WriteStream = process.stderr,
+  ) {
+    this.tty = Boolean(stream.isTTY);
+  }
+
+  update(done: number, samples: number, fields: Record<string, string>): void {
+    const elapsed = (performance.now() - this.start) / 1000;
+    const rate = samples / Math.max(elapsed, 1e-9);
+    const eta = done > 0 ? (elapsed / done) * (this.total - done) : 0;
+    const text = Object.entries(fields).map(([k, v]) => `${k} ${v}`).join('  ');
+    const status = `${done}/${this.total}  ${text}  ${rate.toFixed(1)} samples/s  ETA ${formatDuration(eta)}`;
+    if (this.tty) {
+      const width = 24, filled = Math.round((done / this.total) * width);
+      const bar = '█'.repeat(filled) + '░'.repeat(width - filled);
+      this.stream.write(`\r${this.label} ${bar} ${status}\x1b[K`);
+      return;
+    }
+    const quarter = Math.floor((done / this.total) * 4);
+    if (quarter > this.lastPrintedQuarter) {
+      this.lastPrintedQuarter = quarter;
+      this.stream.write(`${this.label} ${status}\n`);
+    }
+  }
+
+  finish(): void {
+    if (this.tty) this.stream.write('\n');
+  }
+}
+
+export function formatDuration(seconds: number): string {
+  if (!Number.isFinite(seconds)) return '?';
+  const s = Math.round(seconds);
+  const m = Math.floor(s / 60);
+  return m > 0 ? `${m}m${String(s % 60).padStart(2, '0')}s` : `${s}s`;
+}

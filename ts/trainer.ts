@@ -1,0 +1,322 @@
+/**
+ * The epoch loop: learning-rate schedule, one native call per training step, evaluation after each
+ * epoch, metrics, checkpoints and resume. Everything per element happens in native code.
+ */
+import { EventEmitter } from 'node:events';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { binding, call, type NativeBatcher, type StepResult } from './native.js';
+import { Model, type Architecture } from './model.js';
+import { loadImageDataset, type ImageDataset, type ImageDatasetName } from './data/datasets.js';
+import { learningRateForEpoch, type LrSchedule } from './schedule.js';
+import { MetricsLog } from './metrics.js';
+import { ProgressBar, formatDuration } from './progress.js';
+import { loadCheckpoint, saveCheckpoint } from './checkpoint.js';
+import { CheckpointError, UsageError } from './errors.js';
+
+export interface TrainConfig {
+  model: Architecture;
+  dataset: ImageDatasetName;
+  /** Directory of the CIFAR binary files; for `synthetic`, where the generated files are cached. */
+  dataDir?: string;
+  epochs: number;
+  /** Batch size per worker. */
+  batchSize: number;
+  evalBatchSize: number;
+  /** Base learning rate for one worker (scaled by the number of workers after warm-up). */
+  lr: number;
+  momentum: number;
+  weightDecay: number;
+  nesterov: boolean;
+  warmupEpochs: number;
+  milestones: number[];
+  lrDecay: number;
+  seed: number;
+  workers: number;
+  /** Run directory for metrics, configuration and checkpoints; none when undefined. */
+  outDir?: string;
+  /** Checkpoint every this many epochs (and after the last). */
+  checkpointEvery: number;
+  /** Continue from a run directory or checkpoint directory. */
+  resume?: string;
+  /** Size of the synthetic dataset. */
+  syntheticTrain: number;
+  syntheticTest: number;
+  /** Native threads (default: OMP_NUM_THREADS or all cores). */
+  threads?: number;
+  /** Print a progress bar and per-epoch lines to stderr. */
+  progress: boolean;
+}
+
+export const DEFAULT_CONFIG: Omit<TrainConfig, 'model'> = {
+  dataset: 'synthetic',
+  epochs: 4,
+  batchSize: 64,
+  evalBatchSize: 256,
+  lr: 0.05,
+  momentum: 0.9,
+  weightDecay: 1e-4,
+  nesterov: true,
+  warmupEpochs: 5,
+  milestones: [150, 250],
+  lrDecay: 0.1,
+  seed: 42,
+  workers: 1,
+  checkpointEvery: 1,
+  syntheticTrain: 2560,
+  syntheticTest: 1000,
+  progress: true,
+};
+
+export interface EpochRecord {
+  epoch: number;
+  lr: number;
+  trainLoss: number;
+  trainAccuracy: number;
+  testLoss: number;
+  testAccuracy: number;
+  samples: number;
+  seconds: number;
+  samplesPerSecond: number;
+}
+
+export interface TrainSummary {
+  model: Architecture;
+  dataset: ImageDatasetName;
+  parameters: number;
+  epochs: EpochRecord[];
+  finalTestAccuracy: number;
+  bestTestAccuracy: number;
+  seconds: number;
+  runDir?: string;
+}
+
+/** Settings that must match between a checkpoint and the run that resumes it. */
+const RESUME_MUST_MATCH: (keyof TrainConfig)[] = ['model', 'dataset', 'batchSize', 'workers', 'seed'];
+
+export class Trainer extends EventEmitter {
+  readonly config: TrainConfig;
+  readonly model: Model;
+  readonly dataset: ImageDataset;
+  private readonly trainBatcher: NativeBatcher;
+  private readonly testBatcher: NativeBatcher;
+  private readonly schedule: LrSchedule;
+  private startEpoch = 0;
+  private history: EpochRecord[] = [];
+  private metrics?: MetricsLog;
+  private stopRequested = false;
+
+  private constructor(config: TrainConfig, dataset: ImageDataset) {
+    super();
+    this.config = config;
+    this.dataset = dataset;
+    this.model = new Model({
+      architecture: config.model,
+      classes: dataset.classes,
+      seed: config.seed,
+      learningRate: config.lr,
+      momentum: config.momentum,
+      weightDecay: config.weightDecay,
+      nesterov: config.nesterov,
+    });
+    const common = { mean: dataset.mean, std: dataset.std, seed: config.seed };
+    this.trainBatcher = new binding.Batcher(dataset.train.images, dataset.train.labels, dataset.classes, {
+      ...common,
+      batchSize: config.batchSize,
+      shuffle: true,
+      augment: true,
+    });
+    this.testBatcher = new binding.Batcher(dataset.test.images, dataset.test.labels, dataset.classes, {
+      ...common,
+      batchSize: config.evalBatchSize,
+      shuffle: false,
+      augment: false,
+    });
+    this.schedule = {
+      base: config.lr,
+      workers: config.workers,
+      warmupEpochs: config.warmupEpochs,
+      milestones: config.milestones,
+      decay: config.lrDecay,
+    };
+  }
+
+  /** Reads the data, builds the model and, with `resume`, restores the checkpoint. */
+  static async create(options: Partial<TrainConfig> & { model: Architecture }): Promise<Trainer> {
+    const config: TrainConfig = { ...DEFAULT_CONFIG, ...options };
+    validateConfig(config);
+    if (config.workers !== 1)
+      throw new UsageError(`--workers ${config.workers}: multi-process training is not available in this version; use --workers 1`);
+    const threads = config.threads ?? (Number(process.env.OMP_NUM_THREADS) || undefined);
+    if (threads) binding.setThreads(threads);
+    const checkpoint = config.resume ? loadCheckpoint(config.resume) : undefined;
+    if (checkpoint) {
+      const saved = checkpoint.position.config as Partial<TrainConfig>;
+      for (const key of RESUME_MUST_MATCH) {
+        if (JSON.stringify(saved[key]) !== JSON.stringify(config[key]))
+          throw new CheckpointError(
+            `cannot resume from ${checkpoint.dir}: it was trained with ${key} = ${JSON.stringify(saved[key])}, this run has ${JSON.stringify(config[key])}`,
+          );
+      }
+      config.outDir ??= path.resolve(checkpoint.dir, '..', '..');
+    }
+    const dataset = loadImageDataset(config.dataset, config.dataDir, {
+      train: config.syntheticTrain,
+      test: config.syntheticTest,
+      seed: config.seed,
+    });
+    const trainer = new Trainer(config, dataset);
+    if (checkpoint) {
+      await trainer.model.loadStateDict([...checkpoint.model, ...checkpoint.trainer]);
+      trainer.startEpoch = checkpoint.position.epochsCompleted;
+      trainer.history = (checkpoint.position.extra.history as EpochRecord[] | undefined) ?? [];
+    }
+    return trainer;
+  }
+
+  /** Asks the loop to stop after the current step; the last checkpoint stays valid. */
+  stop(): void {
+    this.stopRequested = true;
+  }
+
+  /** Trains from the current position to `config.epochs`, evaluating after every epoch. */
+  async fit(): Promise<TrainSummary> {
+    const { config } = this;
+    const started = performance.now();
+    if (config.outDir) this.openRunDir(config.outDir);
+    this.metrics?.write({
+      event: this.startEpoch > 0 ? 'resume' : 'start',
+      epoch: this.startEpoch,
+      model: config.model,
+      dataset: config.dataset,
+      parameters: this.model.parameterCount(),
+      trainSamples: this.dataset.train.count,
+      testSamples: this.dataset.test.count,
+    });
+    try {
+      for (let epoch = this.startEpoch; epoch < config.epochs && !this.stopRequested; epoch++) {
+        const record = await this.runEpoch(epoch);
+        if (this.stopRequested) break;
+        this.history.push(record);
+        this.metrics?.write({ event: 'epoch', ...record });
+        this.emit('epoch', record);
+        if (config.progress) {
+          process.stderr.write(
+            `epoch ${epoch + 1}/${config.epochs}  lr ${record.lr.toPrecision(3)}  train loss ${record.trainLoss.toFixed(4)}` +
+              `  acc ${(100 * record.trainAccuracy).toFixed(2)}%  test loss ${record.testLoss.toFixed(4)}` +
+              `  acc ${(100 * record.testAccuracy).toFixed(2)}%  (${formatDuration(record.seconds)})\n`,
+          );
+        }
+        const last = epoch + 1 === config.epochs;
+        if (config.outDir && ((epoch + 1) % config.checkpointEvery === 0 || last)) await this.checkpoint(epoch + 1);
+      }
+    } catch (err) {
+      this.metrics?.write({ event: 'error', code: (err as { code?: string }).code, message: (err as Error).message });
+      throw err;
+    } finally {
+      this.metrics?.close();
+      this.metrics = undefined;
+    }
+    const summary = this.summary((performance.now() - started) / 1000);
+    if (config.outDir) fs.writeFileSync(path.join(config.outDir, 'summary.json'), JSON.stringify(summary, null, 2) + '\n');
+    return summary;
+  }
+
+  /** Loss and accuracy on the test split. */
+  async evaluate(): Promise<{ loss: number; accuracy: number; samples: number }> {
+    this.testBatcher.startEpoch(0);
+    const r = await call(this.model.native.evaluate(this.testBatcher));
+    return { loss: r.loss, accuracy: r.correct / Math.max(r.samples, 1), samples: r.samples };
+  }
+
+  async dispose(): Promise<void> {
+    await this.model.dispose();
+  }
+
+  private async runEpoch(epoch: number): Promise<EpochRecord> {
+    const { config } = this;
+    const lr = learningRateForEpoch(epoch, this.schedule);
+    await this.model.setLearningRate(lr);
+    this.trainBatcher.startEpoch(epoch);
+    const steps = this.trainBatcher.batchesPerEpoch;
+    const bar = config.progress ? new ProgressBar(`epoch ${epoch + 1}/${config.epochs}`, steps) : undefined;
+    const begin = performance.now();
+    let lossSum = 0, correct = 0, samples = 0;
+    for (let step = 0; step < steps; step++) {
+      const r: StepResult | null = await call(this.model.native.trainStep(this.trainBatcher));
+      if (!r) break;
+      lossSum += r.loss * r.samples;
+      correct += r.correct;
+      samples += r.samples;
+      this.emit('step', { epoch, step, steps, loss: r.loss, samples: r.samples });
+      bar?.update(step + 1, samples, { loss: (lossSum / samples).toFixed(4), acc: `${((100 * correct) / samples).toFixed(1)}%` });
+      if (this.stopRequested) break;
+    }
+    bar?.finish();
+    const seconds = (performance.now() - begin) / 1000;
+    const test = await this.evaluate();
+    return {
+      epoch,
+      lr,
+      trainLoss: lossSum / Math.max(samples, 1),
+      trainAccuracy: correct / Math.max(samples, 1),
+      testLoss: test.loss,
+      testAccuracy: test.accuracy,
+      samples,
+      seconds,
+      samplesPerSecond: samples / seconds,
+    };
+  }
+
+  private openRunDir(dir: string): void {
+    fs.mkdirSync(dir, { recursive: true });
+    const { resume, progress, ...resolved } = this.config;
+    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(resolved, null, 2) + '\n');
+    this.metrics = new MetricsLog(path.join(dir, 'metrics.jsonl'));
+  }
+
+  private async checkpoint(epochsCompleted: number): Promise<void> {
+    const { resume, progress, outDir, ...config } = this.config;
+    const dir = await saveCheckpoint(outDir!, this.model, {
+      epochsCompleted,
+      config: config as Record<string, unknown>,
+      extra: { history: this.history },
+    });
+    this.metrics?.write({ event: 'checkpoint', epoch: epochsCompleted - 1, path: dir });
+    this.emit('checkpoint', { epoch: epochsCompleted - 1, path: dir });
+  }
+
+  private summary(seconds: number): TrainSummary {
+    const acc = this.history.map((h) => h.testAccuracy);
+    return {
+      model: this.config.model,
+      dataset: this.config.dataset,
+      parameters: this.model.parameterCount(),
+      epochs: this.history,
+      finalTestAccuracy: acc.length ? acc[acc.length - 1]! : NaN,
+      bestTestAccuracy: acc.length ? Math.max(...acc) : NaN,
+      seconds,
+      runDir: this.config.outDir,
+    };
+  }
+}
+
+function validateConfig(c: TrainConfig): void {
+  const positiveInt = (key: keyof TrainConfig) => {
+    const v = c[key] as number;
+    if (!Number.isInteger(v) || v <= 0) throw new UsageError(`${key} must be a positive integer, got ${v}`);
+  };
+  (['epochs', 'batchSize', 'evalBatchSize', 'workers', 'checkpointEvery', 'syntheticTrain', 'syntheticTest'] as const).forEach(positiveInt);
+  const finite = (key: keyof TrainConfig, min: number) => {
+    const v = c[key] as number;
+    if (!Number.isFinite(v) || v < min) throw new UsageError(`${key} must be a number ≥ ${min}, got ${v}`);
+  };
+  finite('lr', 0);
+  finite('momentum', 0);
+  finite('weightDecay', 0);
+  finite('warmupEpochs', 0);
+  finite('lrDecay', 0);
+  if (!(c.lr > 0)) throw new UsageError(`lr must be positive, got ${c.lr}`);
+  if (!Number.isInteger(c.seed) || c.seed < 0) throw new UsageError(`seed must be a non-negative integer, got ${c.seed}`);
+  if (c.dataset !== 'synthetic' && !c.dataDir) throw new UsageError(`dataset ${c.dataset} needs --data DIR`);
+}
