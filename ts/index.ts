@@ -4,6 +4,7 @@
  *   import { Trainer, Model } from 'accordion-engine';
  */
 export { Model, ARCHITECTURES, type Architecture, type ModelOptions } from './model.js';
+export { Batcher, type BatcherOptions } from './batcher.js';
 export { Trainer, DEFAULT_CONFIG, type TrainConfig, type TrainSummary, type EpochRecord } from './trainer.js';
 export { learningRateForEpoch, type LrSchedule } from './schedule.js';
 export { readCifar, type ImageSet, type DatasetName } from './data/cifar.js';

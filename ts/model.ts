@@ -3,7 +3,8 @@
  * `save()`d file loads in PyTorch (`load_state_dict(..., strict=True)`) and a PyTorch state_dict in
  * safetensors layout loads here.
  */
-import { binding, call, type NativeEngine, type StateEntry } from './native.js';
+import { binding, call, type NativeEngine, type StateEntry, type StepResult } from './native.js';
+import type { Batcher } from './batcher.js';
 import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors.js';
 import { CheckpointError, UsageError } from './errors.js';
 
@@ -60,6 +61,16 @@ export class Model {
 
   parameterCount(): number {
     return this.params.reduce((sum, p) => sum + p.shape.reduce((a, b) => a * b, 1), 0);
+  }
+
+  /** One training step on the batcher's next batch: forward, loss, backward, SGD update. Null at the epoch's end. */
+  async trainStep(batcher: Batcher): Promise<StepResult | null> {
+    return call(this.native.trainStep(batcher.native));
+  }
+
+  /** Loss and correct predictions over the batcher's current epoch, in evaluation mode. */
+  async evaluate(batcher: Batcher): Promise<StepResult> {
+    return call(this.native.evaluate(batcher.native));
   }
 
   /** Logits (N × classes, row-major) for N images given as float32 NCHW (N, 3, height, width). */

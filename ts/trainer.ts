@@ -5,7 +5,8 @@
 import { EventEmitter } from 'node:events';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { binding, call, type NativeBatcher, type StepResult } from './native.js';
+import { binding, type StepResult } from './native.js';
+import { Batcher } from './batcher.js';
 import { Model, type Architecture } from './model.js';
 import { loadImageDataset, type ImageDataset, type ImageDatasetName } from './data/datasets.js';
 import { learningRateForEpoch, type LrSchedule } from './schedule.js';
@@ -98,8 +99,8 @@ export class Trainer extends EventEmitter {
   readonly config: TrainConfig;
   readonly model: Model;
   readonly dataset: ImageDataset;
-  private readonly trainBatcher: NativeBatcher;
-  private readonly testBatcher: NativeBatcher;
+  private readonly trainBatcher: Batcher;
+  private readonly testBatcher: Batcher;
   private readonly schedule: LrSchedule;
   private startEpoch = 0;
   private history: EpochRecord[] = [];
@@ -120,13 +121,13 @@ export class Trainer extends EventEmitter {
       nesterov: config.nesterov,
     });
     const common = { mean: dataset.mean, std: dataset.std, seed: config.seed };
-    this.trainBatcher = new binding.Batcher(dataset.train.images, dataset.train.labels, dataset.classes, {
+    this.trainBatcher = new Batcher(dataset.train, {
       ...common,
       batchSize: config.batchSize,
       shuffle: true,
       augment: true,
     });
-    this.testBatcher = new binding.Batcher(dataset.test.images, dataset.test.labels, dataset.classes, {
+    this.testBatcher = new Batcher(dataset.test, {
       ...common,
       batchSize: config.evalBatchSize,
       shuffle: false,
@@ -225,7 +226,7 @@ export class Trainer extends EventEmitter {
   /** Loss and accuracy on the test split. */
   async evaluate(): Promise<{ loss: number; accuracy: number; samples: number }> {
     this.testBatcher.startEpoch(0);
-    const r = await call(this.model.native.evaluate(this.testBatcher));
+    const r = await this.model.evaluate(this.testBatcher);
     return { loss: r.loss, accuracy: r.correct / Math.max(r.samples, 1), samples: r.samples };
   }
 
@@ -243,7 +244,7 @@ export class Trainer extends EventEmitter {
     const begin = performance.now();
     let lossSum = 0, correct = 0, samples = 0;
     for (let step = 0; step < steps; step++) {
-      const r: StepResult | null = await call(this.model.native.trainStep(this.trainBatcher));
+      const r: StepResult | null = await this.model.trainStep(this.trainBatcher);
       if (!r) break;
       lossSum += r.loss * r.samples;
       correct += r.correct;

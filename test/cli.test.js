@@ -1,0 +1,84 @@
+import { expect } from 'chai';
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'lib', 'cli.js');
+
+function run(args, env = {}) {
+  const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '2', ...env } });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+describe('command line', function () {
+  let tmp;
+  before(() => (tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-cli-'))));
+  after(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+  const usageCases = [
+    [['train', '--model', 'resnet18', '--bogus'], /unknown option --bogus/],
+    [['train', '--model', 'resnet18', '--epochs', 'three'], /option --epochs: expected an integer, got 'three'/],
+    [['train', '--model', 'resnet18', '--lr', 'NaN'], /option --lr: expected a number/],
+    [['train', '--model', 'resnet18', '--epochs'], /option --epochs needs a value/],
+    [['train', '--model', 'alexnet'], /option --model: expected one of resnet18, vgg19bn/],
+    [['train', '--epochs', '1'], /option --model is required/],
+    [['train', '--model', 'resnet18', '--milestones', '1,x'], /option --milestones/],
+    [['train', '--model', 'resnet18', '--epochs', '0'], /epochs must be a positive integer/],
+    [['train', '--model', 'resnet18', '--quiet=yes'], /option --quiet takes no value/],
+    [['frobnicate'], /unknown command 'frobnicate'/],
+  ];
+  for (const [args, message] of usageCases) {
+    it(`exits 2 naming the problem: ${args.join(' ')}`, function () {
+      const r = run(args);
+      expect(r.code, r.stderr).to.equal(2);
+      expect(r.stderr).to.match(message);
+    });
+  }
+
+  it('lists every option with its default in --help', function () {
+    const r = run(['train', '--help']);
+    expect(r.code).to.equal(0);
+    for (const flag of ['--model', '--epochs', '--batch-size', '--lr', '--data', '--resume', '--compressor', '--seed'])
+      expect(r.stdout).to.include(flag);
+    expect(r.stdout).to.match(/--epochs N\s+epochs to train \(default: \d+\)/);
+  });
+
+  it('reports a missing data directory clearly (exit 1)', function () {
+    const r = run(['train', '--model', 'resnet18', '--data', path.join(tmp, 'nope'), '--out', path.join(tmp, 'run')]);
+    expect(r.code).to.equal(1);
+    expect(r.stderr).to.match(/data directory not found: .*nope/);
+  });
+
+  it('reports a corrupt CIFAR file with its name and offset (exit 1)', function () {
+    const dir = path.join(tmp, 'corrupt');
+    fs.mkdirSync(dir);
+    fs.writeFileSync(path.join(dir, 'data_batch_1.bin'), Buffer.alloc(3073 * 2 + 100));
+    fs.writeFileSync(path.join(dir, 'test_batch.bin'), Buffer.alloc(3073));
+    const r = run(['train', '--model', 'resnet18', '--data', dir, '--out', path.join(tmp, 'run2')]);
+    expect(r.code).to.equal(1);
+    expect(r.stderr).to.include('data_batch_1.bin');
+    expect(r.stderr).to.match(/6146/);
+  });
+
+  it('reports a label out of range with its record (exit 1)', function () {
+    const dir = path.join(tmp, 'badlabel');
+    fs.mkdirSync(dir);
+    const train = Buffer.alloc(3073 * 3);
+    train[3073] = 12;
+    fs.writeFileSync(path.join(dir, 'data_batch_1.bin'), train);
+    fs.writeFileSync(path.join(dir, 'test_batch.bin'), Buffer.alloc(3073));
+    const r = run(['train', '--model', 'resnet18', '--data', dir, '--out', path.join(tmp, 'run3')]);
+    expect(r.code).to.equal(1);
+    expect(r.stderr).to.match(/record 1 has label 12/);
+  });
+
+  it('prints build and device information without a GPU', function () {
+    const r = run(['info']);
+    expect(r.code).to.equal(0);
+    const info = JSON.parse(r.stdout);
+    expect(info.build.dnnl).to.match(/^\d+\.\d+/);
+    expect(info.devices.count).to.be.a('number');
+  });
+});

@@ -1,0 +1,45 @@
+/**
+ * A native data loader: shuffles (DistributedSampler semantics when rank/worldSize are given),
+ * augments (random crop with 4-pixel zero padding, horizontal flip) and normalises CIFAR images on a
+ * background thread, a few batches ahead of training. The image and label arrays are read in place
+ * and must not be modified while the batcher is alive.
+ */
+import { binding, type BatcherOptions, type NativeBatcher } from './native.js';
+import type { ImageSet } from './data/cifar.js';
+import { UsageError } from './errors.js';
+
+export type { BatcherOptions };
+
+export class Batcher {
+  /** @internal */
+  readonly native: NativeBatcher;
+
+  constructor(
+    readonly images: ImageSet,
+    options: Partial<BatcherOptions> & { batchSize: number },
+  ) {
+    if (!Number.isInteger(options.batchSize) || options.batchSize <= 0)
+      throw new UsageError(`batchSize must be a positive integer, got ${options.batchSize}`);
+    this.native = new binding.Batcher(images.images, images.labels, images.classes, {
+      shuffle: true,
+      augment: true,
+      seed: 0,
+      mean: [0, 0, 0],
+      std: [1, 1, 1],
+      ...options,
+    });
+  }
+
+  /** Starts (or restarts) an epoch; its order depends only on the seed and the epoch number. */
+  startEpoch(epoch: number): void {
+    this.native.startEpoch(epoch);
+  }
+
+  get batchesPerEpoch(): number {
+    return this.native.batchesPerEpoch;
+  }
+
+  get samplesPerEpoch(): number {
+    return this.native.samplesPerEpoch;
+  }
+}
