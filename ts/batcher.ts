@@ -4,7 +4,7 @@
  * background thread, a few batches ahead of training. The image and label arrays are read in place
  * and must not be modified while the batcher is alive.
  */
-import { binding, type BatcherOptions, type NativeBatcher } from './native.js';
+import { binding, call, type BatcherOptions, type NativeBatcher } from './native.js';
 import type { ImageSet } from './data/cifar.js';
 import { UsageError } from './errors.js';
 
@@ -33,6 +33,14 @@ export class Batcher {
   /** Starts (or restarts) an epoch; its order depends only on the seed and the epoch number. */
   startEpoch(epoch: number): void {
     this.native.startEpoch(epoch);
+  }
+
+  /**
+   * The next batch of the current epoch as float32 NCHW images (N, 3, 32, 32) and labels, or null at
+   * the epoch's end. Do not mix with training on the same batcher: both consume its batches.
+   */
+  async next(): Promise<{ images: Float32Array; labels: Int32Array } | null> {
+    return call(this.native.next());
   }
 
   get batchesPerEpoch(): number {

@@ -62,6 +62,7 @@ export interface BatcherOptions {
 
 export interface NativeBatcher {
   startEpoch(epoch: number): void;
+  next(): Promise<{ images: Float32Array; labels: Int32Array } | null>;
   readonly batchesPerEpoch: number;
   readonly samplesPerEpoch: number;
 }

@@ -5,7 +5,7 @@ namespace accordion::napi {
 
 Napi::Function BatcherWrap::define(Napi::Env env) {
   return DefineClass(env, "Batcher",
-                     {InstanceMethod("startEpoch", &BatcherWrap::startEpoch),
+                     {InstanceMethod("startEpoch", &BatcherWrap::startEpoch), InstanceMethod("next", &BatcherWrap::next),
                       InstanceAccessor("batchesPerEpoch", &BatcherWrap::batchesPerEpoch, nullptr),
                       InstanceAccessor("samplesPerEpoch", &BatcherWrap::samplesPerEpoch, nullptr)});
 }
@@ -55,6 +55,30 @@ Napi::Value BatcherWrap::startEpoch(const Napi::CallbackInfo& info) {
   if (!info[0].IsNumber()) throw typeError(info.Env(), "epoch must be a number");
   batcher_->startEpoch(info[0].As<Napi::Number>().Int64Value());
   return info.Env().Undefined();
+}
+
+// next() → Promise<{ images: Float32Array (N, 3, 32, 32) NCHW, labels: Int32Array } | null>: the next
+// batch of the current epoch, for custom training loops and inspection.
+Napi::Value BatcherWrap::next(const Napi::CallbackInfo& info) {
+  if (!reader_) reader_ = std::make_unique<WorkerThread>();
+  Batcher* batcher = batcher_.get();
+  return schedule<std::optional<Batch>>(
+      info.Env(), *reader_,
+      [batcher]() -> std::optional<Batch> {
+        Batch batch;
+        if (!batcher->next(batch)) return std::nullopt;
+        return batch;
+      },
+      [](Napi::Env env, std::optional<Batch>& batch) -> Napi::Value {
+        if (!batch) return env.Null();
+        Napi::Object o = Napi::Object::New(env);
+        o.Set("images", toJs(env, batch->images));
+        Napi::Int32Array labels = Napi::Int32Array::New(env, batch->labels.size());
+        std::copy(batch->labels.begin(), batch->labels.end(), labels.Data());
+        o.Set("labels", labels);
+        return o;
+      },
+      {info.This()});
 }
 
 Napi::Value BatcherWrap::batchesPerEpoch(const Napi::CallbackInfo& info) {

@@ -20,10 +20,12 @@ class BatcherWrap : public Napi::ObjectWrap<BatcherWrap> {
 
  private:
   Napi::Value startEpoch(const Napi::CallbackInfo& info);
+  Napi::Value next(const Napi::CallbackInfo& info);
   Napi::Value batchesPerEpoch(const Napi::CallbackInfo& info);
   Napi::Value samplesPerEpoch(const Napi::CallbackInfo& info);
   Napi::ObjectReference imagesRef_, labelsRef_;  // the batcher reads these from its thread
   std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<WorkerThread> reader_;  // serves next(), created on first use
 };
 
 // A training session (model + optimiser) whose work runs on its own native thread.
