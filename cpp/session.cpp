@@ -6,8 +6,12 @@
 
 namespace accordion {
 
-Session::Session(const ModelSpec& model, const SgdOptions& optimizer)
-    : model_(model), optimizer_(model_.parameters(), optimizer) {}
+Session::Session(const ModelSpec& model, const SgdOptions& optimizer, const ReducerOptions& reducer,
+                 std::shared_ptr<ProcessGroup> group)
+    : model_(model),
+      optimizer_(model_.parameters(), optimizer),
+      group_(group ? std::move(group) : std::make_shared<LocalGroup>()),
+      reducer_(std::make_unique<GradientReducer>(model_.parameters(), reducer, *group_)) {}
 
 StepResult Session::trainStep(const Batch& batch) {
   model_.setTraining(true);
@@ -19,6 +23,7 @@ StepResult Session::trainStep(const Batch& batch) {
     throw numericalError("the training loss is " + std::to_string(result.loss) +
                          "; the update was skipped (lower the learning rate or check the data)");
   model_.backward(gradLogits_);
+  result.floatsSent = reducer_->reduce().floatsSent;
   optimizer_.step();
   return result;
 }
@@ -76,6 +81,19 @@ std::vector<StateEntry> Session::state(bool includeTrainer) const {
       out.push_back(floatEntry("optimizer.momentum_buffer." + refs.parameters[k]->name, opt.momentumBuffers()[k]));
     const int64_t started = opt.started() ? 1 : 0;
     out.push_back(int64Entry("optimizer.started", {}, &started));
+    GradientReducer& reducer = *reducer_;
+    if (reducer.compressor() != Compressor::None) {
+      std::vector<double> levels(reducer.size());
+      for (size_t k = 0; k < reducer.size(); ++k) {
+        levels[k] = reducer.level(k);
+        const std::string& name = reducer.parameter(k).name;
+        if (reducer.errorMemory(k).defined()) out.push_back(floatEntry("compressor.memory." + name, reducer.errorMemory(k)));
+        if (reducer.powerSgdQ(k).defined()) out.push_back(floatEntry("compressor.q." + name, reducer.powerSgdQ(k)));
+      }
+      StateEntry e{"compressor.levels", "F64", {static_cast<int64_t>(levels.size())}, std::vector<uint8_t>(levels.size() * 8)};
+      std::memcpy(e.bytes.data(), levels.data(), e.bytes.size());
+      out.push_back(std::move(e));
+    }
     auto streams = const_cast<Model&>(model_).randomStreams();
     for (size_t i = 0; i < streams.size(); ++i) {
       Random::State s = streams[i]->state();
@@ -116,11 +134,35 @@ void Session::loadState(const std::vector<StateEntry>& entries) {
       copies.emplace_back(e, buffer.data());
   }
   const StateEntry* started = find("optimizer.started", "I64", {}, false);
+  GradientReducer& reducer = *reducer_;
+  const StateEntry* levels = reducer.compressor() != Compressor::None
+                                 ? find("compressor.levels", "F64", {static_cast<int64_t>(reducer.size())}, false)
+                                 : nullptr;
+  if (levels) {
+    const double* v = reinterpret_cast<const double*>(levels->bytes.data());
+    for (size_t k = 0; k < reducer.size(); ++k)
+      if (reducer.errorMemory(k).defined()) reducer.checkLevel(v[k], "saved level of '" + reducer.parameter(k).name + "'");
+  }
   std::vector<std::pair<const StateEntry*, Random*>> streams;
   auto randomStreams = model_.randomStreams();
   for (size_t i = 0; i < randomStreams.size(); ++i)
     if (auto e = find("rng.dropout." + std::to_string(i), "I64", {4}, false)) streams.emplace_back(e, randomStreams[i]);
 
+  // Levels first: a level change re-draws Q, which the saved Q then overwrites.
+  if (levels) {
+    const double* v = reinterpret_cast<const double*>(levels->bytes.data());
+    for (size_t k = 0; k < reducer.size(); ++k)
+      if (reducer.errorMemory(k).defined()) reducer.setLevel(k, v[k]);
+  }
+  for (size_t k = 0; k < reducer.size(); ++k) {
+    const std::string& name = reducer.parameter(k).name;
+    if (reducer.errorMemory(k).defined())
+      if (auto e = find("compressor.memory." + name, "F32", reducer.errorMemory(k).shape(), false))
+        std::memcpy(reducer.errorMemory(k).data(), e->bytes.data(), e->bytes.size());
+    if (reducer.powerSgdQ(k).defined())
+      if (auto e = find("compressor.q." + name, "F32", reducer.powerSgdQ(k).shape(), false))
+        std::memcpy(reducer.powerSgdQ(k).data(), e->bytes.data(), e->bytes.size());
+  }
   for (auto [entry, target] : copies) std::memcpy(target, entry->bytes.data(), entry->bytes.size());
   if (started) optimizer_.setStarted(*reinterpret_cast<const int64_t*>(started->bytes.data()) != 0);
   for (auto [entry, stream] : streams) {

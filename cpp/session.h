@@ -3,7 +3,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "batcher.h"
+#include "compression.h"
 #include "models.h"
 #include "optimizer.h"
 
@@ -13,32 +16,38 @@ struct StepResult {
   double loss = 0;  // mean over the samples
   int64_t correct = 0;
   int64_t samples = 0;
+  int64_t floatsSent = 0;  // by this worker in the gradient exchange
 };
 
 // A named tensor of the session's state as raw little-endian bytes (F32 or I64).
 struct StateEntry {
   std::string name;
-  std::string dtype;  // "F32" | "I64"
+  std::string dtype;  // "F32" | "F64" | "I64"
   Shape shape;
   std::vector<uint8_t> bytes;
 };
 
 class Session {
  public:
-  Session(const ModelSpec& model, const SgdOptions& optimizer);
+  // `group` carries the gradient exchange; without one the session trains alone.
+  Session(const ModelSpec& model, const SgdOptions& optimizer, const ReducerOptions& reducer = {},
+          std::shared_ptr<ProcessGroup> group = nullptr);
 
   Model& model() { return model_; }
   Sgd& optimizer() { return optimizer_; }
+  GradientReducer& reducer() { return *reducer_; }
 
-  // Forward, loss, backward and one optimiser update. A non-finite loss stops before the update.
+  // Forward, loss, backward, gradient exchange (with compression) and one optimiser update.
+  // A non-finite loss or gradient stops before anything is updated.
   StepResult trainStep(const Batch& batch);
   // One pass over the batcher's current epoch in evaluation mode (running statistics, no dropout).
   StepResult evaluate(Batcher& batcher);
   // Logits (N, classes) for images given in PyTorch's layout (N, 3, H, W).
   Tensor predict(const float* imagesNchw, int64_t n, int64_t height, int64_t width);
 
-  // The model's state_dict (names, shapes and dtypes as PyTorch's), optionally with the
-  // optimiser's momentum buffers and the random streams ("optimizer." and "rng." prefixes).
+  // The model's state_dict (names, shapes and dtypes as PyTorch's), optionally with the trainer's
+  // state: momentum buffers, compressor memories, Q and levels, random streams ("optimizer.",
+  // "compressor." and "rng." prefixes).
   std::vector<StateEntry> state(bool includeTrainer) const;
   // Restores entries by name; every model entry must be present with the same shape and dtype.
   void loadState(const std::vector<StateEntry>& entries);
@@ -46,6 +55,8 @@ class Session {
  private:
   Model model_;
   Sgd optimizer_;
+  std::shared_ptr<ProcessGroup> group_;
+  std::unique_ptr<GradientReducer> reducer_;
   Tensor gradLogits_;
 };
 

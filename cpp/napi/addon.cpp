@@ -112,6 +112,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   exports.Set("Batcher", batcher);
   exports.Set("Engine", EngineWrap::define(env, data->batcherClass));
   exports.Set("LayerProbe", LayerProbeWrap::define(env));
+  exports.Set("ReducerProbe", ReducerProbeWrap::define(env));
   exports.Set("buildInfo", Napi::Function::New(env, buildInfo));
   exports.Set("deviceQuery", Napi::Function::New(env, deviceQuery));
   exports.Set("cudaRelu", Napi::Function::New(env, cudaRelu));

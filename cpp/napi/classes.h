@@ -42,6 +42,9 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   Napi::Value setLearningRate(const Napi::CallbackInfo& info);
   Napi::Value getState(const Napi::CallbackInfo& info);
   Napi::Value setState(const Napi::CallbackInfo& info);
+  Napi::Value levels(const Napi::CallbackInfo& info);
+  Napi::Value setLevels(const Napi::CallbackInfo& info);
+  Napi::Value gradientNorms(const Napi::CallbackInfo& info);
   Napi::Value dispose(const Napi::CallbackInfo& info);
   WorkerThread& worker(Napi::Env env);
   Batcher& batcherArg(const Napi::CallbackInfo& info, size_t index);
@@ -64,6 +67,31 @@ class LayerProbeWrap : public Napi::ObjectWrap<LayerProbeWrap> {
   std::unique_ptr<Module> layer_;
   StateRefs refs_;
   Shape outputShape_;
+};
+
+// W simulated workers (threads of this process) each running a GradientReducer over an in-process
+// group: tests of the compressors' multi-worker arithmetic. Synchronous, for small tensors.
+class ReducerProbeWrap : public Napi::ObjectWrap<ReducerProbeWrap> {
+ public:
+  static Napi::Function define(Napi::Env env);
+  explicit ReducerProbeWrap(const Napi::CallbackInfo& info);
+
+ private:
+  Napi::Value step(const Napi::CallbackInfo& info);
+  Napi::Value memory(const Napi::CallbackInfo& info);
+  Napi::Value q(const Napi::CallbackInfo& info);
+  Napi::Value setQ(const Napi::CallbackInfo& info);
+  Napi::Value level(const Napi::CallbackInfo& info);
+  Napi::Value setLevel(const Napi::CallbackInfo& info);
+  Napi::Value isCompressed(const Napi::CallbackInfo& info);
+  Napi::Value floatsPerStep(const Napi::CallbackInfo& info);
+  Napi::Value norms(const Napi::CallbackInfo& info);
+  GradientReducer& reducer(const Napi::CallbackInfo& info, size_t workerArg);
+  size_t parameterArg(const Napi::CallbackInfo& info, size_t index);
+
+  std::unique_ptr<InProcessGroup> group_;
+  std::vector<std::vector<Parameter>> parameters_;  // per worker
+  std::vector<std::unique_ptr<GradientReducer>> reducers_;
 };
 
 }  // namespace accordion::napi

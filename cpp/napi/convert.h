@@ -63,31 +63,39 @@ inline std::string stringOption(Napi::Object o, const char* key, const std::stri
   return v.As<Napi::String>().Utf8Value();
 }
 
-// A copy of `t` as a JS Float32Array (4-D activations are returned in PyTorch's NCHW layout).
-inline Napi::Float32Array toJs(Napi::Env env, const Tensor& t) {
+// A copy of `t` as a JS Float32Array. 4-D activations (stored channels-last) are returned in
+// PyTorch's NCHW layout; parameters (`activation` false) already have PyTorch's layout.
+inline Napi::Float32Array toJs(Napi::Env env, const Tensor& t, bool activation = true) {
   Napi::Float32Array out = Napi::Float32Array::New(env, static_cast<size_t>(t.numel()));
-  if (t.rank() == 4)
+  if (activation && t.rank() == 4)
     nhwcToNchw(t.data(), out.Data(), t.dim(0), t.dim(1), t.dim(2), t.dim(3));
   else if (t.numel())
     std::memcpy(out.Data(), t.data(), t.numel() * sizeof(float));
   return out;
 }
 
-// A tensor from JS data in PyTorch's layout (4-D input is converted to channels-last).
-inline Tensor fromJs(const Napi::Float32Array& data, const Shape& shape, Napi::Env env) {
+// A tensor from JS data in PyTorch's layout (a 4-D activation is converted to channels-last).
+inline Tensor fromJs(const Napi::Float32Array& data, const Shape& shape, Napi::Env env, bool activation = true) {
   if (numelOf(shape) != static_cast<int64_t>(data.ElementLength()))
     throw typeError(env, "data has " + std::to_string(data.ElementLength()) + " elements but shape " + shapeString(shape) +
                              " needs " + std::to_string(numelOf(shape)));
   Tensor t(shape);
-  if (shape.size() == 4)
+  if (activation && shape.size() == 4)
     nchwToNhwc(data.Data(), t.data(), shape[0], shape[1], shape[2], shape[3]);
   else if (t.numel())
     std::memcpy(t.data(), data.Data(), t.numel() * sizeof(float));
   return t;
 }
 
+inline Napi::Float64Array float64Array(Napi::Env env, const std::vector<double>& values) {
+  Napi::Float64Array out = Napi::Float64Array::New(env, values.size());
+  std::copy(values.begin(), values.end(), out.Data());
+  return out;
+}
+
 inline Napi::Object stepResultValue(Napi::Env env, const StepResult& r) {
   Napi::Object o = Napi::Object::New(env);
+  o.Set("floatsSent", static_cast<double>(r.floatsSent));
   o.Set("loss", r.loss);
   o.Set("correct", static_cast<double>(r.correct));
   o.Set("samples", static_cast<double>(r.samples));

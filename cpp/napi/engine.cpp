@@ -14,10 +14,13 @@ Napi::Function EngineWrap::define(Napi::Env env, Napi::FunctionReference& batche
                       InstanceMethod("evaluate", &EngineWrap::evaluate), InstanceMethod("predict", &EngineWrap::predict),
                       InstanceMethod("setLearningRate", &EngineWrap::setLearningRate),
                       InstanceMethod("getState", &EngineWrap::getState), InstanceMethod("setState", &EngineWrap::setState),
+                      InstanceMethod("levels", &EngineWrap::levels), InstanceMethod("setLevels", &EngineWrap::setLevels),
+                      InstanceMethod("gradientNorms", &EngineWrap::gradientNorms),
                       InstanceMethod("dispose", &EngineWrap::dispose)});
 }
 
-// new Engine({ model, classes, seed, learningRate, momentum, weightDecay, nesterov })
+// new Engine({ model, classes, seed, learningRate, momentum, weightDecay, nesterov,
+//              compressor, level, compressionSeed, minCompressionRate, accumulateNorms })
 // Building a model is quick next to training (well under a second), so it happens here.
 EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<EngineWrap>(info) {
   Napi::Env env = info.Env();
@@ -27,8 +30,14 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine
                  static_cast<uint64_t>(numberOption(o, "seed", 0))};
   SgdOptions sgd{numberOption(o, "learningRate", 0.1), numberOption(o, "momentum", 0.9), numberOption(o, "weightDecay", 1e-4),
                  boolOption(o, "nesterov", true)};
+  ReducerOptions reducer;
   try {
-    session_ = std::make_unique<Session>(spec, sgd);
+    reducer.compressor = parseCompressor(stringOption(o, "compressor", "none"));
+    reducer.level = numberOption(o, "level", reducer.compressor == Compressor::TopK ? 0.1 : 1);
+    reducer.seed = static_cast<uint64_t>(numberOption(o, "compressionSeed", 42));
+    reducer.minCompressionRate = numberOption(o, "minCompressionRate", 1.0);
+    reducer.accumulateNorms = boolOption(o, "accumulateNorms", false);
+    session_ = std::make_unique<Session>(spec, sgd, reducer);
   } catch (const EngineError& e) {
     throw makeError(env, e.code(), e.what());
   }
@@ -151,7 +160,7 @@ Napi::Value EngineWrap::setState(const Napi::CallbackInfo& info) {
     entries->push_back({stringOption(e, "name", ""), stringOption(e, "dtype", ""), shapeArg(env, e.Get("shape"), "shape"),
                         std::vector<uint8_t>(begin, begin + bytes.ByteLength())});
     const auto& entry = entries->back();
-    const size_t itemSize = entry.dtype == "I64" ? 8 : 4;
+    const size_t itemSize = entry.dtype == "F32" ? 4 : 8;
     if (static_cast<size_t>(numelOf(entry.shape)) * itemSize != entry.bytes.size())
       throw makeError(env, "ERR_STATE_MISMATCH", "state entry '" + entry.name + "' has " + std::to_string(entry.bytes.size()) +
                                                      " bytes, which does not match " + entry.dtype + " " + shapeString(entry.shape));
@@ -164,6 +173,54 @@ Napi::Value EngineWrap::setState(const Napi::CallbackInfo& info) {
         return true;
       },
       [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
+}
+
+// levels() → Promise<Float64Array>: per parameter, the PowerSGD rank or TopK ratio (0: sent dense).
+Napi::Value EngineWrap::levels(const Napi::CallbackInfo& info) {
+  Session* session = session_.get();
+  return schedule<std::vector<double>>(
+      info.Env(), worker(info.Env()),
+      [session] {
+        GradientReducer& r = session->reducer();
+        std::vector<double> out(r.size());
+        for (size_t k = 0; k < r.size(); ++k) out[k] = r.level(k);
+        return out;
+      },
+      [](Napi::Env env, std::vector<double>& v) -> Napi::Value { return float64Array(env, v); }, {info.This()});
+}
+
+// setLevels(Float64Array) → Promise<void>: one level per parameter (0 or NaN entries of 1-D
+// parameters are ignored). All levels are validated before any is applied.
+Napi::Value EngineWrap::setLevels(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array)
+    throw typeError(env, "levels must be a Float64Array");
+  auto array = info[0].As<Napi::Float64Array>();
+  std::vector<double> levels(array.Data(), array.Data() + array.ElementLength());
+  Session* session = session_.get();
+  return schedule<bool>(
+      env, worker(env),
+      [session, levels] {
+        GradientReducer& r = session->reducer();
+        if (levels.size() != r.size())
+          throw invalidArgument("expected " + std::to_string(r.size()) + " levels, got " + std::to_string(levels.size()));
+        auto settable = [&](size_t k) { return r.parameter(k).value.rank() > 1; };
+        for (size_t k = 0; k < r.size(); ++k)
+          if (settable(k)) r.checkLevel(levels[k], "level of '" + r.parameter(k).name + "'");
+        for (size_t k = 0; k < r.size(); ++k)
+          if (settable(k)) r.setLevel(k, levels[k]);
+        return true;
+      },
+      [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
+}
+
+// gradientNorms() → Promise<Float64Array>: ‖Σ g‖₂ per parameter since the last call (needs
+// accumulateNorms), then restarts the sums.
+Napi::Value EngineWrap::gradientNorms(const Napi::CallbackInfo& info) {
+  Session* session = session_.get();
+  return schedule<std::vector<double>>(
+      info.Env(), worker(info.Env()), [session] { return session->reducer().takeGradientNorms(); },
+      [](Napi::Env env, std::vector<double>& v) -> Napi::Value { return float64Array(env, v); }, {info.This()});
 }
 
 // dispose() → Promise<void>: frees the model once queued work has finished; later calls fail.

@@ -86,8 +86,8 @@ Napi::Value LayerProbeWrap::state(const Napi::CallbackInfo& info) {
     e.Set("name", p->name);
     e.Set("kind", "parameter");
     e.Set("shape", shapeValue(env, p->value.shape()));
-    e.Set("value", toJs(env, p->value));
-    e.Set("grad", toJs(env, p->grad));
+    e.Set("value", toJs(env, p->value, false));
+    e.Set("grad", toJs(env, p->grad, false));
     out.Set(i++, e);
   }
   for (Buffer* b : refs_.buffers) {
@@ -95,7 +95,7 @@ Napi::Value LayerProbeWrap::state(const Napi::CallbackInfo& info) {
     e.Set("name", b->name);
     e.Set("kind", "buffer");
     e.Set("shape", shapeValue(env, b->value.shape()));
-    e.Set("value", toJs(env, b->value));
+    e.Set("value", toJs(env, b->value, false));
     out.Set(i++, e);
   }
   return out;
@@ -112,7 +112,7 @@ Napi::Value LayerProbeWrap::setValue(const Napi::CallbackInfo& info) {
   for (Buffer* b : refs_.buffers)
     if (b->name == name) target = &b->value;
   if (!target) throw makeError(env, "ERR_INVALID_ARGUMENT", "the layer has no parameter or buffer '" + name + "'");
-  target->copyFrom(fromJs(data, target->shape(), env));
+  target->copyFrom(fromJs(data, target->shape(), env, false));
   return env.Undefined();
 }
 

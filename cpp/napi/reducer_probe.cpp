@@ -1,0 +1,165 @@
+// JS class ReducerProbe: W in-process workers compressing and exchanging given gradients.
+#include <thread>
+
+#include "napi/classes.h"
+
+namespace accordion::napi {
+
+Napi::Function ReducerProbeWrap::define(Napi::Env env) {
+  return DefineClass(env, "ReducerProbe",
+                     {InstanceMethod("step", &ReducerProbeWrap::step), InstanceMethod("memory", &ReducerProbeWrap::memory),
+                      InstanceMethod("q", &ReducerProbeWrap::q), InstanceMethod("setQ", &ReducerProbeWrap::setQ),
+                      InstanceMethod("level", &ReducerProbeWrap::level), InstanceMethod("setLevel", &ReducerProbeWrap::setLevel),
+                      InstanceMethod("isCompressed", &ReducerProbeWrap::isCompressed),
+                      InstanceMethod("floatsPerStep", &ReducerProbeWrap::floatsPerStep),
+                      InstanceMethod("norms", &ReducerProbeWrap::norms)});
+}
+
+static Napi::Value guarded(Napi::Env env, const std::function<Napi::Value()>& body) {
+  try {
+    return body();
+  } catch (const EngineError& e) {
+    throw makeError(env, e.code(), e.what());
+  }
+}
+
+// new ReducerProbe(shapes: number[][], { compressor, level, workers, seed, minCompressionRate, accumulateNorms })
+ReducerProbeWrap::ReducerProbeWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ReducerProbeWrap>(info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsArray() || !info[1].IsObject()) throw typeError(env, "expected (shapes, options)");
+  Napi::Array shapes = info[0].As<Napi::Array>();
+  Napi::Object o = info[1].As<Napi::Object>();
+  const int workers = static_cast<int>(numberOption(o, "workers", 1));
+  if (workers < 1) throw typeError(env, "workers must be ≥ 1");
+  guarded(env, [&]() -> Napi::Value {
+    ReducerOptions options;
+    options.compressor = parseCompressor(stringOption(o, "compressor", "none"));
+    options.level = numberOption(o, "level", options.compressor == Compressor::TopK ? 0.1 : 1);
+    options.seed = static_cast<uint64_t>(numberOption(o, "seed", 42));
+    options.minCompressionRate = numberOption(o, "minCompressionRate", 1.0);
+    options.accumulateNorms = boolOption(o, "accumulateNorms", false);
+    group_ = std::make_unique<InProcessGroup>(workers);
+    parameters_.resize(workers);
+    for (int w = 0; w < workers; ++w) {
+      for (uint32_t i = 0; i < shapes.Length(); ++i) {
+        Shape shape = shapeArg(env, shapes.Get(i), "shape");
+        parameters_[w].push_back(Parameter{"p" + std::to_string(i), Tensor::zeros(shape), Tensor::zeros(shape)});
+      }
+      std::vector<Parameter*> pointers;
+      for (auto& p : parameters_[w]) pointers.push_back(&p);
+      reducers_.push_back(std::make_unique<GradientReducer>(pointers, options, group_->member(w)));
+    }
+    return env.Undefined();
+  });
+}
+
+GradientReducer& ReducerProbeWrap::reducer(const Napi::CallbackInfo& info, size_t workerArg) {
+  const int64_t w = info[workerArg].As<Napi::Number>().Int64Value();
+  if (w < 0 || w >= static_cast<int64_t>(reducers_.size())) throw typeError(info.Env(), "no worker " + std::to_string(w));
+  return *reducers_[w];
+}
+
+size_t ReducerProbeWrap::parameterArg(const Napi::CallbackInfo& info, size_t index) {
+  const int64_t p = info[index].As<Napi::Number>().Int64Value();
+  if (p < 0 || p >= static_cast<int64_t>(parameters_[0].size())) throw typeError(info.Env(), "no parameter " + std::to_string(p));
+  return static_cast<size_t>(p);
+}
+
+// step(grads: Float32Array[][] indexed [worker][parameter]) → { outputs: Float32Array[][], floatsSent }
+Napi::Value ReducerProbeWrap::step(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Array grads = info[0].As<Napi::Array>();
+  const size_t workers = reducers_.size();
+  if (!info[0].IsArray() || grads.Length() != workers) throw typeError(env, "grads must hold one array per worker");
+  for (size_t w = 0; w < workers; ++w) {
+    Napi::Array list = grads.Get(static_cast<uint32_t>(w)).As<Napi::Array>();
+    for (size_t i = 0; i < parameters_[w].size(); ++i) {
+      Tensor& g = parameters_[w][i].grad;
+      Napi::Float32Array a = list.Get(static_cast<uint32_t>(i)).As<Napi::Float32Array>();
+      if (static_cast<int64_t>(a.ElementLength()) != g.numel()) throw typeError(env, "gradient " + std::to_string(i) + " has the wrong size");
+      std::copy(a.Data(), a.Data() + a.ElementLength(), g.data());
+    }
+  }
+  std::vector<ReduceResult> results(workers);
+  std::vector<std::string> errors(workers), codes(workers);
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < workers; ++w)
+    threads.emplace_back([&, w] {
+      try {
+        results[w] = reducers_[w]->reduce();
+      } catch (const EngineError& e) {
+        codes[w] = e.code();
+        errors[w] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (size_t w = 0; w < workers; ++w)
+    if (!errors[w].empty()) throw makeError(env, codes[w], errors[w]);
+  Napi::Object out = Napi::Object::New(env);
+  Napi::Array outputs = Napi::Array::New(env, workers);
+  for (size_t w = 0; w < workers; ++w) {
+    Napi::Array list = Napi::Array::New(env, parameters_[w].size());
+    for (size_t i = 0; i < parameters_[w].size(); ++i) list.Set(static_cast<uint32_t>(i), toJs(env, parameters_[w][i].grad.reshaped({parameters_[w][i].grad.numel()})));
+    outputs.Set(static_cast<uint32_t>(w), list);
+  }
+  out.Set("outputs", outputs);
+  out.Set("floatsSent", static_cast<double>(results[0].floatsSent));
+  return out;
+}
+
+static Napi::Value flatOrNull(Napi::Env env, const Tensor& t) {
+  return t.defined() ? Napi::Value(toJs(env, t.reshaped({t.numel()}))) : env.Null();
+}
+
+// memory(worker, parameter) → Float32Array | null (flat, PyTorch layout)
+Napi::Value ReducerProbeWrap::memory(const Napi::CallbackInfo& info) {
+  return flatOrNull(info.Env(), reducer(info, 0).errorMemory(parameterArg(info, 1)));
+}
+
+// q(worker, parameter) → Float32Array | null, row-major (cols, r)
+Napi::Value ReducerProbeWrap::q(const Napi::CallbackInfo& info) {
+  return flatOrNull(info.Env(), reducer(info, 0).powerSgdQ(parameterArg(info, 1)));
+}
+
+// setQ(parameter, Float32Array) on every worker
+Napi::Value ReducerProbeWrap::setQ(const Napi::CallbackInfo& info) {
+  const size_t p = parameterArg(info, 0);
+  Napi::Float32Array a = float32Arg(info, 1, "q");
+  for (auto& r : reducers_) {
+    Tensor& q = r->powerSgdQ(p);
+    if (!q.defined() || q.numel() != static_cast<int64_t>(a.ElementLength()))
+      throw typeError(info.Env(), "q must hold " + std::to_string(q.numel()) + " floats");
+    std::copy(a.Data(), a.Data() + a.ElementLength(), q.data());
+  }
+  return info.Env().Undefined();
+}
+
+Napi::Value ReducerProbeWrap::level(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), reducers_[0]->level(parameterArg(info, 0)));
+}
+
+// setLevel(parameter, level) on every worker
+Napi::Value ReducerProbeWrap::setLevel(const Napi::CallbackInfo& info) {
+  const size_t p = parameterArg(info, 0);
+  const double level = info[1].As<Napi::Number>().DoubleValue();
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    for (auto& r : reducers_) r->setLevel(p, level);
+    return info.Env().Undefined();
+  });
+}
+
+Napi::Value ReducerProbeWrap::isCompressed(const Napi::CallbackInfo& info) {
+  return Napi::Boolean::New(info.Env(), reducers_[0]->isCompressed(parameterArg(info, 0)));
+}
+
+Napi::Value ReducerProbeWrap::floatsPerStep(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>(reducers_[0]->floatsPerStep()));
+}
+
+// norms(worker) → Float64Array of ‖Σ g‖ per parameter, restarting the sums
+Napi::Value ReducerProbeWrap::norms(const Napi::CallbackInfo& info) {
+  GradientReducer& r = reducer(info, 0);
+  return guarded(info.Env(), [&]() -> Napi::Value { return float64Array(info.Env(), r.takeGradientNorms()); });
+}
+
+}  // namespace accordion::napi
