@@ -12,7 +12,7 @@ import { readSafetensors, writeSafetensors, type NamedTensor } from './safetenso
 import { CheckpointError } from './errors.js';
 import type { Model } from './model.js';
 
-const TRAINER_PREFIXES = ['optimizer.', 'rng.'];
+const TRAINER_PREFIXES = ['optimizer.', 'compressor.', 'rng.'];
 const KEEP = 2;
 
 export interface TrainerPosition {

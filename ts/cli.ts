@@ -14,7 +14,7 @@ type Kind = 'int' | 'number' | 'string' | 'list' | 'flag';
 
 interface OptionSpec {
   flag: string;
-  key: keyof TrainConfig | 'compressor' | 'help';
+  key: keyof TrainConfig | 'help';
   kind: Kind;
   help: string;
   choices?: readonly string[];
@@ -39,6 +39,9 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--seed', key: 'seed', kind: 'int', help: 'seed of initialisation, shuffling and augmentation' },
   { flag: '--workers', key: 'workers', kind: 'int', help: 'number of worker processes' },
   { flag: '--compressor', key: 'compressor', kind: 'string', choices: ['none', 'powersgd', 'topk'], help: 'gradient compressor' },
+  { flag: '--rank', key: 'rank', kind: 'int', help: 'PowerSGD rank' },
+  { flag: '--topk-ratio', key: 'topkRatio', kind: 'number', help: 'fraction of entries TopK sends, in (0, 1]' },
+  { flag: '--min-compression-rate', key: 'minCompressionRate', kind: 'number', help: 'PowerSGD sends a matrix dense unless (n+m)·r·rate < n·m; 0 compresses all' },
   { flag: '--out', key: 'outDir', kind: 'string', help: 'run directory (default runs/<model>-<time>)' },
   { flag: '--checkpoint-every', key: 'checkpointEvery', kind: 'int', help: 'epochs between checkpoints' },
   { flag: '--resume', key: 'resume', kind: 'string', help: 'continue from a run or checkpoint directory' },
@@ -98,7 +101,7 @@ function trainHelp(): string {
   const defaults = DEFAULT_CONFIG as unknown as Record<string, unknown>;
   const lines = TRAIN_OPTIONS.map((o) => {
     const value = o.kind === 'flag' ? '' : ` ${o.kind === 'list' ? 'A,B' : o.kind === 'int' || o.kind === 'number' ? 'N' : 'VALUE'}`;
-    const dflt = o.key === 'compressor' ? 'none' : defaults[o.key];
+    const dflt = defaults[o.key];
     const shown = dflt === undefined || o.kind === 'flag' ? '' : ` (default: ${Array.isArray(dflt) ? dflt.join(',') : dflt})`;
     const choices = o.choices ? ` [${o.choices.join('|')}]` : '';
     return `  ${(o.flag + value).padEnd(26)} ${o.help}${choices}${shown}`;
@@ -119,10 +122,6 @@ async function train(argv: string[]): Promise<void> {
     return;
   }
   if (!args.model) throw new UsageError(`option --model is required (one of: ${ARCHITECTURES.join(', ')})`);
-  const compressor = (args.compressor as string | undefined) ?? 'none';
-  delete args.compressor;
-  if (compressor !== 'none')
-    throw new UsageError(`option --compressor ${compressor}: gradient compression is not available in this version; use --compressor none`);
   if (args.dataDir && !args.dataset) args.dataset = 'cifar10';
   args.outDir ??= args.resume ? undefined : path.join('runs', `${args.model}-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   const trainer = await Trainer.create(args as Partial<TrainConfig> & { model: TrainConfig['model'] });
@@ -136,7 +135,7 @@ async function train(argv: string[]): Promise<void> {
   process.stderr.write(
     `accordion: ${config.model} (${trainer.model.parameterCount().toLocaleString('en-US')} parameters) on ${config.dataset}` +
       ` (${trainer.dataset.train.count} train / ${trainer.dataset.test.count} test images), ${config.epochs} epochs,` +
-      ` batch ${config.batchSize}, run directory ${config.outDir}\n`,
+      ` batch ${config.batchSize}, compressor ${describeCompressor(config)}, run directory ${config.outDir}\n`,
   );
   try {
     const summary = await trainer.fit();
@@ -147,6 +146,8 @@ async function train(argv: string[]): Promise<void> {
         `epochs ${summary.epochs.length}, time ${summary.seconds.toFixed(1)} s` +
           (last ? `, ${last.samplesPerSecond.toFixed(1)} samples/s in the last epoch` : ''),
         `final test accuracy ${(100 * summary.finalTestAccuracy).toFixed(2)}%, best ${(100 * summary.bestTestAccuracy).toFixed(2)}%`,
+        `compressor ${describeCompressor(config)}: ${summary.floatsSentTotal.toLocaleString('en-US')} floats sent by this worker` +
+          (last ? ` (${last.floatsSent.toLocaleString('en-US')} in the last epoch)` : ''),
         `run directory ${summary.runDir}`,
       ].join('\n') + '\n',
     );
@@ -155,6 +156,12 @@ async function train(argv: string[]): Promise<void> {
     process.off('SIGTERM', onSignal);
     await trainer.dispose();
   }
+}
+
+function describeCompressor(c: TrainConfig): string {
+  if (c.compressor === 'powersgd') return `powersgd rank ${c.rank}`;
+  if (c.compressor === 'topk') return `topk ratio ${c.topkRatio}`;
+  return 'none (dense all-reduce)';
 }
 
 async function info(): Promise<void> {

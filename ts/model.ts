@@ -3,7 +3,7 @@
  * `save()`d file loads in PyTorch (`load_state_dict(..., strict=True)`) and a PyTorch state_dict in
  * safetensors layout loads here.
  */
-import { binding, call, type NativeEngine, type StateEntry, type StepResult } from './native.js';
+import { binding, call, type CompressorName, type NativeEngine, type StateEntry, type StepResult } from './native.js';
 import type { Batcher } from './batcher.js';
 import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors.js';
 import { CheckpointError, UsageError } from './errors.js';
@@ -22,6 +22,16 @@ export interface ModelOptions {
   weightDecay?: number;
   /** Nesterov momentum (default) or plain heavy ball. */
   nesterov?: boolean;
+  /** Gradient compressor used in the exchange between workers (default none). */
+  compressor?: CompressorName;
+  /** Initial level of every compressible (>1-D) parameter: PowerSGD rank or TopK ratio. */
+  level?: number;
+  /** PowerSGD keeps a matrix dense unless (n + m)·r·rate < n·m (default 1; 0 compresses all). */
+  minCompressionRate?: number;
+  /** Seed of PowerSGD's initial Q, shared by all workers (default 42). */
+  compressionSeed?: number;
+  /** Accumulate Σ g per parameter for gradientNorms() (default false). */
+  accumulateNorms?: boolean;
 }
 
 export class Model {
@@ -44,6 +54,11 @@ export class Model {
       momentum: options.momentum ?? 0.9,
       weightDecay: options.weightDecay ?? 1e-4,
       nesterov: options.nesterov ?? true,
+      compressor: options.compressor ?? 'none',
+      level: options.level,
+      minCompressionRate: options.minCompressionRate,
+      compressionSeed: options.compressionSeed,
+      accumulateNorms: options.accumulateNorms ?? false,
     });
     this.params = this.engine.parameters();
   }
@@ -110,6 +125,24 @@ export class Model {
     } catch (err) {
       throw new CheckpointError(`${path}: ${(err as Error).message}`);
     }
+  }
+
+  /** Per parameter (state_dict order): PowerSGD rank or TopK ratio; 0 for parameters sent dense. */
+  async levels(): Promise<Float64Array> {
+    return call(this.native.levels());
+  }
+
+  /**
+   * Sets every compressible parameter's level (entries of 1-D parameters are ignored). Validated as a
+   * whole before any is applied; a change keeps the error memory and re-draws PowerSGD's Q.
+   */
+  async setLevels(levels: Float64Array | number[]): Promise<void> {
+    await call(this.native.setLevels(Float64Array.from(levels)));
+  }
+
+  /** ‖Σ g‖₂ per parameter over the steps since the last call (raw local gradients), then restarts. */
+  async gradientNorms(): Promise<Float64Array> {
+    return call(this.native.gradientNorms());
   }
 
   async setLearningRate(lr: number): Promise<void> {

@@ -28,7 +28,11 @@ export interface StepResult {
   loss: number;
   correct: number;
   samples: number;
+  /** Floats this worker sent in the gradient exchange of this step. */
+  floatsSent: number;
 }
+
+export type CompressorName = 'none' | 'powersgd' | 'topk';
 
 export interface StateEntry {
   name: string;
@@ -45,6 +49,12 @@ export interface EngineOptions {
   momentum: number;
   weightDecay: number;
   nesterov: boolean;
+  compressor?: CompressorName;
+  /** Initial level of every compressible parameter: PowerSGD rank or TopK ratio. */
+  level?: number;
+  compressionSeed?: number;
+  minCompressionRate?: number;
+  accumulateNorms?: boolean;
 }
 
 export interface BatcherOptions {
@@ -75,7 +85,24 @@ export interface NativeEngine {
   setLearningRate(lr: number): Promise<void>;
   getState(includeTrainer: boolean): Promise<StateEntry[]>;
   setState(entries: StateEntry[]): Promise<void>;
+  levels(): Promise<Float64Array>;
+  setLevels(levels: Float64Array): Promise<void>;
+  gradientNorms(): Promise<Float64Array>;
   dispose(): Promise<void>;
+}
+
+export interface NativeReducerProbe {
+  step(grads: Float32Array[][]): { outputs: Float32Array[][]; floatsSent: number };
+  memory(worker: number, param: number): Float32Array | null;
+  q(worker: number, param: number): Float32Array | null;
+  setQ(param: number, q: Float32Array): void;
+  level(param: number): number;
+  setLevel(param: number, level: number): void;
+  isCompressed(param: number): boolean;
+  floatsPerStep(): number;
+  norms(worker: number): Float64Array;
+  randomize(seed: number): void;
+  run(): number;
 }
 
 export interface LayerStateEntry {
@@ -97,6 +124,10 @@ interface Binding {
   Engine: new (options: EngineOptions) => NativeEngine;
   Batcher: new (images: Uint8Array, labels: Int32Array, classes: number, options: BatcherOptions) => NativeBatcher;
   LayerProbe: new (kind: string, options?: Record<string, number | boolean>) => NativeLayerProbe;
+  ReducerProbe: new (
+    shapes: number[][],
+    options: { compressor: CompressorName; level?: number; workers?: number; seed?: number; minCompressionRate?: number; accumulateNorms?: boolean },
+  ) => NativeReducerProbe;
   buildInfo(): BuildInfo;
   deviceQuery(): DeviceQuery;
   cudaRelu(x: Float32Array, dy: Float32Array): { y: Float32Array; dx: Float32Array };

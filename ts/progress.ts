@@ -45,3 +45,10 @@ export function formatDuration(seconds: number): string {
   const m = Math.floor(s / 60);
   return m > 0 ? `${m}m${String(s % 60).padStart(2, '0')}s` : `${s}s`;
 }
+
+/** 1234567 → "1.23M": compact counts for progress lines. */
+export function formatCount(n: number): string {
+  const units: [number, string][] = [[1e12, 'T'], [1e9, 'G'], [1e6, 'M'], [1e3, 'k']];
+  for (const [scale, unit] of units) if (Math.abs(n) >= scale) return `${(n / scale).toPrecision(3)}${unit}`;
+  return String(n);
+}

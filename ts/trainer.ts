@@ -5,13 +5,13 @@
 import { EventEmitter } from 'node:events';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { binding, type StepResult } from './native.js';
+import { binding, type CompressorName, type StepResult } from './native.js';
 import { Batcher } from './batcher.js';
 import { Model, type Architecture } from './model.js';
 import { loadImageDataset, type ImageDataset, type ImageDatasetName } from './data/datasets.js';
 import { learningRateForEpoch, type LrSchedule } from './schedule.js';
 import { MetricsLog } from './metrics.js';
-import { ProgressBar, formatDuration } from './progress.js';
+import { ProgressBar, formatCount, formatDuration } from './progress.js';
 import { loadCheckpoint, saveCheckpoint } from './checkpoint.js';
 import { CheckpointError, UsageError } from './errors.js';
 
@@ -34,6 +34,14 @@ export interface TrainConfig {
   lrDecay: number;
   seed: number;
   workers: number;
+  /** Gradient compressor for the exchange between workers. */
+  compressor: CompressorName;
+  /** PowerSGD rank (static level). */
+  rank: number;
+  /** TopK ratio K in (0, 1] (static level). */
+  topkRatio: number;
+  /** PowerSGD leaves a matrix dense unless (n + m)·r·rate < n·m; 0 compresses every matrix. */
+  minCompressionRate: number;
   /** Run directory for metrics, configuration and checkpoints; none when undefined. */
   outDir?: string;
   /** Checkpoint every this many epochs (and after the last). */
@@ -63,6 +71,10 @@ export const DEFAULT_CONFIG: Omit<TrainConfig, 'model'> = {
   lrDecay: 0.1,
   seed: 42,
   workers: 1,
+  compressor: 'none',
+  rank: 2,
+  topkRatio: 0.1,
+  minCompressionRate: 1,
   checkpointEvery: 1,
   syntheticTrain: 2560,
   syntheticTest: 1000,
@@ -79,6 +91,9 @@ export interface EpochRecord {
   samples: number;
   seconds: number;
   samplesPerSecond: number;
+  /** Floats this worker sent in gradient exchanges during the epoch, and since the run began. */
+  floatsSent: number;
+  floatsSentTotal: number;
 }
 
 export interface TrainSummary {
@@ -88,12 +103,14 @@ export interface TrainSummary {
   epochs: EpochRecord[];
   finalTestAccuracy: number;
   bestTestAccuracy: number;
+  compressor: CompressorName;
+  floatsSentTotal: number;
   seconds: number;
   runDir?: string;
 }
 
 /** Settings that must match between a checkpoint and the run that resumes it. */
-const RESUME_MUST_MATCH: (keyof TrainConfig)[] = ['model', 'dataset', 'batchSize', 'workers', 'seed'];
+const RESUME_MUST_MATCH: (keyof TrainConfig)[] = ['model', 'dataset', 'batchSize', 'workers', 'seed', 'compressor'];
 
 export class Trainer extends EventEmitter {
   readonly config: TrainConfig;
@@ -119,6 +136,9 @@ export class Trainer extends EventEmitter {
       momentum: config.momentum,
       weightDecay: config.weightDecay,
       nesterov: config.nesterov,
+      compressor: config.compressor,
+      level: config.compressor === 'topk' ? config.topkRatio : config.rank,
+      minCompressionRate: config.minCompressionRate,
     });
     const common = { mean: dataset.mean, std: dataset.std, seed: config.seed };
     this.trainBatcher = new Batcher(dataset.train, {
@@ -205,7 +225,8 @@ export class Trainer extends EventEmitter {
           process.stderr.write(
             `epoch ${epoch + 1}/${config.epochs}  lr ${record.lr.toPrecision(3)}  train loss ${record.trainLoss.toFixed(4)}` +
               `  acc ${(100 * record.trainAccuracy).toFixed(2)}%  test loss ${record.testLoss.toFixed(4)}` +
-              `  acc ${(100 * record.testAccuracy).toFixed(2)}%  (${formatDuration(record.seconds)})\n`,
+              `  acc ${(100 * record.testAccuracy).toFixed(2)}%  floats sent ${formatCount(record.floatsSent)}` +
+              `  (${formatDuration(record.seconds)})\n`,
           );
         }
         const last = epoch + 1 === config.epochs;
@@ -242,14 +263,15 @@ export class Trainer extends EventEmitter {
     const steps = this.trainBatcher.batchesPerEpoch;
     const bar = config.progress ? new ProgressBar(`epoch ${epoch + 1}/${config.epochs}`, steps) : undefined;
     const begin = performance.now();
-    let lossSum = 0, correct = 0, samples = 0;
+    let lossSum = 0, correct = 0, samples = 0, floatsSent = 0;
     for (let step = 0; step < steps; step++) {
       const r: StepResult | null = await this.model.trainStep(this.trainBatcher);
       if (!r) break;
       lossSum += r.loss * r.samples;
       correct += r.correct;
       samples += r.samples;
-      this.emit('step', { epoch, step, steps, loss: r.loss, samples: r.samples });
+      floatsSent += r.floatsSent;
+      this.emit('step', { epoch, step, steps, loss: r.loss, samples: r.samples, floatsSent: r.floatsSent });
       bar?.update(step + 1, samples, { loss: (lossSum / samples).toFixed(4), acc: `${((100 * correct) / samples).toFixed(1)}%` });
       if (this.stopRequested) break;
     }
@@ -266,6 +288,8 @@ export class Trainer extends EventEmitter {
       samples,
       seconds,
       samplesPerSecond: samples / seconds,
+      floatsSent,
+      floatsSentTotal: (this.history[this.history.length - 1]?.floatsSentTotal ?? 0) + floatsSent,
     };
   }
 
@@ -296,6 +320,8 @@ export class Trainer extends EventEmitter {
       epochs: this.history,
       finalTestAccuracy: acc.length ? acc[acc.length - 1]! : NaN,
       bestTestAccuracy: acc.length ? Math.max(...acc) : NaN,
+      compressor: this.config.compressor,
+      floatsSentTotal: this.history[this.history.length - 1]?.floatsSentTotal ?? 0,
       seconds,
       runDir: this.config.outDir,
     };
@@ -318,6 +344,10 @@ function validateConfig(c: TrainConfig): void {
   finite('warmupEpochs', 0);
   finite('lrDecay', 0);
   if (!(c.lr > 0)) throw new UsageError(`lr must be positive, got ${c.lr}`);
+  if (!['none', 'powersgd', 'topk'].includes(c.compressor)) throw new UsageError(`unknown compressor '${c.compressor}'`);
+  if (!Number.isInteger(c.rank) || c.rank < 1) throw new UsageError(`rank must be a positive integer, got ${c.rank}`);
+  if (!(c.topkRatio > 0 && c.topkRatio <= 1)) throw new UsageError(`topkRatio must lie in (0, 1], got ${c.topkRatio}`);
+  finite('minCompressionRate', 0);
   if (!Number.isInteger(c.seed) || c.seed < 0) throw new UsageError(`seed must be a non-negative integer, got ${c.seed}`);
   if (c.dataset !== 'synthetic' && !c.dataDir) throw new UsageError(`dataset ${c.dataset} needs --data DIR`);
 }
