@@ -114,17 +114,28 @@ int64_t GradientReducer::floatsPerStep() const {
 }
 
 ReduceResult GradientReducer::reduce() {
-  // Refuse non-finite gradients before any memory, sum or weight changes.
-  for (Slot& s : slots_) {
+  // Refuse non-finite gradients before any memory, sum or weight changes. Workers agree first, so a
+  // NaN on one worker stops the step on all of them instead of leaving the others in a collective.
+  const Slot* bad = nullptr;
+  for (const Slot& s : slots_) {
     const float* g = s.parameter->grad.data();
     const int64_t n = s.parameter->grad.numel();
     bool finite = true;
 #pragma omp parallel for simd reduction(&& : finite) schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) finite = finite && std::isfinite(g[i]);
-    if (!finite)
-      throw numericalError("the gradient of '" + s.parameter->name + "' contains NaN or Inf; the step was skipped (rank " +
-                           std::to_string(group_.rank()) + ")");
+    if (!finite) {
+      bad = &s;
+      break;
+    }
   }
+  // Each worker publishes 1 + the index of its first bad parameter (0: none) in its own slot.
+  std::vector<float> badIndex(group_.size(), 0.0f);
+  badIndex[group_.rank()] = bad ? static_cast<float>(bad - slots_.data() + 1) : 0.0f;
+  if (group_.size() > 1) group_.allReduceSum(badIndex.data(), group_.size());
+  for (int r = 0; r < group_.size(); ++r)
+    if (badIndex[r] > 0)
+      throw numericalError("the gradient of '" + slots_[static_cast<size_t>(badIndex[r]) - 1].parameter->name +
+                           "' contains NaN or Inf on rank " + std::to_string(r) + "; the step was skipped on every worker");
   std::vector<size_t> dense, powerSgd, topK;
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
@@ -328,24 +339,34 @@ void selectTopK(const float* values, int64_t n, int64_t count, std::vector<int32
     return bits & 0x7FFFFFFFu;
   };
   constexpr int kShift = 20, kBuckets = 1 << 11;  // the top 11 bits of the 31-bit magnitude
-  const int threads = n > (1 << 16) ? omp_get_max_threads() : 1;
-  std::vector<int64_t> histogram(static_cast<size_t>(threads) * kBuckets, 0);
-#pragma omp parallel num_threads(threads)
-  {
-    int64_t* h = histogram.data() + static_cast<size_t>(omp_get_thread_num()) * kBuckets;
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) ++h[key(i) >> kShift];
+  // Every pass splits [0, n) into the same contiguous chunks, one per thread, so per-chunk counts
+  // give each chunk's output offset.
+  const int chunks = n > (1 << 16) ? omp_get_max_threads() : 1;
+  auto chunkBegin = [n, chunks](int t) { return n * t / chunks; };
+  std::vector<int64_t> histograms(static_cast<size_t>(chunks) * kBuckets, 0);
+#pragma omp parallel for num_threads(chunks) schedule(static, 1)
+  for (int t = 0; t < chunks; ++t) {
+    int64_t* h = histograms.data() + static_cast<size_t>(t) * kBuckets;
+    for (int64_t i = chunkBegin(t); i < chunkBegin(t + 1); ++i) ++h[key(i) >> kShift];
   }
-  for (int t = 1; t < threads; ++t)
-    for (int b = 0; b < kBuckets; ++b) histogram[b] += histogram[static_cast<size_t>(t) * kBuckets + b];
+  auto bucketCount = [&](int b) {
+    int64_t total = 0;
+    for (int t = 0; t < chunks; ++t) total += histograms[static_cast<size_t>(t) * kBuckets + b];
+    return total;
+  };
   int bucket = kBuckets - 1;
   int64_t above = 0;
-  while (above + histogram[bucket] < count) above += histogram[bucket--];
-  // Exact threshold inside the bucket.
-  std::vector<uint32_t> candidates;
-  candidates.reserve(histogram[bucket]);
-  for (int64_t i = 0; i < n; ++i)
-    if (static_cast<int>(key(i) >> kShift) == bucket) candidates.push_back(key(i));
+  while (above + bucketCount(bucket) < count) above += bucketCount(bucket--);
+  // Exact threshold inside that bucket: gather its keys, each chunk into its own slice.
+  std::vector<int64_t> slice(chunks + 1, 0);
+  for (int t = 0; t < chunks; ++t) slice[t + 1] = slice[t] + histograms[static_cast<size_t>(t) * kBuckets + bucket];
+  std::vector<uint32_t> candidates(slice[chunks]);
+#pragma omp parallel for num_threads(chunks) schedule(static, 1)
+  for (int t = 0; t < chunks; ++t) {
+    int64_t out = slice[t];
+    for (int64_t i = chunkBegin(t); i < chunkBegin(t + 1); ++i)
+      if (static_cast<int>(key(i) >> kShift) == bucket) candidates[out++] = key(i);
+  }
   const int64_t need = count - above;  // how many of the bucket's entries are kept, ≥ 1
   std::nth_element(candidates.begin(), candidates.begin() + (need - 1), candidates.end(), std::greater<uint32_t>());
   const uint32_t threshold = candidates[need - 1];
@@ -354,14 +375,11 @@ void selectTopK(const float* values, int64_t n, int64_t count, std::vector<int32
   const int64_t equalToTake = need - greaterInBucket;
 
   // Per-chunk counts, then each chunk writes its winners at its offset (lowest indices take the ties).
-  const int chunks = threads;
   std::vector<int64_t> greater(chunks + 1, 0), equal(chunks + 1, 0);
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num();
-    const int64_t begin = n * t / chunks, end = n * (t + 1) / chunks;
+#pragma omp parallel for num_threads(chunks) schedule(static, 1)
+  for (int t = 0; t < chunks; ++t) {
     int64_t g = 0, e = 0;
-    for (int64_t i = begin; i < end; ++i) {
+    for (int64_t i = chunkBegin(t); i < chunkBegin(t + 1); ++i) {
       const uint32_t k = key(i);
       g += k > threshold;
       e += k == threshold;
@@ -373,13 +391,11 @@ void selectTopK(const float* values, int64_t n, int64_t count, std::vector<int32
     greater[t + 1] += greater[t];
     equal[t + 1] += equal[t];
   }
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num();
-    const int64_t begin = n * t / chunks, end = n * (t + 1) / chunks;
+#pragma omp parallel for num_threads(chunks) schedule(static, 1)
+  for (int t = 0; t < chunks; ++t) {
     int64_t equalBefore = equal[t];
     int64_t out = greater[t] + std::min(equalBefore, equalToTake);
-    for (int64_t i = begin; i < end; ++i) {
+    for (int64_t i = chunkBegin(t); i < chunkBegin(t + 1); ++i) {
       const uint32_t k = key(i);
       if (k > threshold || (k == threshold && equalBefore++ < equalToTake)) indices[out++] = static_cast<int32_t>(i);
     }

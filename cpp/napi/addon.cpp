@@ -5,6 +5,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backend/cuda.h"
+#include "compression.h"
 #include "napi/classes.h"
 
 namespace accordion::napi {
@@ -93,6 +94,17 @@ Napi::Value crossEntropy(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// orthogonalize(matrix: Float32Array (rows × cols, row-major), rows, cols, eps): modified
+// Gram-Schmidt on the columns, in place (PowerSGD's orthogonalisation; exposed for tests and benchmarks).
+Napi::Value orthogonalize(const Napi::CallbackInfo& info) {
+  Napi::Float32Array m = float32Arg(info, 0, "matrix");
+  const int64_t rows = info[1].As<Napi::Number>().Int64Value(), cols = info[2].As<Napi::Number>().Int64Value();
+  if (rows <= 0 || cols <= 0 || static_cast<int64_t>(m.ElementLength()) != rows * cols)
+    throw typeError(info.Env(), "matrix must hold rows × cols floats");
+  orthogonalizeColumns(m.Data(), rows, cols, info[3].IsNumber() ? info[3].As<Napi::Number>().FloatValue() : 1e-8f);
+  return info.Env().Undefined();
+}
+
 Napi::Value setThreads(const Napi::CallbackInfo& info) {
   const int n = info[0].As<Napi::Number>().Int32Value();
   if (n > 0) {
@@ -118,6 +130,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   exports.Set("cudaRelu", Napi::Function::New(env, cudaRelu));
   exports.Set("crossEntropy", Napi::Function::New(env, crossEntropy));
   exports.Set("setThreads", Napi::Function::New(env, setThreads));
+  exports.Set("orthogonalize", Napi::Function::New(env, orthogonalize));
   return exports;
 }
 

@@ -86,6 +86,8 @@ class ReducerProbeWrap : public Napi::ObjectWrap<ReducerProbeWrap> {
   Napi::Value isCompressed(const Napi::CallbackInfo& info);
   Napi::Value floatsPerStep(const Napi::CallbackInfo& info);
   Napi::Value norms(const Napi::CallbackInfo& info);
+  Napi::Value randomize(const Napi::CallbackInfo& info);
+  Napi::Value run(const Napi::CallbackInfo& info);
   GradientReducer& reducer(const Napi::CallbackInfo& info, size_t workerArg);
   size_t parameterArg(const Napi::CallbackInfo& info, size_t index);
 

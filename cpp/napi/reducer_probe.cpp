@@ -12,7 +12,8 @@ Napi::Function ReducerProbeWrap::define(Napi::Env env) {
                       InstanceMethod("level", &ReducerProbeWrap::level), InstanceMethod("setLevel", &ReducerProbeWrap::setLevel),
                       InstanceMethod("isCompressed", &ReducerProbeWrap::isCompressed),
                       InstanceMethod("floatsPerStep", &ReducerProbeWrap::floatsPerStep),
-                      InstanceMethod("norms", &ReducerProbeWrap::norms)});
+                      InstanceMethod("norms", &ReducerProbeWrap::norms),
+                      InstanceMethod("randomize", &ReducerProbeWrap::randomize), InstanceMethod("run", &ReducerProbeWrap::run)});
 }
 
 static Napi::Value guarded(Napi::Env env, const std::function<Napi::Value()>& body) {
@@ -160,6 +161,28 @@ Napi::Value ReducerProbeWrap::floatsPerStep(const Napi::CallbackInfo& info) {
 Napi::Value ReducerProbeWrap::norms(const Napi::CallbackInfo& info) {
   GradientReducer& r = reducer(info, 0);
   return guarded(info.Env(), [&]() -> Napi::Value { return float64Array(info.Env(), r.takeGradientNorms()); });
+}
+
+}  // namespace accordion::napi
+
+namespace accordion::napi {
+
+// randomize(seed): fills every worker's gradients with standard normal values, natively.
+Napi::Value ReducerProbeWrap::randomize(const Napi::CallbackInfo& info) {
+  Random rng(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()));
+  for (auto& worker : parameters_)
+    for (auto& p : worker)
+      for (int64_t k = 0; k < p.grad.numel(); ++k) p.grad.data()[k] = rng.normal();
+  return info.Env().Undefined();
+}
+
+// run() → floats sent: one reduce of the single worker's current gradients, without copies through
+// JS (for benchmarks; the gradients are replaced by the reduced ones, as in training).
+Napi::Value ReducerProbeWrap::run(const Napi::CallbackInfo& info) {
+  if (reducers_.size() != 1) throw typeError(info.Env(), "run() is for a single worker; use step() for several");
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    return Napi::Number::New(info.Env(), static_cast<double>(reducers_[0]->reduce().floatsSent));
+  });
 }
 
 }  // namespace accordion::napi
