@@ -1,0 +1,131 @@
+// Helpers shared by the bench suites: statistics, table output, machine facts and the PyTorch peer.
+import { execFile, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import os from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const BENCH_DIR = dirname(fileURLToPath(import.meta.url));
+export const ROOT = join(BENCH_DIR, '..');
+
+// Debian's python3-torch is only importable by the system interpreter; a `python3` on PATH
+// (venv, pyenv) would usually lack it. The override exists for machines that keep torch elsewhere.
+export const PYTHON = process.env.ACCORDION_BENCH_PYTHON || '/usr/bin/python3';
+const TORCH_STEP = join(BENCH_DIR, 'peers', 'torch_step.py');
+
+export function median(values) {
+  if (values.length === 0) return NaN;
+  const s = [...values].sort((a, b) => a - b);
+  const mid = s.length >> 1;
+  return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
+}
+
+export function fmt(value, digits = 1) {
+  return Number.isFinite(value) ? value.toFixed(digits) : 'n/a';
+}
+
+/** Renders rows as an aligned text table; `markdown` gives a GitHub table for BENCHMARKS.md. */
+export function formatTable(columns, rows, { markdown = false } = {}) {
+  const cells = rows.map((r) => columns.map((c) => String(r[c.key] ?? '')));
+  const widths = columns.map((c, i) => Math.max(c.title.length, ...cells.map((r) => r[i].length)));
+  const pad = (text, i) => (columns[i].align === 'left' ? text.padEnd(widths[i]) : text.padStart(widths[i]));
+  const line = (texts) => (markdown ? `| ${texts.map(pad).join(' | ')} |` : texts.map(pad).join('  '));
+  const rule = markdown
+    ? `|${widths.map((w, i) => (columns[i].align === 'left' ? ` ${'-'.repeat(w)} ` : ` ${'-'.repeat(w - 1)}: `)).join('|')}|`
+    : widths.map((w) => '-'.repeat(w)).join('  ');
+  return [line(columns.map((c) => c.title)), rule, ...cells.map(line)].join('\n');
+}
+
+let torchProbe;
+/**
+ * Whether the peer can run at all, checked once: { ok: true, version } or { ok: false, reason }.
+ * Never throws, so a machine without torch still gets our own figures.
+ */
+export function probeTorch() {
+  if (torchProbe) return torchProbe;
+  const r = spawnSync(PYTHON, ['-c', 'import torch; print(torch.__version__)'], {
+    encoding: 'utf8',
+    env: { ...process.env, OMP_NUM_THREADS: '1' },
+    timeout: 120_000,
+  });
+  if (r.error) torchProbe = { ok: false, reason: `${PYTHON} could not be started (${r.error.message})` };
+  else if (r.status !== 0) {
+    const last = (r.stderr || '').trim().split('\n').pop();
+    torchProbe = { ok: false, reason: `${PYTHON} cannot import torch (${last || `exit ${r.status}`})` };
+  } else torchProbe = { ok: true, version: r.stdout.trim() };
+  return torchProbe;
+}
+
+/**
+ * Runs bench/peers/torch_step.py once and returns its JSON record. OMP_NUM_THREADS is set to the
+ * same thread count because OpenMP sizes its pool from it when torch is imported.
+ */
+export function runTorchStep({ model, batch, threads, warmup, steps, classes = 10, channelsLast = false }) {
+  const args = [TORCH_STEP, '--model', model, '--batch', String(batch), '--threads', String(threads),
+    '--warmup', String(warmup), '--steps', String(steps), '--classes', String(classes)];
+  if (channelsLast) args.push('--channels-last');
+  return new Promise((resolve, reject) => {
+    execFile(PYTHON, args, {
+      cwd: ROOT,
+      env: { ...process.env, OMP_NUM_THREADS: String(threads) },
+      maxBuffer: 16 << 20,
+    }, (err, stdout, stderr) => {
+      if (err) {
+        const tail = (stderr || '').trim().split('\n').slice(-3).join('\n');
+        reject(new Error(`torch_step.py failed (${err.code ?? err.signal}): ${tail || err.message}`));
+        return;
+      }
+      // Only stdout's last line is the record; warnings go to stderr and are passed on.
+      if (stderr.trim()) process.stderr.write(stderr.replace(/^/gm, '  [torch] '));
+      const last = stdout.trim().split('\n').pop();
+      try {
+        const rec = JSON.parse(last);
+        if (!Number.isFinite(rec.step_ms_median)) throw new Error('no step_ms_median');
+        resolve(rec);
+      } catch (e) {
+        reject(new Error(`torch_step.py printed no usable JSON (${e.message}): ${last}`));
+      }
+    });
+  });
+}
+
+function cpuModel() {
+  try {
+    const r = spawnSync('lscpu', [], { encoding: 'utf8', env: { ...process.env, LC_ALL: 'C' } });
+    const m = /^Model name:\s*(.+)$/m.exec(r.stdout ?? '');
+    if (m) return m[1].trim();
+  } catch { /* lscpu is optional; fall back to what Node reports */ }
+  return os.cpus()[0]?.model ?? 'unknown';
+}
+
+/** Facts a reader needs to compare figures across machines. */
+export function machineInfo(buildInfo) {
+  let pkgVersion;
+  try { pkgVersion = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).version; } catch { /* informational */ }
+  const torch = probeTorch();
+  return {
+    cpu: cpuModel(),
+    cores: os.availableParallelism?.() ?? os.cpus().length,
+    memoryGiB: Math.round(os.totalmem() / 2 ** 30),
+    platform: `${os.type()} ${os.release()} ${os.arch()}`,
+    node: process.version,
+    engine: pkgVersion,
+    onednn: buildInfo?.dnnl,
+    openblas: buildInfo?.openblas,
+    torch: torch.ok ? torch.version : null,
+  };
+}
+
+/** Threads for a suite: --threads, else OMP_NUM_THREADS, else 2 (the reference machine's cores). */
+export function defaultThreads() {
+  const n = Number.parseInt(process.env.OMP_NUM_THREADS ?? '', 10);
+  return Number.isInteger(n) && n > 0 ? n : 2;
+}
+
+export function positiveInt(name, text, { min = 1 } = {}) {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < min) {
+    throw new Error(`${name} must be an integer ≥ ${min}, got '${text}'`);
+  }
+  return n;
+}

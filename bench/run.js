@@ -1,0 +1,87 @@
+#!/usr/bin/env node
+// Entry of `npm run bench`: runs every suite in order, each in its own process.
+//
+//   npm run bench [-- --quick] [-- --only step[,other]]
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { BENCH_DIR, ROOT } from './common.js';
+
+// New suites (compression kernels with tinybench, collectives) are appended here. `quick` holds
+// the arguments that shrink a suite to a smoke run.
+const SUITES = [
+  {
+    name: 'step',
+    script: 'step.js',
+    description: 'training step, engine vs PyTorch',
+    args: [],
+    quick: ['--warmup', '1', '--steps', '3', '--rounds', '1'],
+  },
+  {
+    name: 'compression',
+    script: 'compression.js',
+    description: 'PowerSGD, TopK, Gram-Schmidt and norm bookkeeping, engine (tinybench) vs PyTorch',
+    args: [],
+    quick: ['--quick'],
+  },
+];
+
+const USAGE = `usage: node bench/run.js [--quick] [--only NAME[,NAME]]
+  --quick      fewer steps: a smoke run, not figures to quote
+  --only LIST  run only these suites (${SUITES.map((s) => s.name).join(', ')})`;
+
+// A separate process per suite so one suite's native thread pools and memory cannot colour the next.
+function runSuite(suite, quick) {
+  const args = [join(BENCH_DIR, suite.script), ...suite.args, ...(quick ? suite.quick : [])];
+  console.log(`\n== ${suite.name}: ${suite.description}\n$ node ${['bench/' + suite.script, ...args.slice(1)].join(' ')}`);
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, args, { cwd: ROOT, stdio: 'inherit' });
+    child.on('error', (err) => resolve({ code: 1, error: err.message }));
+    child.on('exit', (code, signal) => resolve({ code: code ?? 1, signal }));
+  });
+}
+
+async function main() {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: process.argv.slice(2),
+      options: {
+        quick: { type: 'boolean', default: false },
+        only: { type: 'string' },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    }));
+  } catch (err) {
+    console.error(`bench/run.js: ${err.message}\n${USAGE}`);
+    return 2;
+  }
+  if (values.help) {
+    console.log(USAGE);
+    return 0;
+  }
+  let suites = SUITES;
+  if (values.only !== undefined) {
+    const wanted = values.only.split(',').map((s) => s.trim()).filter(Boolean);
+    const unknown = wanted.filter((w) => !SUITES.some((s) => s.name === w));
+    if (unknown.length || wanted.length === 0) {
+      console.error(`bench/run.js: unknown suite(s) '${unknown.join(', ') || values.only}'\n${USAGE}`);
+      return 2;
+    }
+    suites = SUITES.filter((s) => wanted.includes(s.name));
+  }
+
+  const failed = [];
+  for (const suite of suites) {
+    const { code, signal, error } = await runSuite(suite, values.quick);
+    if (code !== 0) failed.push(`${suite.name} (${error ?? signal ?? `exit ${code}`})`);
+  }
+  if (failed.length) {
+    console.error(`\nbench: failed: ${failed.join(', ')}`);
+    return 1;
+  }
+  console.log(`\nbench: ${suites.length} suite(s) done${values.quick ? ' (quick: smoke figures only)' : ''}`);
+  return 0;
+}
+
+main().then((code) => process.exit(code));

@@ -1,0 +1,248 @@
+#!/usr/bin/env node
+// Training-step time of the engine against PyTorch on the same machine, batch and thread count.
+//
+//   node bench/step.js [--models resnet18,vgg19bn] [--batch 32] [--threads N] [--steps 10]
+//                      [--warmup 3] [--rounds 2] [--torch-channels-last] [--json out.json]
+import { writeFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import {
+  defaultThreads, fmt, formatTable, machineInfo, median, positiveInt, probeTorch, runTorchStep,
+} from './common.js';
+
+const USAGE = `usage: node bench/step.js [options]
+  --models LIST          comma-separated architectures (default resnet18,vgg19bn)
+  --batch N              batch size (default 32)
+  --threads N            native threads for both peers (default OMP_NUM_THREADS or 2)
+  --steps N              timed steps per run (default 10)
+  --warmup N             untimed steps before them (default 3)
+  --rounds N             runs of each peer, interleaved (default 2)
+  --classes N            output classes (default 10)
+  --torch-channels-last  run the PyTorch peer in channels-last memory format
+  --json FILE            also write every timing and the machine facts to FILE
+  --markdown             print the result table as Markdown (for BENCHMARKS.md)`;
+
+function options(argv) {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      models: { type: 'string', default: 'resnet18,vgg19bn' },
+      batch: { type: 'string', default: '32' },
+      threads: { type: 'string' },
+      steps: { type: 'string', default: '10' },
+      warmup: { type: 'string', default: '3' },
+      rounds: { type: 'string', default: '2' },
+      classes: { type: 'string', default: '10' },
+      'torch-channels-last': { type: 'boolean', default: false },
+      json: { type: 'string' },
+      markdown: { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  if (values.help) {
+    console.log(USAGE);
+    process.exit(0);
+  }
+  return {
+    models: values.models.split(',').map((s) => s.trim()).filter(Boolean),
+    batch: positiveInt('--batch', values.batch),
+    threads: values.threads === undefined ? defaultThreads() : positiveInt('--threads', values.threads),
+    steps: positiveInt('--steps', values.steps),
+    warmup: positiveInt('--warmup', values.warmup, { min: 0 }),
+    rounds: positiveInt('--rounds', values.rounds),
+    classes: positiveInt('--classes', values.classes, { min: 2 }),
+    channelsLast: values['torch-channels-last'],
+    json: values.json,
+    markdown: values.markdown,
+  };
+}
+
+// A fixed seed keeps the input identical between rounds and runs, so differences are the machine's.
+function randomDataset(count, classes, seed) {
+  let s = seed >>> 0 || 1;
+  const next = () => {
+    s ^= s << 13; s >>>= 0;
+    s ^= s >>> 17;
+    s ^= s << 5; s >>>= 0;
+    return s;
+  };
+  const images = new Uint8Array(count * 3 * 32 * 32);
+  for (let i = 0; i < images.length; i++) images[i] = next() & 0xff;
+  const labels = new Int32Array(count);
+  for (let i = 0; i < count; i++) labels[i] = next() % classes;
+  return { images, labels };
+}
+
+async function timeOurs(lib, opts, architecture, data) {
+  const { Model, binding } = lib;
+  // The same hyper-parameters as torch_step.py, so the update does the same arithmetic.
+  const model = new Model({
+    architecture, classes: opts.classes, seed: 0,
+    learningRate: 0.05, momentum: 0.9, weightDecay: 1e-4, nesterov: true,
+  });
+  try {
+    const batcher = new binding.Batcher(data.images, data.labels, opts.classes, {
+      batchSize: opts.batch, shuffle: false, augment: false, seed: 0,
+      mean: [0.4914, 0.4822, 0.4465], std: [0.2470, 0.2435, 0.2616],
+    });
+    batcher.startEpoch(0);
+    const times = [];
+    let last;
+    for (let i = 0; i < opts.warmup + opts.steps; i++) {
+      const t0 = performance.now();
+      last = await model.native.trainStep(batcher);
+      const ms = performance.now() - t0;
+      if (last === null) throw new Error(`the batcher ran out after ${i} batches`);
+      if (i >= opts.warmup) times.push(ms);
+    }
+    if (!Number.isFinite(last.loss)) console.warn(`  warning: ${architecture} loss is ${last.loss}`);
+    return { step_ms_median: median(times), step_ms_min: Math.min(...times), step_ms_all: times, loss: last.loss };
+  } finally {
+    await model.dispose();
+  }
+}
+
+const round3 = (x) => Math.round(x * 1000) / 1000;
+const pct = (x) => (Number.isFinite(x) ? `${x.toFixed(0)}%` : 'n/a');
+
+async function main() {
+  const started = new Date();
+  let opts;
+  try {
+    opts = options(process.argv.slice(2));
+  } catch (err) {
+    console.error(`bench/step.js: ${err.message}\n${USAGE}`);
+    process.exit(2);
+  }
+  // OpenMP sizes its pool from the environment when the addon loads, hence the late import;
+  // the child PyTorch process inherits the same value.
+  process.env.OMP_NUM_THREADS = String(opts.threads);
+  let lib;
+  try {
+    const index = await import('../lib/index.js');
+    const { binding } = await import('../lib/native.js');
+    lib = { ...index, binding };
+  } catch (err) {
+    console.error(`bench/step.js: cannot load the engine (${err.message.split('\n')[0]}).\n` +
+      'Build it first: npm run build (or npx tsc -p tsconfig.json if the addon is already built).');
+    process.exit(1);
+  }
+  const unknown = opts.models.filter((m) => !lib.ARCHITECTURES.includes(m));
+  if (unknown.length) {
+    console.error(`bench/step.js: unknown model(s) ${unknown.join(', ')} (choose from ${lib.ARCHITECTURES.join(', ')})`);
+    process.exit(2);
+  }
+  lib.setThreads(opts.threads);
+
+  const machine = machineInfo(lib.buildInfo());
+  const torch = probeTorch();
+  console.log(`step bench: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, ` +
+    `oneDNN ${machine.onednn}, torch ${torch.ok ? torch.version : 'unavailable'}`);
+  console.log(`batch ${opts.batch}, ${opts.threads} threads, ${opts.warmup} warmup + ${opts.steps} timed steps, ` +
+    `${opts.rounds} round(s)${opts.channelsLast ? ', torch channels-last' : ''}`);
+  if (!torch.ok) console.log(`note: PyTorch column skipped: ${torch.reason}`);
+
+  const data = randomDataset((opts.warmup + opts.steps) * opts.batch, opts.classes, 12345);
+  const runs = Object.fromEntries(opts.models.map((m) => [m, { ours: [], torch: [], torchErrors: [] }]));
+
+  // Alternating the peers inside each round spreads the shared machine's slow spells over both.
+  for (let round = 1; round <= opts.rounds; round++) {
+    for (const model of opts.models) {
+      const ours = await timeOurs(lib, opts, model, data);
+      runs[model].ours.push(ours);
+      let line = `round ${round} ${model}: ours ${fmt(ours.step_ms_median)} ms`;
+      if (torch.ok) {
+        try {
+          const peer = await runTorchStep({
+            model, batch: opts.batch, threads: opts.threads, warmup: opts.warmup,
+            steps: opts.steps, classes: opts.classes, channelsLast: opts.channelsLast,
+          });
+          runs[model].torch.push(peer);
+          line += `, PyTorch ${fmt(peer.step_ms_median)} ms`;
+        } catch (err) {
+          runs[model].torchErrors.push(err.message);
+          line += `, PyTorch failed: ${err.message}`;
+        }
+      }
+      console.log(line);
+    }
+  }
+
+  const rows = opts.models.map((model) => {
+    const r = runs[model];
+    const ours = median(r.ours.map((x) => x.step_ms_median));
+    const peer = median(r.torch.map((x) => x.step_ms_median));
+    // Spread between rounds; a large one means the machine was busy and the ratio is soft.
+    const spread = (xs) => (xs.length > 1 ? (Math.max(...xs) - Math.min(...xs)) / median(xs) * 100 : NaN);
+    const fastest = (xs) => (xs.length ? Math.min(...xs) : NaN);
+    return {
+      model, batch: opts.batch, threads: opts.threads,
+      ours_ms: ours, torch_ms: peer, ratio: ours / peer, samples_per_s: opts.batch * 1000 / ours,
+      // Noise on a shared machine only ever adds time, so the fastest rounds are a second,
+      // less disturbed estimate to set beside the median.
+      best_ratio: fastest(r.ours.map((x) => x.step_ms_median)) / fastest(r.torch.map((x) => x.step_ms_median)),
+      ours_spread_pct: spread(r.ours.map((x) => x.step_ms_median)),
+      torch_spread_pct: spread(r.torch.map((x) => x.step_ms_median)),
+    };
+  });
+
+  const columns = [
+    { key: 'model', title: 'model', align: 'left' },
+    { key: 'batch', title: 'batch' },
+    { key: 'threads', title: 'threads' },
+    { key: 'ours', title: 'ours ms' },
+    { key: 'torch', title: 'PyTorch ms' },
+    { key: 'ratio', title: 'ours/PyTorch' },
+    { key: 'sps', title: 'samples/s' },
+    { key: 'best', title: 'best-round ratio' },
+    { key: 'spread', title: 'round spread ours/PyTorch' },
+  ];
+  const cells = rows.map((r) => ({
+    model: r.model, batch: r.batch, threads: r.threads,
+    ours: fmt(r.ours_ms), torch: fmt(r.torch_ms), ratio: fmt(r.ratio, 2), sps: fmt(r.samples_per_s),
+    best: fmt(r.best_ratio, 2),
+    spread: `${pct(r.ours_spread_pct)} / ${pct(r.torch_spread_pct)}`,
+  }));
+  console.log('');
+  console.log(formatTable(columns, cells, { markdown: opts.markdown }));
+  console.log('(ms: median over rounds of each run\'s median step; ratio < 1 means the engine is faster)');
+  console.log('(best-round ratio: fastest round of ours / fastest round of PyTorch; ' +
+    'round spread: (max - min) / median of the rounds\' medians)');
+  if (!torch.ok) console.log(`note: no PyTorch figures: ${torch.reason}`);
+  for (const r of rows) {
+    const worst = Math.max(...[r.ours_spread_pct, r.torch_spread_pct].filter(Number.isFinite));
+    if (worst > 25) {
+      console.log(`note: ${r.model} rounds differ by up to ${worst.toFixed(0)}%: the machine was busy; ` +
+        'rerun with more --rounds before quoting the ratio');
+    }
+  }
+  for (const model of opts.models) {
+    if (runs[model].torchErrors.length) console.log(`note: PyTorch ${model} failed in ${runs[model].torchErrors.length} round(s)`);
+  }
+
+  if (opts.json) {
+    const report = {
+      suite: 'step',
+      date: started.toISOString(),
+      command: `node bench/step.js ${process.argv.slice(2).join(' ')}`.trim(),
+      options: { ...opts, json: undefined, markdown: undefined },
+      machine,
+      torchNote: torch.ok ? undefined : torch.reason,
+      results: rows.map((r) => ({
+        ...r,
+        ours_rounds: runs[r.model].ours.map((x) => ({ ...x, step_ms_all: x.step_ms_all.map(round3) })),
+        torch_rounds: runs[r.model].torch,
+        torch_errors: runs[r.model].torchErrors,
+      })),
+    };
+    writeFileSync(opts.json, `${JSON.stringify(report, null, 2)}\n`);
+    console.log(`wrote ${opts.json}`);
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err) => {
+    console.error(`bench/step.js: ${err.stack ?? err}`);
+    process.exit(1);
+  },
+);
