@@ -142,9 +142,10 @@ ReduceResult GradientReducer::reduce() {
     const bool isCompressed = compressed(s);
     float* g = s.parameter->grad.data();
     float* sum = options_.accumulateNorms ? s.normSum.data() : nullptr;
-    float* memory = isCompressed ? s.memory.data() : nullptr;
+    // PowerSGD adds the memory in its first kernel, fused with P = M·Q.
+    float* memory = isCompressed && options_.compressor == Compressor::TopK ? s.memory.data() : nullptr;
     const int64_t n = s.parameter->grad.numel();
-    // One pass: the epoch sum of raw gradients and the error-feedback input M = g + e (kept in e).
+    // One pass: the epoch sum of raw gradients and TopK's error-feedback input a = g + e (kept in e).
 #pragma omp parallel for simd schedule(static) if (n > 65536)
     for (int64_t k = 0; k < n; ++k) {
       if (sum) sum[k] += g[k];
@@ -184,6 +185,77 @@ void GradientReducer::reduceDense(const std::vector<size_t>& slots) {
   }
 }
 
+// The three passes over each matrix are fused, memory-bound OpenMP loops rather than BLAS calls:
+// with rank r ≤ a few, P = M·Q and Q = Mᵀ·P̂ are matrix-vector products that BLAS runs no faster,
+// and fusing them with the error-feedback updates saves whole passes over the gradients.
+namespace {
+
+// Qᵀ (r, cols) from Q (cols, r), so every kernel reads Q contiguously along a row of M.
+void transposeQ(const float* q, int64_t cols, int64_t r, std::vector<float>& qt) {
+  qt.resize(static_cast<size_t>(cols * r));
+  for (int64_t j = 0; j < cols; ++j)
+    for (int64_t k = 0; k < r; ++k) qt[k * cols + j] = q[j * r + k];
+}
+
+// M = g + e, stored in e; P = M·Q (rows, r).
+void feedbackAndProject(const float* g, float* memory, const float* qt, float* p, int64_t rows, int64_t cols, int64_t r) {
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* gRow = g + i * cols;
+    float* mRow = memory + i * cols;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) mRow[j] += gRow[j];
+    for (int64_t k = 0; k < r; ++k) {
+      const float* qk = qt + k * cols;
+      float dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t j = 0; j < cols; ++j) dot += mRow[j] * qk[j];
+      p[i * r + k] = dot;
+    }
+  }
+}
+
+// Qᵀ = P̂ᵀ·M (r, cols): each thread owns a block of columns and walks all rows.
+void projectBack(const float* memory, const float* p, float* qt, int64_t rows, int64_t cols, int64_t r) {
+  std::fill(qt, qt + r * cols, 0.0f);
+#pragma omp parallel if (rows * cols > 65536)
+  {
+    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t begin = cols * t / threads, end = cols * (t + 1) / threads;
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* mRow = memory + i * cols;
+      for (int64_t k = 0; k < r; ++k) {
+        const float pik = p[i * r + k];
+        float* qk = qt + k * cols;
+#pragma omp simd
+        for (int64_t j = begin; j < end; ++j) qk[j] += pik * mRow[j];
+      }
+    }
+  }
+}
+
+// out = P̂·Qᵀ written to g; e = M − out.
+void decompress(const float* p, const float* qt, float* g, float* memory, int64_t rows, int64_t cols, int64_t r) {
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t i = 0; i < rows; ++i) {
+    float* gRow = g + i * cols;
+    float* mRow = memory + i * cols;
+    const float p0 = p[i * r];
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) gRow[j] = p0 * qt[j];
+    for (int64_t k = 1; k < r; ++k) {
+      const float pk = p[i * r + k];
+      const float* qk = qt + k * cols;
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j) gRow[j] += pk * qk[j];
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) mRow[j] -= gRow[j];
+  }
+}
+
+}  // namespace
+
 void GradientReducer::reducePowerSgd(const std::vector<size_t>& slots) {
   std::vector<int64_t> pOffset, qOffset;
   int64_t pTotal = 0, qTotal = 0;
@@ -195,58 +267,35 @@ void GradientReducer::reducePowerSgd(const std::vector<size_t>& slots) {
     qTotal += slots_[i].cols * r;
   }
   pBuffer_.resize(pTotal);
-  qBuffer_.resize(qTotal);
-  // P = M·Q for every matrix, then one all-reduce of all P's.
+  qBuffer_.resize(qTotal);  // holds Qᵀ per matrix while it travels
+  std::vector<float> qt;
+  // M = g + e and P = M·Q for every matrix, then one all-reduce of all P's.
   for (size_t k = 0; k < slots.size(); ++k) {
-    const Slot& s = slots_[slots[k]];
+    Slot& s = slots_[slots[k]];
     const int64_t r = rankOf(s);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.rows, r, s.cols, 1.0f, s.memory.data(), s.cols, s.q.data(), r, 0.0f,
-                pBuffer_.data() + pOffset[k], r);
+    transposeQ(s.q.data(), s.cols, r, qt);
+    feedbackAndProject(s.parameter->grad.data(), s.memory.data(), qt.data(), pBuffer_.data() + pOffset[k], s.rows, s.cols, r);
   }
   group_.allReduceSum(pBuffer_.data(), pTotal);
-  // Orthogonalise, Q = Mᵀ·P̂, then one all-reduce of all Q's.
+  // Orthogonalise, Qᵀ = P̂ᵀ·M, then one all-reduce of all Q's.
   for (size_t k = 0; k < slots.size(); ++k) {
     const Slot& s = slots_[slots[k]];
     const int64_t r = rankOf(s);
     float* p = pBuffer_.data() + pOffset[k];
     orthogonalizeColumns(p, s.rows, r, options_.orthogonalizationEps);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.cols, r, s.rows, 1.0f, s.memory.data(), s.cols, p, r, 0.0f,
-                qBuffer_.data() + qOffset[k], r);
+    projectBack(s.memory.data(), p, qBuffer_.data() + qOffset[k], s.rows, s.cols, r);
   }
   group_.allReduceSum(qBuffer_.data(), qTotal);
   const float inv = 1.0f / static_cast<float>(group_.size());
   for (float& v : qBuffer_) v *= inv;
-  // out = P̂·Qᵀ becomes the gradient; the error memory keeps M − out.
+  // out = P̂·Qᵀ becomes the gradient; the memory keeps M − out; Q is kept for the next step.
   for (size_t k = 0; k < slots.size(); ++k) {
     Slot& s = slots_[slots[k]];
-    const int64_t r = rankOf(s), rows = s.rows, cols = s.cols;
-    std::memcpy(s.q.data(), qBuffer_.data() + qOffset[k], cols * r * sizeof(float));
-    const float* p = pBuffer_.data() + pOffset[k];
-    const float* q = s.q.data();
-    float* g = s.parameter->grad.data();
-    float* memory = s.memory.data();
-#pragma omp parallel for schedule(static) if (rows * cols > 65536)
-    for (int64_t i = 0; i < rows; ++i) {
-      float* gRow = g + i * cols;
-      float* mRow = memory + i * cols;
-      const float* pRow = p + i * r;
-      if (r == 1) {
-        const float pi = pRow[0];
-#pragma omp simd
-        for (int64_t j = 0; j < cols; ++j) {
-          const float out = pi * q[j];
-          gRow[j] = out;
-          mRow[j] -= out;
-        }
-      } else {
-        for (int64_t j = 0; j < cols; ++j) {
-          float out = 0;
-          for (int64_t c = 0; c < r; ++c) out += pRow[c] * q[j * r + c];
-          gRow[j] = out;
-          mRow[j] -= out;
-        }
-      }
-    }
+    const int64_t r = rankOf(s);
+    const float* qtk = qBuffer_.data() + qOffset[k];
+    for (int64_t j = 0; j < s.cols; ++j)
+      for (int64_t c = 0; c < r; ++c) s.q.data()[j * r + c] = qtk[c * s.cols + j];
+    decompress(pBuffer_.data() + pOffset[k], qtk, s.parameter->grad.data(), s.memory.data(), s.rows, s.cols, r);
   }
 }
 
@@ -346,8 +395,20 @@ void selectTopK(const float* values, int64_t n, int64_t count, std::vector<int32
   std::vector<int64_t> histograms(static_cast<size_t>(chunks) * kBuckets, 0);
 #pragma omp parallel for num_threads(chunks) schedule(static, 1)
   for (int t = 0; t < chunks; ++t) {
+    // Four interleaved sub-histograms: neighbouring gradients often share a bucket, and one
+    // histogram would serialise on its increments.
+    std::vector<int32_t> sub(4 * kBuckets, 0);
+    const int64_t begin = chunkBegin(t), end = chunkBegin(t + 1);
+    int64_t i = begin;
+    for (; i + 4 <= end; i += 4) {
+      ++sub[key(i) >> kShift];
+      ++sub[kBuckets + (key(i + 1) >> kShift)];
+      ++sub[2 * kBuckets + (key(i + 2) >> kShift)];
+      ++sub[3 * kBuckets + (key(i + 3) >> kShift)];
+    }
+    for (; i < end; ++i) ++sub[key(i) >> kShift];
     int64_t* h = histograms.data() + static_cast<size_t>(t) * kBuckets;
-    for (int64_t i = chunkBegin(t); i < chunkBegin(t + 1); ++i) ++h[key(i) >> kShift];
+    for (int b = 0; b < kBuckets; ++b) h[b] = sub[b] + sub[kBuckets + b] + sub[2 * kBuckets + b] + sub[3 * kBuckets + b];
   }
   auto bucketCount = [&](int b) {
     int64_t total = 0;
