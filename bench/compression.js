@@ -34,7 +34,7 @@ const minTime = opts.quick ? 0.05 : 0.3; // seconds per case, both sides
 setThreads(threads);
 
 async function shapesOf(architecture) {
-  const model = new Model({ architecture, classes: 10 });
+  const model = await Model.create({ architecture, classes: 10 });
   const shapes = model.parameters().map((p) => p.shape);
   await model.dispose();
   return shapes;

@@ -75,7 +75,7 @@ function randomDataset(count, classes, seed) {
 async function timeOurs(lib, opts, architecture, data) {
   const { Model, binding } = lib;
   // The same hyper-parameters as torch_step.py, so the update does the same arithmetic.
-  const model = new Model({
+  const model = await Model.create({
     architecture, classes: opts.classes, seed: 0,
     learningRate: 0.05, momentum: 0.9, weightDecay: 1e-4, nesterov: true,
   });

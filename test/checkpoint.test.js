@@ -82,7 +82,7 @@ describe('checkpoints', function () {
     const file = path.join(tmp, 'truncated.safetensors');
     const bytes = fs.readFileSync(path.join(ckpt.dir, 'model.safetensors'));
     fs.writeFileSync(file, bytes.subarray(0, bytes.length - 1000));
-    const model = new Model({ architecture: 'resnet18', seed: 9 });
+    const model = await Model.create({ architecture: 'resnet18', seed: 9 });
     const before = await weightsOf(model);
     try {
       await model.load(file);
@@ -98,7 +98,7 @@ describe('checkpoints', function () {
   });
 
   it('rejects a tensor of the wrong shape by name, leaving the model untouched', async function () {
-    const model = new Model({ architecture: 'resnet18', seed: 9 });
+    const model = await Model.create({ architecture: 'resnet18', seed: 9 });
     const state = await model.stateDict();
     const bad = state.map((t) => (t.name === 'layer1.0.conv2.weight' ? { ...t, shape: [64, 64, 9, 1] } : t));
     const file = path.join(tmp, 'wrong-shape.safetensors');
@@ -157,14 +157,14 @@ describe('checkpoints', function () {
         });
         expect(r.status, r.stderr).to.equal(0);
         const expected = JSON.parse(fs.readFileSync(`${file}.json`, 'utf8')).logits;
-        const model = new Model({ architecture, classes });
+        const model = await Model.create({ architecture, classes });
         await model.load(file);
         expectLogitsClose(await model.predict(formulaInput(), 4), expected);
         await model.dispose();
       });
 
       it(`a ${architecture}/${classes} model saved here loads in PyTorch (strict) and gives the same logits`, async function () {
-        const model = new Model({ architecture, classes, seed: 11 });
+        const model = await Model.create({ architecture, classes, seed: 11 });
         const file = path.join(tmp, `${architecture}-ours.safetensors`);
         await model.save(file);
         const ours = await model.predict(formulaInput(), 4);

@@ -562,7 +562,7 @@ describe('gradient compression (ReducerProbe)', function () {
   describe('floats accounting (1.6, 5.6)', function () {
     let shapes;
     before(async function () {
-      const model = new Model({ architecture: 'resnet18' });
+      const model = await Model.create({ architecture: 'resnet18' });
       try {
         shapes = model.parameters().map((p) => p.shape);
       } finally {

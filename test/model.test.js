@@ -24,7 +24,7 @@ function tinyImageSet(count, classes, seed) {
 describe('models', function () {
   for (const [architecture, classes, expected] of COUNTS) {
     it(`${architecture} with ${classes} classes has exactly ${expected.toLocaleString('en-US')} parameters`, async function () {
-      const model = new Model({ architecture, classes, seed: 1 });
+      const model = await Model.create({ architecture, classes, seed: 1 });
       try {
         expect(model.parameterCount()).to.equal(expected);
       } finally {
@@ -34,7 +34,7 @@ describe('models', function () {
   }
 
   it('uses PyTorch state_dict names and shapes', async function () {
-    const model = new Model({ architecture: 'resnet18', classes: 10 });
+    const model = await Model.create({ architecture: 'resnet18', classes: 10 });
     const names = model.parameters().map((p) => p.name);
     expect(names.slice(0, 3)).to.deep.equal(['conv1.weight', 'bn1.weight', 'bn1.bias']);
     expect(names).to.include.members(['layer2.0.shortcut.0.weight', 'layer4.1.bn2.bias', 'linear.weight', 'linear.bias']);
@@ -44,14 +44,14 @@ describe('models', function () {
     expect(tracked.dtype).to.equal('I64');
     expect(tracked.shape).to.deep.equal([]);
     await model.dispose();
-    const vgg = new Model({ architecture: 'vgg19bn', classes: 100 });
+    const vgg = await Model.create({ architecture: 'vgg19bn', classes: 100 });
     expect(vgg.parameters().map((p) => p.name)).to.include.members(['features.0.weight', 'features.1.weight', 'classifier.7.bias']);
     await vgg.dispose();
   });
 
   it('initialises identically for the same seed and differently for another', async function () {
     const first = async (seed) => {
-      const m = new Model({ architecture: 'resnet18', seed });
+      const m = await Model.create({ architecture: 'resnet18', seed });
       const w = new Float32Array((await m.stateDict()).find((t) => t.name === 'conv1.weight').data.slice().buffer);
       await m.dispose();
       return w;
@@ -68,7 +68,7 @@ describe('models', function () {
     it(`${architecture} overfits a tiny fixed batch (loss below 0.05)`, async function () {
       const data = tinyImageSet(8, 4, 7);
       const batcher = new Batcher(data, { batchSize: 8, shuffle: false, augment: false, mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25] });
-      const model = new Model({ architecture, classes: 4, seed: 1, learningRate: 0.02, momentum: 0.9, weightDecay: 0 });
+      const model = await Model.create({ architecture, classes: 4, seed: 1, learningRate: 0.02, momentum: 0.9, weightDecay: 0 });
       let loss = Infinity, steps = 0;
       const first = [];
       try {
@@ -87,7 +87,7 @@ describe('models', function () {
   }
 
   it('predicts in evaluation mode and rejects inputs of the wrong size', async function () {
-    const model = new Model({ architecture: 'resnet18', classes: 10, seed: 2 });
+    const model = await Model.create({ architecture: 'resnet18', classes: 10, seed: 2 });
     const images = new Float32Array(2 * 3 * 32 * 32).map((_, i) => Math.sin(i));
     const a = await model.predict(images, 2);
     const b = await model.predict(images, 2);
@@ -106,5 +106,33 @@ describe('models', function () {
     } catch (err) {
       expect(err.message).to.match(/disposed/);
     }
+  });
+});
+
+describe('model lifecycle', function () {
+  it('rejects an unknown architecture and bad class counts before building anything', async function () {
+    for (const [options, message] of [
+      [{ architecture: 'alexnet' }, /unknown model 'alexnet'/],
+      [{ architecture: 'resnet18', classes: 1 }, /classes must be an integer ≥ 2/],
+    ]) {
+      try {
+        await Model.create(options);
+        expect.fail('accepted ' + JSON.stringify(options));
+      } catch (err) {
+        expect(err.code).to.equal('ERR_USAGE');
+        expect(err.message).to.match(message);
+      }
+    }
+  });
+
+  it('builds on its own thread: the event loop keeps running while a large model initialises', async function () {
+    let ticks = 0;
+    const timer = setInterval(() => ticks++, 1);
+    const model = await Model.create({ architecture: 'vgg19bn', classes: 100 });
+    clearInterval(timer);
+    expect(model.parameterCount()).to.equal(39_327_652);
+    expect(ticks).to.be.above(0);
+    await model.dispose();
+    await model.dispose(); // a second dispose is harmless
   });
 });

@@ -40,15 +40,22 @@ export class Model {
   private engine: NativeEngine | null;
   private readonly params: { name: string; shape: number[] }[];
 
-  constructor(options: ModelOptions) {
-    if (!ARCHITECTURES.includes(options.architecture))
-      throw new UsageError(`unknown model '${options.architecture}' (choose one of: ${ARCHITECTURES.join(', ')})`);
+  private constructor(options: ModelOptions, engine: NativeEngine, params: { name: string; shape: number[] }[]) {
     this.architecture = options.architecture;
     this.classes = options.classes ?? 10;
-    if (!Number.isInteger(this.classes) || this.classes < 2) throw new UsageError(`classes must be an integer ≥ 2, got ${this.classes}`);
-    this.engine = new binding.Engine({
+    this.engine = engine;
+    this.params = params;
+  }
+
+  /** Builds and initialises the model on its own native thread. */
+  static async create(options: ModelOptions): Promise<Model> {
+    if (!ARCHITECTURES.includes(options.architecture))
+      throw new UsageError(`unknown model '${options.architecture}' (choose one of: ${ARCHITECTURES.join(', ')})`);
+    const classes = options.classes ?? 10;
+    if (!Number.isInteger(classes) || classes < 2) throw new UsageError(`classes must be an integer ≥ 2, got ${classes}`);
+    const engine = new binding.Engine({
       model: options.architecture,
-      classes: this.classes,
+      classes,
       seed: options.seed ?? 0,
       learningRate: options.learningRate ?? 0.1,
       momentum: options.momentum ?? 0.9,
@@ -60,7 +67,12 @@ export class Model {
       compressionSeed: options.compressionSeed,
       accumulateNorms: options.accumulateNorms ?? false,
     });
-    this.params = this.engine.parameters();
+    try {
+      return new Model(options, engine, await call(engine.ready()));
+    } catch (err) {
+      await engine.dispose();
+      throw err;
+    }
   }
 
   /** @internal The native engine, for the trainer. */

@@ -78,7 +78,8 @@ export interface NativeBatcher {
 }
 
 export interface NativeEngine {
-  parameters(): { name: string; shape: number[] }[];
+  /** The trainable parameters in state_dict order, once the model is built on the engine's thread. */
+  ready(): Promise<{ name: string; shape: number[] }[]>;
   trainStep(batcher: NativeBatcher): Promise<StepResult | null>;
   evaluate(batcher: NativeBatcher): Promise<StepResult>;
   predict(images: Float32Array, n: number, height: number, width: number): Promise<Float32Array>;
@@ -133,6 +134,7 @@ interface Binding {
   cudaRelu(x: Float32Array, dy: Float32Array): { y: Float32Array; dx: Float32Array };
   crossEntropy(logits: Float32Array, n: number, k: number, labels: Int32Array): { loss: number; grad: Float32Array; correct: number };
   setThreads(n: number): void;
+  orthogonalize(matrix: Float32Array, rows: number, cols: number, eps?: number): void;
 }
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');

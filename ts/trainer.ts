@@ -124,22 +124,11 @@ export class Trainer extends EventEmitter {
   private metrics?: MetricsLog;
   private stopRequested = false;
 
-  private constructor(config: TrainConfig, dataset: ImageDataset) {
+  private constructor(config: TrainConfig, dataset: ImageDataset, model: Model) {
     super();
     this.config = config;
     this.dataset = dataset;
-    this.model = new Model({
-      architecture: config.model,
-      classes: dataset.classes,
-      seed: config.seed,
-      learningRate: config.lr,
-      momentum: config.momentum,
-      weightDecay: config.weightDecay,
-      nesterov: config.nesterov,
-      compressor: config.compressor,
-      level: config.compressor === 'topk' ? config.topkRatio : config.rank,
-      minCompressionRate: config.minCompressionRate,
-    });
+    this.model = model;
     const common = { mean: dataset.mean, std: dataset.std, seed: config.seed };
     this.trainBatcher = new Batcher(dataset.train, {
       ...common,
@@ -186,7 +175,19 @@ export class Trainer extends EventEmitter {
       test: config.syntheticTest,
       seed: config.seed,
     });
-    const trainer = new Trainer(config, dataset);
+    const model = await Model.create({
+      architecture: config.model,
+      classes: dataset.classes,
+      seed: config.seed,
+      learningRate: config.lr,
+      momentum: config.momentum,
+      weightDecay: config.weightDecay,
+      nesterov: config.nesterov,
+      compressor: config.compressor,
+      level: config.compressor === 'topk' ? config.topkRatio : config.rank,
+      minCompressionRate: config.minCompressionRate,
+    });
+    const trainer = new Trainer(config, dataset, model);
     if (checkpoint) {
       await trainer.model.loadStateDict([...checkpoint.model, ...checkpoint.trainer]);
       trainer.startEpoch = checkpoint.position.epochsCompleted;

@@ -35,7 +35,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   explicit EngineWrap(const Napi::CallbackInfo& info);
 
  private:
-  Napi::Value parameters(const Napi::CallbackInfo& info);
+  Napi::Value ready(const Napi::CallbackInfo& info);
   Napi::Value trainStep(const Napi::CallbackInfo& info);
   Napi::Value evaluate(const Napi::CallbackInfo& info);
   Napi::Value predict(const Napi::CallbackInfo& info);
@@ -49,8 +49,11 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   WorkerThread& worker(Napi::Env env);
   Batcher& batcherArg(const Napi::CallbackInfo& info, size_t index);
 
-  std::unique_ptr<Session> session_;
+  Session& session();  // on the engine's thread only
+
+  std::unique_ptr<Session> session_;  // built and used on the engine's thread
   std::unique_ptr<WorkerThread> worker_;
+  std::unique_ptr<Napi::ObjectReference> ready_;
 };
 
 // Synchronous access to one layer, for gradient checks and inspection on small shapes.

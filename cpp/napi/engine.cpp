@@ -10,7 +10,7 @@ static Napi::FunctionReference* batcherConstructor = nullptr;
 Napi::Function EngineWrap::define(Napi::Env env, Napi::FunctionReference& batcherClass) {
   batcherConstructor = &batcherClass;
   return DefineClass(env, "Engine",
-                     {InstanceMethod("parameters", &EngineWrap::parameters), InstanceMethod("trainStep", &EngineWrap::trainStep),
+                     {InstanceMethod("ready", &EngineWrap::ready), InstanceMethod("trainStep", &EngineWrap::trainStep),
                       InstanceMethod("evaluate", &EngineWrap::evaluate), InstanceMethod("predict", &EngineWrap::predict),
                       InstanceMethod("setLearningRate", &EngineWrap::setLearningRate),
                       InstanceMethod("getState", &EngineWrap::getState), InstanceMethod("setState", &EngineWrap::setState),
@@ -21,7 +21,6 @@ Napi::Function EngineWrap::define(Napi::Env env, Napi::FunctionReference& batche
 
 // new Engine({ model, classes, seed, learningRate, momentum, weightDecay, nesterov,
 //              compressor, level, compressionSeed, minCompressionRate, accumulateNorms })
-// Building a model is quick next to training (well under a second), so it happens here.
 EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<EngineWrap>(info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsObject()) throw typeError(env, "Engine options must be an object");
@@ -33,16 +32,46 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine
   ReducerOptions reducer;
   try {
     reducer.compressor = parseCompressor(stringOption(o, "compressor", "none"));
-    reducer.level = numberOption(o, "level", reducer.compressor == Compressor::TopK ? 0.1 : 1);
-    reducer.seed = static_cast<uint64_t>(numberOption(o, "compressionSeed", 42));
-    reducer.minCompressionRate = numberOption(o, "minCompressionRate", 1.0);
-    reducer.accumulateNorms = boolOption(o, "accumulateNorms", false);
-    session_ = std::make_unique<Session>(spec, sgd, reducer);
   } catch (const EngineError& e) {
     throw makeError(env, e.code(), e.what());
   }
+  reducer.level = numberOption(o, "level", reducer.compressor == Compressor::TopK ? 0.1 : 1);
+  reducer.seed = static_cast<uint64_t>(numberOption(o, "compressionSeed", 42));
+  reducer.minCompressionRate = numberOption(o, "minCompressionRate", 1.0);
+  reducer.accumulateNorms = boolOption(o, "accumulateNorms", false);
   worker_ = std::make_unique<WorkerThread>();
+  // Building (and initialising) a model takes up to a second for the largest ones: it is the first
+  // job on the engine's thread, and ready() reports its outcome.
+  EngineWrap* self = this;
+  ready_ = std::make_unique<Napi::ObjectReference>(Napi::Persistent(
+      schedule<std::vector<std::pair<std::string, Shape>>>(
+          env, *worker_,
+          [self, spec, sgd, reducer] {
+            self->session_ = std::make_unique<Session>(spec, sgd, reducer);
+            std::vector<std::pair<std::string, Shape>> params;
+            for (const Parameter* p : self->session_->model().parameters()) params.emplace_back(p->name, p->value.shape());
+            return params;
+          },
+          [](Napi::Env env, std::vector<std::pair<std::string, Shape>>& params) -> Napi::Value {
+            Napi::Array out = Napi::Array::New(env, params.size());
+            for (size_t i = 0; i < params.size(); ++i) {
+              Napi::Object p = Napi::Object::New(env);
+              p.Set("name", params[i].first);
+              p.Set("shape", shapeValue(env, params[i].second));
+              out.Set(static_cast<uint32_t>(i), p);
+            }
+            return out;
+          })
+          .As<Napi::Object>()));
 }
+
+Session& EngineWrap::session() {
+  if (!session_) throw EngineError("ERR_NOT_READY", "the engine's model could not be built (see the error of ready())");
+  return *session_;
+}
+
+// ready() → Promise<[{ name, shape }]>: the trainable parameters in state_dict order, once the model is built.
+Napi::Value EngineWrap::ready(const Napi::CallbackInfo& info) { return ready_->Value(); }
 
 WorkerThread& EngineWrap::worker(Napi::Env env) {
   if (!worker_) throw makeError(env, "ERR_DISPOSED", "the engine has been disposed");
@@ -55,30 +84,16 @@ Batcher& EngineWrap::batcherArg(const Napi::CallbackInfo& info, size_t index) {
   return BatcherWrap::Unwrap(info[index].As<Napi::Object>())->batcher();
 }
 
-// [{ name, shape }] of the trainable parameters, in state_dict order. Names and shapes never change.
-Napi::Value EngineWrap::parameters(const Napi::CallbackInfo& info) {
-  worker(info.Env());
-  auto& params = session_->model().parameters();
-  Napi::Array out = Napi::Array::New(info.Env(), params.size());
-  for (size_t i = 0; i < params.size(); ++i) {
-    Napi::Object p = Napi::Object::New(info.Env());
-    p.Set("name", params[i]->name);
-    p.Set("shape", shapeValue(info.Env(), params[i]->value.shape()));
-    out.Set(static_cast<uint32_t>(i), p);
-  }
-  return out;
-}
-
 // trainStep(batcher) → Promise<{ loss, correct, samples } | null>; null once the epoch is exhausted.
 Napi::Value EngineWrap::trainStep(const Napi::CallbackInfo& info) {
   Batcher& batcher = batcherArg(info, 0);
-  Session* session = session_.get();
+  EngineWrap* self = this;
   return schedule<std::optional<StepResult>>(
       info.Env(), worker(info.Env()),
-      [session, &batcher]() -> std::optional<StepResult> {
+      [self, &batcher]() -> std::optional<StepResult> {
         Batch batch;
         if (!batcher.next(batch)) return std::nullopt;
-        return session->trainStep(batch);
+        return self->session().trainStep(batch);
       },
       [](Napi::Env env, std::optional<StepResult>& r) -> Napi::Value {
         return r ? Napi::Value(stepResultValue(env, *r)) : env.Null();
@@ -89,9 +104,9 @@ Napi::Value EngineWrap::trainStep(const Napi::CallbackInfo& info) {
 // evaluate(batcher) → Promise<{ loss, correct, samples }> over the batcher's current epoch.
 Napi::Value EngineWrap::evaluate(const Napi::CallbackInfo& info) {
   Batcher& batcher = batcherArg(info, 0);
-  Session* session = session_.get();
+  EngineWrap* self = this;
   return schedule<StepResult>(
-      info.Env(), worker(info.Env()), [session, &batcher] { return session->evaluate(batcher); },
+      info.Env(), worker(info.Env()), [self, &batcher] { return self->session().evaluate(batcher); },
       [](Napi::Env env, StepResult& r) -> Napi::Value { return stepResultValue(env, r); }, {info.This(), info[0]});
 }
 
@@ -102,21 +117,21 @@ Napi::Value EngineWrap::predict(const Napi::CallbackInfo& info) {
                 w = info[3].As<Napi::Number>().Int64Value();
   if (n <= 0 || h <= 0 || w <= 0 || static_cast<int64_t>(images.ElementLength()) != n * 3 * h * w)
     throw typeError(info.Env(), "images must hold N×3×H×W floats");
-  Session* session = session_.get();
+  EngineWrap* self = this;
   const float* data = images.Data();
   return schedule<Tensor>(
-      info.Env(), worker(info.Env()), [session, data, n, h, w] { return session->predict(data, n, h, w); },
+      info.Env(), worker(info.Env()), [self, data, n, h, w] { return self->session().predict(data, n, h, w); },
       [](Napi::Env env, Tensor& logits) -> Napi::Value { return toJs(env, logits); }, {info.This(), info[0]});
 }
 
 Napi::Value EngineWrap::setLearningRate(const Napi::CallbackInfo& info) {
   if (!info[0].IsNumber()) throw typeError(info.Env(), "learning rate must be a number");
   const double lr = info[0].As<Napi::Number>().DoubleValue();
-  Session* session = session_.get();
+  EngineWrap* self = this;
   return schedule<bool>(
       info.Env(), worker(info.Env()),
-      [session, lr] {
-        session->optimizer().setLearningRate(lr);
+      [self, lr] {
+        self->session().optimizer().setLearningRate(lr);
         return true;
       },
       [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
@@ -125,9 +140,9 @@ Napi::Value EngineWrap::setLearningRate(const Napi::CallbackInfo& info) {
 // getState(includeTrainer) → Promise<[{ name, dtype, shape, data: ArrayBuffer }]>
 Napi::Value EngineWrap::getState(const Napi::CallbackInfo& info) {
   const bool includeTrainer = info.Length() > 0 && info[0].ToBoolean().Value();
-  Session* session = session_.get();
+  EngineWrap* self = this;
   return schedule<std::vector<StateEntry>>(
-      info.Env(), worker(info.Env()), [session, includeTrainer] { return session->state(includeTrainer); },
+      info.Env(), worker(info.Env()), [self, includeTrainer] { return self->session().state(includeTrainer); },
       [](Napi::Env env, std::vector<StateEntry>& entries) -> Napi::Value {
         Napi::Array out = Napi::Array::New(env, entries.size());
         for (size_t i = 0; i < entries.size(); ++i) {
@@ -165,11 +180,11 @@ Napi::Value EngineWrap::setState(const Napi::CallbackInfo& info) {
       throw makeError(env, "ERR_STATE_MISMATCH", "state entry '" + entry.name + "' has " + std::to_string(entry.bytes.size()) +
                                                      " bytes, which does not match " + entry.dtype + " " + shapeString(entry.shape));
   }
-  Session* session = session_.get();
+  EngineWrap* self = this;
   return schedule<bool>(
       env, worker(env),
-      [session, entries] {
-        session->loadState(*entries);
+      [self, entries] {
+        self->session().loadState(*entries);
         return true;
       },
       [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
@@ -177,11 +192,11 @@ Napi::Value EngineWrap::setState(const Napi::CallbackInfo& info) {
 
 // levels() → Promise<Float64Array>: per parameter, the PowerSGD rank or TopK ratio (0: sent dense).
 Napi::Value EngineWrap::levels(const Napi::CallbackInfo& info) {
-  Session* session = session_.get();
+  EngineWrap* self = this;
   return schedule<std::vector<double>>(
       info.Env(), worker(info.Env()),
-      [session] {
-        GradientReducer& r = session->reducer();
+      [self] {
+        GradientReducer& r = self->session().reducer();
         std::vector<double> out(r.size());
         for (size_t k = 0; k < r.size(); ++k) out[k] = r.level(k);
         return out;
@@ -197,11 +212,11 @@ Napi::Value EngineWrap::setLevels(const Napi::CallbackInfo& info) {
     throw typeError(env, "levels must be a Float64Array");
   auto array = info[0].As<Napi::Float64Array>();
   std::vector<double> levels(array.Data(), array.Data() + array.ElementLength());
-  Session* session = session_.get();
+  EngineWrap* self = this;
   return schedule<bool>(
       env, worker(env),
-      [session, levels] {
-        GradientReducer& r = session->reducer();
+      [self, levels] {
+        GradientReducer& r = self->session().reducer();
         if (levels.size() != r.size())
           throw invalidArgument("expected " + std::to_string(r.size()) + " levels, got " + std::to_string(levels.size()));
         auto settable = [&](size_t k) { return r.parameter(k).value.rank() > 1; };
@@ -217,22 +232,26 @@ Napi::Value EngineWrap::setLevels(const Napi::CallbackInfo& info) {
 // gradientNorms() → Promise<Float64Array>: ‖Σ g‖₂ per parameter since the last call (needs
 // accumulateNorms), then restarts the sums.
 Napi::Value EngineWrap::gradientNorms(const Napi::CallbackInfo& info) {
-  Session* session = session_.get();
+  EngineWrap* self = this;
   return schedule<std::vector<double>>(
-      info.Env(), worker(info.Env()), [session] { return session->reducer().takeGradientNorms(); },
+      info.Env(), worker(info.Env()), [self] { return self->session().reducer().takeGradientNorms(); },
       [](Napi::Env env, std::vector<double>& v) -> Napi::Value { return float64Array(env, v); }, {info.This()});
 }
 
 // dispose() → Promise<void>: frees the model once queued work has finished; later calls fail.
 Napi::Value EngineWrap::dispose(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!worker_) return Napi::Promise::Deferred::New(env).Promise();
+  if (!worker_) {
+    auto done = Napi::Promise::Deferred::New(env);
+    done.Resolve(env.Undefined());
+    return done.Promise();
+  }
   WorkerThread* retiring = worker_.release();
-  std::shared_ptr<Session> session(session_.release());
+  EngineWrap* self = this;
   return schedule<bool>(
       env, *retiring,
-      [session]() mutable {
-        session.reset();
+      [self] {
+        self->session_.reset();
         return true;
       },
       [retiring](Napi::Env env, bool&) -> Napi::Value {
