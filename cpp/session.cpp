@@ -55,6 +55,12 @@ Tensor Session::predict(const float* imagesNchw, int64_t n, int64_t height, int6
   return logits;
 }
 
+void Session::broadcastState(int root) {
+  auto& refs = model_.state();
+  for (Parameter* p : refs.parameters) group_->broadcast(p->value.data(), p->value.numel(), root);
+  for (Buffer* b : refs.buffers) group_->broadcast(b->value.data(), b->value.numel(), root);
+}
+
 static StateEntry floatEntry(const std::string& name, const Tensor& t) {
   StateEntry e{name, "F32", t.shape(), std::vector<uint8_t>(t.numel() * sizeof(float))};
   if (t.numel()) std::memcpy(e.bytes.data(), t.data(), e.bytes.size());

@@ -49,6 +49,10 @@ class Session {
   // state: momentum buffers, compressor memories, Q and levels, random streams ("optimizer.",
   // "compressor." and "rng." prefixes).
   std::vector<StateEntry> state(bool includeTrainer) const;
+  // Copies rank `root`'s parameters and running statistics to every worker of the group.
+  void broadcastState(int root);
+  ProcessGroup& group() { return *group_; }
+
   // Restores entries by name; every model entry must be present with the same shape and dtype.
   void loadState(const std::vector<StateEntry>& entries);
 

@@ -55,6 +55,8 @@ export interface EngineOptions {
   compressionSeed?: number;
   minCompressionRate?: number;
   accumulateNorms?: boolean;
+  /** Exchange gradients with the other workers of this group. */
+  group?: NativeProcessGroup;
 }
 
 export interface BatcherOptions {
@@ -89,6 +91,7 @@ export interface NativeEngine {
   levels(): Promise<Float64Array>;
   setLevels(levels: Float64Array): Promise<void>;
   gradientNorms(): Promise<Float64Array>;
+  broadcastState(root: number): Promise<void>;
   dispose(): Promise<void>;
 }
 
@@ -114,6 +117,15 @@ export interface LayerStateEntry {
   grad?: Float32Array;
 }
 
+export interface NativeProcessGroup {
+  ready(): Promise<void>;
+  allReduce(data: Float32Array, average: boolean): Promise<void>;
+  allGather(data: Float32Array, counts?: number[]): Promise<Float32Array>;
+  broadcast(data: Float32Array, root: number): Promise<void>;
+  barrier(): Promise<void>;
+  dispose(): Promise<void>;
+}
+
 export interface NativeLayerProbe {
   forward(input: Float32Array, shape: number[], training?: boolean): { data: Float32Array; shape: number[] };
   backward(gradOutput: Float32Array): Float32Array;
@@ -123,6 +135,16 @@ export interface NativeLayerProbe {
 
 interface Binding {
   Engine: new (options: EngineOptions) => NativeEngine;
+  ProcessGroup: new (options: {
+    rank: number;
+    worldSize: number;
+    storeHost: string;
+    storePort: number;
+    token: string;
+    hostname: string;
+    timeoutMs: number;
+    prefix?: string;
+  }) => NativeProcessGroup;
   Batcher: new (images: Uint8Array, labels: Int32Array, classes: number, options: BatcherOptions) => NativeBatcher;
   LayerProbe: new (kind: string, options?: Record<string, number | boolean>) => NativeLayerProbe;
   ReducerProbe: new (

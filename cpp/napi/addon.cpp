@@ -13,7 +13,7 @@ namespace accordion::napi {
 namespace {
 
 struct AddonData {
-  Napi::FunctionReference batcherClass;
+  Napi::FunctionReference batcherClass, groupClass;
 };
 
 Napi::Value buildInfo(const Napi::CallbackInfo& info) {
@@ -122,7 +122,10 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   Napi::Function batcher = BatcherWrap::define(env);
   data->batcherClass = Napi::Persistent(batcher);
   exports.Set("Batcher", batcher);
-  exports.Set("Engine", EngineWrap::define(env, data->batcherClass));
+  Napi::Function group = ProcessGroupWrap::define(env);
+  data->groupClass = Napi::Persistent(group);
+  exports.Set("ProcessGroup", group);
+  exports.Set("Engine", EngineWrap::define(env, data->batcherClass, data->groupClass));
   exports.Set("LayerProbe", LayerProbeWrap::define(env));
   exports.Set("ReducerProbe", ReducerProbeWrap::define(env));
   exports.Set("buildInfo", Napi::Function::New(env, buildInfo));

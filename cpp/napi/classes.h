@@ -8,9 +8,37 @@
 #include "layers.h"
 #include "napi/convert.h"
 #include "napi/worker.h"
+#include "gloo_group.h"
 #include "session.h"
 
 namespace accordion::napi {
+
+// A process group over Gloo (one per worker process), whose collectives run on its own native thread.
+// An Engine given the group runs on that same thread, so every collective of a worker, from the
+// training step or from JS, happens in one order.
+class ProcessGroupWrap : public Napi::ObjectWrap<ProcessGroupWrap> {
+ public:
+  static Napi::Function define(Napi::Env env);
+  explicit ProcessGroupWrap(const Napi::CallbackInfo& info);
+  std::shared_ptr<WorkerThread> thread() const { return worker_; }
+  // The connected group; only valid on the group's thread after ready() resolved.
+  std::shared_ptr<GlooGroup> group() const { return group_; }
+
+ private:
+  Napi::Value ready(const Napi::CallbackInfo& info);
+  Napi::Value allReduce(const Napi::CallbackInfo& info);
+  Napi::Value allGather(const Napi::CallbackInfo& info);
+  Napi::Value broadcast(const Napi::CallbackInfo& info);
+  Napi::Value barrier(const Napi::CallbackInfo& info);
+  Napi::Value dispose(const Napi::CallbackInfo& info);
+  GlooGroup& connected();
+  WorkerThread& worker(Napi::Env env);
+
+  int rank_ = 0, size_ = 1;
+  std::shared_ptr<WorkerThread> worker_;
+  std::shared_ptr<GlooGroup> group_;  // set on the group's thread
+  std::unique_ptr<Napi::ObjectReference> ready_;
+};
 
 class BatcherWrap : public Napi::ObjectWrap<BatcherWrap> {
  public:
@@ -31,7 +59,7 @@ class BatcherWrap : public Napi::ObjectWrap<BatcherWrap> {
 // A training session (model + optimiser) whose work runs on its own native thread.
 class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
  public:
-  static Napi::Function define(Napi::Env env, Napi::FunctionReference& batcherClass);
+  static Napi::Function define(Napi::Env env, Napi::FunctionReference& batcherClass, Napi::FunctionReference& groupClass);
   explicit EngineWrap(const Napi::CallbackInfo& info);
 
  private:
@@ -51,8 +79,11 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
 
   Session& session();  // on the engine's thread only
 
+  Napi::Value broadcastState(const Napi::CallbackInfo& info);
+
   std::unique_ptr<Session> session_;  // built and used on the engine's thread
-  std::unique_ptr<WorkerThread> worker_;
+  std::shared_ptr<WorkerThread> worker_;  // the process group's thread when the engine has one
+  Napi::ObjectReference groupRef_;
   std::unique_ptr<Napi::ObjectReference> ready_;
 };
 

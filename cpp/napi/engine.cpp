@@ -6,9 +6,11 @@
 namespace accordion::napi {
 
 static Napi::FunctionReference* batcherConstructor = nullptr;
+static Napi::FunctionReference* groupConstructor = nullptr;
 
-Napi::Function EngineWrap::define(Napi::Env env, Napi::FunctionReference& batcherClass) {
+Napi::Function EngineWrap::define(Napi::Env env, Napi::FunctionReference& batcherClass, Napi::FunctionReference& groupClass) {
   batcherConstructor = &batcherClass;
+  groupConstructor = &groupClass;
   return DefineClass(env, "Engine",
                      {InstanceMethod("ready", &EngineWrap::ready), InstanceMethod("trainStep", &EngineWrap::trainStep),
                       InstanceMethod("evaluate", &EngineWrap::evaluate), InstanceMethod("predict", &EngineWrap::predict),
@@ -16,11 +18,14 @@ Napi::Function EngineWrap::define(Napi::Env env, Napi::FunctionReference& batche
                       InstanceMethod("getState", &EngineWrap::getState), InstanceMethod("setState", &EngineWrap::setState),
                       InstanceMethod("levels", &EngineWrap::levels), InstanceMethod("setLevels", &EngineWrap::setLevels),
                       InstanceMethod("gradientNorms", &EngineWrap::gradientNorms),
+                      InstanceMethod("broadcastState", &EngineWrap::broadcastState),
                       InstanceMethod("dispose", &EngineWrap::dispose)});
 }
 
 // new Engine({ model, classes, seed, learningRate, momentum, weightDecay, nesterov,
-//              compressor, level, compressionSeed, minCompressionRate, accumulateNorms })
+//              compressor, level, compressionSeed, minCompressionRate, accumulateNorms, group })
+// With `group` (a ProcessGroup) gradients are exchanged with the other workers and the engine's work
+// runs on the group's thread.
 EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<EngineWrap>(info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsObject()) throw typeError(env, "Engine options must be an object");
@@ -39,15 +44,31 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine
   reducer.seed = static_cast<uint64_t>(numberOption(o, "compressionSeed", 42));
   reducer.minCompressionRate = numberOption(o, "minCompressionRate", 1.0);
   reducer.accumulateNorms = boolOption(o, "accumulateNorms", false);
-  worker_ = std::make_unique<WorkerThread>();
+  ProcessGroupWrap* groupWrap = nullptr;
+  Napi::Value group = o.Get("group");
+  if (!group.IsUndefined() && !group.IsNull()) {
+    if (!group.IsObject() || !group.As<Napi::Object>().InstanceOf(groupConstructor->Value()))
+      throw typeError(env, "option 'group' must be a ProcessGroup");
+    groupWrap = ProcessGroupWrap::Unwrap(group.As<Napi::Object>());
+    if (!groupWrap->thread()) throw makeError(env, "ERR_DISPOSED", "the process group has been disposed");
+    groupRef_ = Napi::Persistent(group.As<Napi::Object>());
+    worker_ = groupWrap->thread();
+  } else {
+    worker_ = std::make_shared<WorkerThread>();
+  }
   // Building (and initialising) a model takes up to a second for the largest ones: it is the first
   // job on the engine's thread, and ready() reports its outcome.
   EngineWrap* self = this;
   ready_ = std::make_unique<Napi::ObjectReference>(Napi::Persistent(
       schedule<std::vector<std::pair<std::string, Shape>>>(
           env, *worker_,
-          [self, spec, sgd, reducer] {
-            self->session_ = std::make_unique<Session>(spec, sgd, reducer);
+          [self, spec, sgd, reducer, groupWrap] {
+            std::shared_ptr<ProcessGroup> group;
+            if (groupWrap) {
+              group = groupWrap->group();  // connected by the earlier job on this thread, if it succeeded
+              if (!group) throw EngineError("ERR_NOT_READY", "the engine's process group is not connected");
+            }
+            self->session_ = std::make_unique<Session>(spec, sgd, reducer, group);
             std::vector<std::pair<std::string, Shape>> params;
             for (const Parameter* p : self->session_->model().parameters()) params.emplace_back(p->name, p->value.shape());
             return params;
@@ -238,6 +259,20 @@ Napi::Value EngineWrap::gradientNorms(const Napi::CallbackInfo& info) {
       [](Napi::Env env, std::vector<double>& v) -> Napi::Value { return float64Array(env, v); }, {info.This()});
 }
 
+// broadcastState(root) → Promise<void>: every parameter and buffer (running statistics) takes rank
+// root's values, so all workers start from identical weights.
+Napi::Value EngineWrap::broadcastState(const Napi::CallbackInfo& info) {
+  const int root = info.Length() > 0 ? info[0].As<Napi::Number>().Int32Value() : 0;
+  EngineWrap* self = this;
+  return schedule<bool>(
+      info.Env(), worker(info.Env()),
+      [self, root] {
+        self->session().broadcastState(root);
+        return true;
+      },
+      [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
+}
+
 // dispose() → Promise<void>: frees the model once queued work has finished; later calls fail.
 Napi::Value EngineWrap::dispose(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -246,16 +281,16 @@ Napi::Value EngineWrap::dispose(const Napi::CallbackInfo& info) {
     done.Resolve(env.Undefined());
     return done.Promise();
   }
-  WorkerThread* retiring = worker_.release();
+  auto retiring = std::make_shared<std::shared_ptr<WorkerThread>>(std::move(worker_));
   EngineWrap* self = this;
   return schedule<bool>(
-      env, *retiring,
+      env, **retiring,
       [self] {
         self->session_.reset();
         return true;
       },
       [retiring](Napi::Env env, bool&) -> Napi::Value {
-        delete retiring;  // its queue is empty: nothing can be posted after dispose
+        retiring->reset();  // joins the thread here, on the JS thread, unless a process group still shares it
         return env.Undefined();
       },
       {info.This()});

@@ -1,0 +1,166 @@
+// JS class ProcessGroup: Gloo collectives between worker processes.
+#include "napi/classes.h"
+
+namespace accordion::napi {
+
+Napi::Function ProcessGroupWrap::define(Napi::Env env) {
+  return DefineClass(env, "ProcessGroup",
+                     {InstanceMethod("ready", &ProcessGroupWrap::ready), InstanceMethod("allReduce", &ProcessGroupWrap::allReduce),
+                      InstanceMethod("allGather", &ProcessGroupWrap::allGather),
+                      InstanceMethod("broadcast", &ProcessGroupWrap::broadcast), InstanceMethod("barrier", &ProcessGroupWrap::barrier),
+                      InstanceMethod("dispose", &ProcessGroupWrap::dispose)});
+}
+
+// new ProcessGroup({ rank, worldSize, storeHost, storePort, token, hostname, timeoutMs, prefix })
+// Connecting waits for every rank, so it happens on the group's thread; ready() reports it.
+ProcessGroupWrap::ProcessGroupWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ProcessGroupWrap>(info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsObject()) throw typeError(env, "ProcessGroup options must be an object");
+  Napi::Object o = info[0].As<Napi::Object>();
+  GlooOptions options;
+  options.rank = static_cast<int>(numberOption(o, "rank", 0));
+  options.size = static_cast<int>(numberOption(o, "worldSize", 1));
+  options.storeHost = stringOption(o, "storeHost", "127.0.0.1");
+  options.storePort = static_cast<int>(numberOption(o, "storePort", 29500));
+  options.token = stringOption(o, "token", "");
+  options.hostname = stringOption(o, "hostname", "127.0.0.1");
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(numberOption(o, "timeoutMs", 60000)));
+  options.prefix = stringOption(o, "prefix", "default");
+  rank_ = options.rank;
+  size_ = options.size;
+  worker_ = std::make_shared<WorkerThread>();
+  ProcessGroupWrap* self = this;
+  ready_ = std::make_unique<Napi::ObjectReference>(Napi::Persistent(
+      schedule<bool>(
+          env, *worker_,
+          [self, options] {
+            self->group_ = std::make_shared<GlooGroup>(options);
+            return true;
+          },
+          [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); })
+          .As<Napi::Object>()));
+}
+
+Napi::Value ProcessGroupWrap::ready(const Napi::CallbackInfo&) { return ready_->Value(); }
+
+GlooGroup& ProcessGroupWrap::connected() {
+  if (!group_) throw EngineError("ERR_NOT_READY", "the process group is not connected (see the error of ready())");
+  return *group_;
+}
+
+WorkerThread& ProcessGroupWrap::worker(Napi::Env env) {
+  if (!worker_) throw makeError(env, "ERR_DISPOSED", "the process group has been disposed");
+  return *worker_;
+}
+
+// allReduce(data: Float32Array, average = false) → Promise<void>: element-wise sum (or mean) in place.
+Napi::Value ProcessGroupWrap::allReduce(const Napi::CallbackInfo& info) {
+  Napi::Float32Array data = float32Arg(info, 0, "data");
+  const bool average = info.Length() > 1 && info[1].ToBoolean().Value();
+  float* ptr = data.Data();
+  const int64_t count = static_cast<int64_t>(data.ElementLength());
+  ProcessGroupWrap* self = this;
+  return schedule<bool>(
+      info.Env(), worker(info.Env()),
+      [self, ptr, count, average] {
+        GlooGroup& g = self->connected();
+        g.allReduceSum(ptr, count);
+        if (average)
+          for (int64_t i = 0; i < count; ++i) ptr[i] /= static_cast<float>(g.size());
+        return true;
+      },
+      [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This(), info[0]});
+}
+
+// allGather(data: Float32Array, counts?: number[]) → Promise<Float32Array>: every rank's data in rank
+// order. Without counts every rank must give the same length; with counts, counts[r] is rank r's.
+Napi::Value ProcessGroupWrap::allGather(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Float32Array data = float32Arg(info, 0, "data");
+  std::vector<int64_t> counts;
+  if (info.Length() > 1 && !info[1].IsUndefined()) {
+    counts = shapeArg(env, info[1], "counts");
+    if (static_cast<int>(counts.size()) != size_)
+      throw typeError(env, "counts must have one entry per rank (" + std::to_string(size_) + ")");
+    if (counts[rank_] != static_cast<int64_t>(data.ElementLength()))
+      throw typeError(env, "counts[" + std::to_string(rank_) + "] is " + std::to_string(counts[rank_]) + " but this rank gives " +
+                               std::to_string(data.ElementLength()) + " floats");
+  }
+  const float* ptr = data.Data();
+  const int64_t count = static_cast<int64_t>(data.ElementLength());
+  ProcessGroupWrap* self = this;
+  return schedule<std::vector<float>>(
+      env, worker(env),
+      [self, ptr, count, counts] {
+        GlooGroup& g = self->connected();
+        std::vector<float> out;
+        if (counts.empty()) {
+          out.resize(static_cast<size_t>(count * g.size()));
+          g.allGather(ptr, count, out.data());
+        } else {
+          int64_t total = 0;
+          for (int64_t c : counts) total += c;
+          out.resize(static_cast<size_t>(total));
+          g.allGatherV(ptr, counts, out.data());
+        }
+        return out;
+      },
+      [](Napi::Env env, std::vector<float>& out) -> Napi::Value {
+        Napi::Float32Array result = Napi::Float32Array::New(env, out.size());
+        std::copy(out.begin(), out.end(), result.Data());
+        return result;
+      },
+      {info.This(), info[0]});
+}
+
+// broadcast(data: Float32Array, root) → Promise<void>: root's data copied into every rank's, in place.
+Napi::Value ProcessGroupWrap::broadcast(const Napi::CallbackInfo& info) {
+  Napi::Float32Array data = float32Arg(info, 0, "data");
+  const int root = info.Length() > 1 ? info[1].As<Napi::Number>().Int32Value() : 0;
+  float* ptr = data.Data();
+  const int64_t count = static_cast<int64_t>(data.ElementLength());
+  ProcessGroupWrap* self = this;
+  return schedule<bool>(
+      info.Env(), worker(info.Env()),
+      [self, ptr, count, root] {
+        self->connected().broadcast(ptr, count, root);
+        return true;
+      },
+      [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This(), info[0]});
+}
+
+Napi::Value ProcessGroupWrap::barrier(const Napi::CallbackInfo& info) {
+  ProcessGroupWrap* self = this;
+  return schedule<bool>(
+      info.Env(), worker(info.Env()),
+      [self] {
+        self->connected().barrier();
+        return true;
+      },
+      [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
+}
+
+// dispose() → Promise<void>: closes the connections once queued collectives have run.
+Napi::Value ProcessGroupWrap::dispose(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!worker_) {
+    auto done = Napi::Promise::Deferred::New(env);
+    done.Resolve(env.Undefined());
+    return done.Promise();
+  }
+  auto retiring = std::make_shared<std::shared_ptr<WorkerThread>>(std::move(worker_));
+  ProcessGroupWrap* self = this;
+  return schedule<bool>(
+      env, **retiring,
+      [self] {
+        self->group_.reset();
+        return true;
+      },
+      [retiring](Napi::Env env, bool&) -> Napi::Value {
+        retiring->reset();  // joins the thread here, on the JS thread, unless an engine still shares it
+        return env.Undefined();
+      },
+      {info.This()});
+}
+
+}  // namespace accordion::napi

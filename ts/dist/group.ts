@@ -1,0 +1,163 @@
+/**
+ * A process group for data-parallel training: Gloo collectives (native) between one process per
+ * worker, connected through the job's rendezvous store. Workers find each other the way torchrun's
+ * do, through RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT (plus ACCORDION_JOB_TOKEN).
+ */
+import { createHash } from 'node:crypto';
+import { binding, call, type NativeProcessGroup } from '../native.js';
+import { UsageError } from '../errors.js';
+import { RendezvousError, StoreClient, StoreServer } from './store.js';
+
+export interface DistributedEnv {
+  rank: number;
+  worldSize: number;
+  localRank: number;
+  masterAddr: string;
+  masterPort: number;
+  token: string;
+  /** Whether the launcher hosts the store (else rank 0 does). */
+  storeHosted: boolean;
+}
+
+/** The worker's place in the job from its environment; undefined when it runs alone. */
+export function distributedEnv(env: NodeJS.ProcessEnv = process.env): DistributedEnv | undefined {
+  if (env.WORLD_SIZE === undefined) return undefined;
+  const int = (name: string, fallback?: number): number => {
+    const raw = env[name];
+    if (raw === undefined && fallback !== undefined) return fallback;
+    const v = Number(raw);
+    if (raw === undefined || !Number.isInteger(v) || v < 0) throw new UsageError(`environment variable ${name} must be a non-negative integer, got '${raw}'`);
+    return v;
+  };
+  const worldSize = int('WORLD_SIZE');
+  const rank = int('RANK');
+  if (worldSize < 1 || rank >= worldSize) throw new UsageError(`RANK ${rank} is outside WORLD_SIZE ${worldSize}`);
+  return {
+    rank,
+    worldSize,
+    localRank: int('LOCAL_RANK', rank),
+    masterAddr: env.MASTER_ADDR ?? '127.0.0.1',
+    masterPort: int('MASTER_PORT', 29500),
+    token: env.ACCORDION_JOB_TOKEN ?? '',
+    storeHosted: env.ACCORDION_STORE_HOSTED === '1',
+  };
+}
+
+export interface ConnectOptions {
+  rank: number;
+  worldSize: number;
+  masterAddr?: string;
+  masterPort?: number;
+  token?: string;
+  /** Timeout of the rendezvous and of every collective. */
+  timeoutMs?: number;
+  /** Host the store in this process (rank 0 when no launcher hosts it). */
+  hostStore?: boolean;
+}
+
+export class ProcessGroup {
+  /** @internal */
+  readonly native: NativeProcessGroup;
+
+  private constructor(
+    readonly rank: number,
+    readonly worldSize: number,
+    readonly timeoutMs: number,
+    /** The TS side's connection to the job's store. */
+    readonly store: StoreClient,
+    native: NativeProcessGroup,
+    private readonly server?: StoreServer,
+  ) {
+    this.native = native;
+  }
+
+  static fromEnv(env: DistributedEnv, timeoutMs?: number): Promise<ProcessGroup> {
+    return ProcessGroup.connect({ ...env, timeoutMs, hostStore: !env.storeHosted && env.rank === 0 });
+  }
+
+  static async connect(options: ConnectOptions): Promise<ProcessGroup> {
+    const { rank, worldSize } = options;
+    if (!Number.isInteger(worldSize) || worldSize < 1 || !Number.isInteger(rank) || rank < 0 || rank >= worldSize)
+      throw new UsageError(`rank ${rank} is outside a world of size ${worldSize}`);
+    const host = options.masterAddr ?? '127.0.0.1';
+    const port = options.masterPort ?? 29500;
+    const token = options.token ?? '';
+    const timeoutMs = options.timeoutMs ?? 60_000;
+    const server = options.hostStore ? await StoreServer.listen({ host, port, token }) : undefined;
+    let store: StoreClient | undefined;
+    try {
+      store = await StoreClient.connect(host, port, token, timeoutMs);
+      const native = new binding.ProcessGroup({
+        rank,
+        worldSize,
+        storeHost: host,
+        storePort: port,
+        token,
+        hostname: store.localAddress,
+        timeoutMs,
+      });
+      try {
+        await call(native.ready());
+      } catch (err) {
+        await native.dispose();
+        throw err;
+      }
+      return new ProcessGroup(rank, worldSize, timeoutMs, store, native, server);
+    } catch (err) {
+      store?.close();
+      await server?.close();
+      throw err;
+    }
+  }
+
+  /** Element-wise sum (or mean) over the workers, in place. */
+  async allReduce(data: Float32Array, options: { average?: boolean } = {}): Promise<void> {
+    await call(this.native.allReduce(data, options.average ?? false));
+  }
+
+  /** Every worker's data in rank order; with `counts`, rank r contributes counts[r] floats. */
+  async allGather(data: Float32Array, counts?: number[]): Promise<Float32Array> {
+    return call(this.native.allGather(data, counts));
+  }
+
+  /** Rank `root`'s data copied into every worker's array, in place. */
+  async broadcast(data: Float32Array, root = 0): Promise<void> {
+    await call(this.native.broadcast(data, root));
+  }
+
+  async barrier(): Promise<void> {
+    await call(this.native.barrier());
+  }
+
+  /**
+   * Stops every rank with the same message when the ranks' configurations differ, naming the first
+   * setting that differs. Compares through the store, before any training.
+   */
+  async checkConfig(config: Record<string, unknown>, name = 'config'): Promise<void> {
+    const json = JSON.stringify(config, Object.keys(config).sort());
+    await this.store.set(`${name}/${this.rank}`, json);
+    const mine = config;
+    for (let r = 0; r < this.worldSize; r++) {
+      if (r === this.rank) continue;
+      const theirs = JSON.parse((await this.store.get(`${name}/${r}`, this.timeoutMs)).toString()) as Record<string, unknown>;
+      if (digest(theirs) === digest(mine)) continue;
+      const keys = [...new Set([...Object.keys(mine), ...Object.keys(theirs)])].sort();
+      const key = keys.find((k) => JSON.stringify(mine[k]) !== JSON.stringify(theirs[k]))!;
+      const [low, high] = r < this.rank ? [r, this.rank] : [this.rank, r];
+      const value = (rank: number) => JSON.stringify(rank === this.rank ? mine[key] : theirs[key]);
+      throw new RendezvousError(
+        `the workers' configurations differ: ${key} is ${value(low)} on rank ${low} but ${value(high)} on rank ${high}`,
+      );
+    }
+  }
+
+  async dispose(): Promise<void> {
+    await this.native.dispose();
+    this.store.close();
+    await this.server?.close();
+  }
+}
+
+function digest(config: Record<string, unknown>): string {
+  return createHash('sha256').update(JSON.stringify(config, Object.keys(config).sort())).digest('hex');
+}
