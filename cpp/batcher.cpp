@@ -26,7 +26,8 @@ Batcher::Batcher(const uint8_t* images, const int32_t* labels, int64_t count, in
       throw invalidArgument("label " + std::to_string(labels[i]) + " of sample " + std::to_string(i) + " is outside 0.." +
                             std::to_string(classes - 1));
   // DistributedSampler: pad the index list to a multiple of the world size, each rank takes every W-th.
-  shardSize_ = (count + options.worldSize - 1) / options.worldSize;
+  shardSize_ = options.padShards ? (count + options.worldSize - 1) / options.worldSize
+                                 : (count - options.rank + options.worldSize - 1) / options.worldSize;
   thread_ = std::thread([this] { produce(); });
 }
 
@@ -50,7 +51,7 @@ void Batcher::startEpoch(int64_t epoch) {
     Random rng(mixSeed(options_.seed, static_cast<uint64_t>(epoch)));
     for (int64_t i = count_ - 1; i > 0; --i) std::swap(all[i], all[rng.below(static_cast<uint64_t>(i + 1))]);
   }
-  const int64_t total = shardSize_ * options_.worldSize;
+  const int64_t total = options_.padShards ? shardSize_ * options_.worldSize : count_;
   for (int64_t i = count_; i < total; ++i) all.push_back(all[i - count_]);
   std::vector<int64_t> shard;
   shard.reserve(shardSize_);

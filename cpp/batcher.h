@@ -21,6 +21,9 @@ struct BatcherOptions {
   bool dropLast = false;
   uint64_t seed = 0;
   int64_t rank = 0, worldSize = 1;  // this worker's shard
+  // DistributedSampler pads the index list to a multiple of the world size (every rank gets as many
+  // samples); evaluation shards without padding so each sample counts once.
+  bool padShards = true;
   float mean[3] = {0.f, 0.f, 0.f};  // per channel, on the [0, 1] scale
   float stddev[3] = {1.f, 1.f, 1.f};
   int64_t prefetch = 3;  // batches prepared ahead

@@ -1,7 +1,9 @@
 /**
  * Checkpoints of a run: `checkpoints/epoch-NNNN/` holds `model.safetensors` (exactly the PyTorch
- * state_dict, loadable with strict=True) and `trainer.safetensors` (optimiser buffers, random
- * streams, and the trainer's position in its metadata). A checkpoint directory is assembled under
+ * state_dict, loadable with strict=True) and `trainer.safetensors` (optimiser buffers, compressor
+ * memories, random streams, and the trainer's position in its metadata); in a data-parallel run
+ * every other rank adds its own `trainer-rank<k>.safetensors` (error-feedback memories differ
+ * between workers). A checkpoint directory is assembled under
  * a temporary name and renamed into place, then `checkpoints/latest` is replaced atomically, so an
  * interrupted run always leaves the previous checkpoint intact and `latest` never points at a
  * partial one.
@@ -11,6 +13,7 @@ import * as path from 'node:path';
 import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors.js';
 import { CheckpointError } from './errors.js';
 import type { Model } from './model.js';
+import type { ProcessGroup } from './dist/group.js';
 
 const TRAINER_PREFIXES = ['optimizer.', 'compressor.', 'rng.'];
 const KEEP = 2;
@@ -44,34 +47,65 @@ function writeFileAtomic(file: string, text: string): void {
   fs.renameSync(tmp, file);
 }
 
-export async function saveCheckpoint(runDir: string, model: Model, position: TrainerPosition): Promise<string> {
+function trainerFile(rank: number): string {
+  return rank === 0 ? 'trainer.safetensors' : `trainer-rank${rank}.safetensors`;
+}
+
+/**
+ * Writes the checkpoint after `position.epochsCompleted` epochs. With a group every rank calls it:
+ * rank 0 prepares the directory and publishes it once every rank has written its file.
+ */
+export async function saveCheckpoint(runDir: string, model: Model, position: TrainerPosition, group?: ProcessGroup): Promise<string> {
+  const rank = group?.rank ?? 0;
   const root = path.join(runDir, 'checkpoints');
-  fs.mkdirSync(root, { recursive: true });
+  const name = epochDirName(position.epochsCompleted);
+  const tmp = path.join(root, `.tmp-${name}`);
+  const final = path.join(root, name);
   const state = await model.stateDict(true);
   const isTrainer = (t: NamedTensor) => TRAINER_PREFIXES.some((p) => t.name.startsWith(p));
-  const name = epochDirName(position.epochsCompleted);
-  const tmp = path.join(root, `.tmp-${name}-${process.pid}`);
-  fs.rmSync(tmp, { recursive: true, force: true });
-  fs.mkdirSync(tmp);
-  try {
-    writeSafetensors(path.join(tmp, 'model.safetensors'), state.filter((t) => !isTrainer(t)), {
-      format: 'pt',
-      architecture: model.architecture,
-      classes: String(model.classes),
+  let failure: Error | undefined;
+  const attempt = (fn: () => void) => {
+    if (failure) return;
+    try {
+      fn();
+    } catch (err) {
+      failure = err as Error;
+    }
+  };
+  if (rank === 0)
+    attempt(() => {
+      fs.mkdirSync(root, { recursive: true });
+      fs.rmSync(tmp, { recursive: true, force: true });
+      fs.mkdirSync(tmp);
     });
-    writeSafetensors(path.join(tmp, 'trainer.safetensors'), state.filter(isTrainer), {
-      position: JSON.stringify(position),
+  await group?.barrier();
+  attempt(() => {
+    if (rank === 0)
+      writeSafetensors(path.join(tmp, 'model.safetensors'), state.filter((t) => !isTrainer(t)), {
+        format: 'pt',
+        architecture: model.architecture,
+        classes: String(model.classes),
+      });
+    writeSafetensors(path.join(tmp, trainerFile(rank)), state.filter(isTrainer), { position: JSON.stringify(position) });
+  });
+  // Every rank learns whether any rank failed, so they all stop (or go on) together.
+  const failed = new Float32Array([failure ? 1 : 0]);
+  await group?.allReduce(failed);
+  if (failed[0]! === 0 && rank === 0)
+    attempt(() => {
+      fs.rmSync(final, { recursive: true, force: true });
+      fs.renameSync(tmp, final);
+      writeFileAtomic(path.join(root, 'latest'), name + '\n');
     });
-    const final = path.join(root, name);
-    fs.rmSync(final, { recursive: true, force: true });
-    fs.renameSync(tmp, final);
-    writeFileAtomic(path.join(root, 'latest'), name + '\n');
-  } catch (err) {
-    fs.rmSync(tmp, { recursive: true, force: true });
-    throw new CheckpointError(`cannot write checkpoint ${name} in ${root}: ${(err as Error).message}`);
+  if (failure || failed[0]! > 0) {
+    if (rank === 0) fs.rmSync(tmp, { recursive: true, force: true });
+    throw new CheckpointError(
+      `cannot write checkpoint ${name} in ${root}: ${failure ? failure.message : 'another rank failed to write its part'}`,
+    );
   }
-  pruneCheckpoints(root, position.epochsCompleted);
-  return path.join(root, name);
+  if (rank === 0) pruneCheckpoints(root, position.epochsCompleted);
+  await group?.barrier();
+  return final;
 }
 
 function pruneCheckpoints(root: string, current: number): void {
@@ -101,15 +135,18 @@ export function resolveCheckpointDir(target: string): string {
   throw new CheckpointError(`${target} holds no checkpoint (expected checkpoints/latest or trainer.safetensors)`);
 }
 
-export function loadCheckpoint(target: string): LoadedCheckpoint {
+/** Loads a checkpoint: the model and the trainer state of `rank` (rank 0's for a single process). */
+export function loadCheckpoint(target: string, rank = 0): LoadedCheckpoint {
   const dir = resolveCheckpointDir(target);
   const model = readSafetensors(path.join(dir, 'model.safetensors'));
-  const trainer = readSafetensors(path.join(dir, 'trainer.safetensors'));
+  const file = path.join(dir, trainerFile(rank));
+  if (!fs.existsSync(file)) throw new CheckpointError(`${dir} holds no trainer state for rank ${rank} (${trainerFile(rank)})`);
+  const trainer = readSafetensors(file);
   let position: TrainerPosition;
   try {
     position = JSON.parse(trainer.metadata.position ?? '') as TrainerPosition;
   } catch {
-    throw new CheckpointError(`${path.join(dir, 'trainer.safetensors')}: metadata 'position' is missing or not JSON`);
+    throw new CheckpointError(`${file}: metadata 'position' is missing or not JSON`);
   }
   if (!Number.isInteger(position.epochsCompleted) || position.epochsCompleted < 0)
     throw new CheckpointError(`${dir}: invalid epochsCompleted in the trainer state`);

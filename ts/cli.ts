@@ -9,6 +9,8 @@ import { fileURLToPath } from 'node:url';
 import { AccordionError, UsageError } from './errors.js';
 import { DEFAULT_CONFIG, Trainer, type TrainConfig } from './trainer.js';
 import { ARCHITECTURES } from './model.js';
+import { distributedEnv } from './dist/group.js';
+import { launch } from './dist/launch.js';
 
 type Kind = 'int' | 'number' | 'string' | 'list' | 'flag';
 
@@ -48,6 +50,7 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--synthetic-train', key: 'syntheticTrain', kind: 'int', help: 'training images of the synthetic dataset' },
   { flag: '--synthetic-test', key: 'syntheticTest', kind: 'int', help: 'test images of the synthetic dataset' },
   { flag: '--threads', key: 'threads', kind: 'int', help: 'native threads (default: OMP_NUM_THREADS or all cores)' },
+  { flag: '--timeout', key: 'timeoutMs', kind: 'int', help: 'milliseconds before a rendezvous or collective gives up' },
   { flag: '--quiet', key: 'progress', kind: 'flag', negate: true, help: 'no progress bar or per-epoch lines' },
   { flag: '--help', key: 'help', kind: 'flag', help: 'show this help' },
 ];
@@ -112,35 +115,123 @@ function trainHelp(): string {
 const USAGE = `Usage: accordion <command> [options]
 
 Commands:
-  train    train a model (accordion train --help for options)
+  train    train a model (accordion train --help for options; --workers N starts N processes)
+  launch   start one training process per worker, like torchrun (accordion launch --help)
   info     show how the native addon was built and which devices it sees`;
 
-async function train(argv: string[]): Promise<void> {
+const LAUNCH_OPTIONS: { flag: string; key: string; kind: 'int' | 'string'; help: string; dflt: string }[] = [
+  { flag: '--nproc-per-node', key: 'nprocPerNode', kind: 'int', help: 'worker processes on this node', dflt: '1' },
+  { flag: '--nnodes', key: 'nnodes', kind: 'int', help: 'nodes in the job', dflt: '1' },
+  { flag: '--node-rank', key: 'nodeRank', kind: 'int', help: "this node's index", dflt: '0' },
+  { flag: '--master-addr', key: 'masterAddr', kind: 'string', help: "node 0's address (the store listens there)", dflt: '127.0.0.1' },
+  { flag: '--master-port', key: 'masterPort', kind: 'int', help: "the store's port", dflt: '29500' },
+  { flag: '--token', key: 'token', kind: 'string', help: 'job token shared by all nodes (default: ACCORDION_JOB_TOKEN, or random for one node)', dflt: '' },
+];
+
+function launchHelp(): string {
+  return [
+    'Usage: accordion launch [launch options] -- <train options>',
+    '',
+    'Launch options:',
+    ...LAUNCH_OPTIONS.map((o) => `  ${(o.flag + (o.kind === 'int' ? ' N' : ' VALUE')).padEnd(26)} ${o.help}${o.dflt ? ` (default: ${o.dflt})` : ''}`),
+    '',
+    'Example: accordion launch --nproc-per-node 4 -- --model resnet18 --compressor powersgd',
+  ].join('\n');
+}
+
+/** Runs the training command once per worker through the launcher and returns its exit code. */
+async function runLaunch(options: {
+  nprocPerNode: number;
+  nnodes?: number;
+  nodeRank?: number;
+  masterAddr?: string;
+  masterPort?: number;
+  token?: string;
+  trainArgs: string[];
+}): Promise<number> {
+  const trainArgs = [...options.trainArgs];
+  // Every worker must write to the same run directory, so it is chosen once, here.
+  const parsed = parseTrainArgs(trainArgs);
+  if (!parsed.outDir && !parsed.resume) trainArgs.push('--out', defaultRunDir(String(parsed.model ?? 'run')));
+  const result = await launch({
+    nprocPerNode: options.nprocPerNode,
+    nnodes: options.nnodes ?? 1,
+    nodeRank: options.nodeRank ?? 0,
+    masterAddr: options.masterAddr ?? '127.0.0.1',
+    masterPort: options.masterPort ?? 29500,
+    token: options.token || undefined,
+    command: [process.execPath, fileURLToPath(import.meta.url), 'train', ...trainArgs],
+  });
+  if (result.failure) process.stderr.write(`accordion launch: job failed: ${result.failure}\n`);
+  return result.exitCode;
+}
+
+function defaultRunDir(model: string): string {
+  return path.join('runs', `${model}-${new Date().toISOString().replace(/[:.]/g, '-')}`);
+}
+
+async function launchCommand(argv: string[]): Promise<number> {
+  const split = argv.indexOf('--');
+  const own = split < 0 ? argv : argv.slice(0, split);
+  const trainArgs = split < 0 ? [] : argv.slice(split + 1);
+  const values: Record<string, string | number> = {};
+  for (let i = 0; i < own.length; i++) {
+    const arg = own[i]!;
+    if (arg === '--help') {
+      process.stdout.write(launchHelp() + '\n');
+      return 0;
+    }
+    const eq = arg.indexOf('=');
+    const flag = eq > 0 ? arg.slice(0, eq) : arg;
+    const spec = LAUNCH_OPTIONS.find((o) => o.flag === flag);
+    if (!spec) throw new UsageError(`unknown launch option ${flag} (training options go after --; see accordion launch --help)`);
+    const raw = eq > 0 ? arg.slice(eq + 1) : own[++i];
+    if (raw === undefined) throw new UsageError(`option ${flag} needs a value`);
+    if (spec.kind === 'int' && !/^\d+$/.test(raw)) throw new UsageError(`option ${flag}: expected a non-negative integer, got '${raw}'`);
+    values[spec.key] = spec.kind === 'int' ? Number(raw) : raw;
+  }
+  if (trainArgs.length === 0) throw new UsageError('accordion launch needs training options after -- (e.g. -- --model resnet18)');
+  return runLaunch({ nprocPerNode: 1, ...values, trainArgs } as Parameters<typeof runLaunch>[0]);
+}
+
+async function train(argv: string[]): Promise<number> {
   const args = parseTrainArgs(argv);
   if (args.help) {
     process.stdout.write(trainHelp() + '\n');
-    return;
+    return 0;
   }
   if (!args.model) throw new UsageError(`option --model is required (one of: ${ARCHITECTURES.join(', ')})`);
+  const distributed = distributedEnv();
+  // --workers N outside a launched job: become the launcher of N workers on this machine.
+  if (!distributed && typeof args.workers === 'number' && args.workers > 1) {
+    const masterPort = argv.includes('--master-port') ? undefined : 0;
+    return runLaunch({ nprocPerNode: args.workers, masterPort, trainArgs: argv });
+  }
   if (args.dataDir && !args.dataset) args.dataset = 'cifar10';
-  args.outDir ??= args.resume ? undefined : path.join('runs', `${args.model}-${new Date().toISOString().replace(/[:.]/g, '-')}`);
+  args.outDir ??= args.resume ? undefined : defaultRunDir(String(args.model));
   const trainer = await Trainer.create(args as Partial<TrainConfig> & { model: TrainConfig['model'] });
   const onSignal = () => {
+    if (distributed) {
+      // The other workers are being stopped too; a checkpoint being written is a temporary
+      // directory, so leaving now keeps the last complete one.
+      process.exit(130);
+    }
     process.stderr.write('\nstopping after the current step; the last checkpoint is kept\n');
     trainer.stop();
   };
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   const { config } = trainer;
-  process.stderr.write(
+  const reporting = trainer.rank === 0;
+  if (reporting) process.stderr.write(
     `accordion: ${config.model} (${trainer.model.parameterCount().toLocaleString('en-US')} parameters) on ${config.dataset}` +
       ` (${trainer.dataset.train.count} train / ${trainer.dataset.test.count} test images), ${config.epochs} epochs,` +
-      ` batch ${config.batchSize}, compressor ${describeCompressor(config)}, run directory ${config.outDir}\n`,
+      ` batch ${config.batchSize}${config.workers > 1 ? ` per worker × ${config.workers} workers` : ''}, compressor ${describeCompressor(config)}, run directory ${config.outDir}\n`,
   );
   try {
     const summary = await trainer.fit();
     const last = summary.epochs[summary.epochs.length - 1];
-    process.stdout.write(
+    if (reporting) process.stdout.write(
       [
         `model ${summary.model}, ${summary.parameters.toLocaleString('en-US')} parameters, dataset ${summary.dataset}`,
         `epochs ${summary.epochs.length}, time ${summary.seconds.toFixed(1)} s` +
@@ -156,6 +247,7 @@ async function train(argv: string[]): Promise<void> {
     process.off('SIGTERM', onSignal);
     await trainer.dispose();
   }
+  return 0;
 }
 
 function describeCompressor(c: TrainConfig): string {
@@ -172,8 +264,9 @@ async function info(): Promise<void> {
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   try {
-    if (command === 'train') await train(rest);
-    else if (command === 'info') await info();
+    if (command === 'train') return await train(rest);
+    if (command === 'launch') return await launchCommand(rest);
+    if (command === 'info') await info();
     else if (command === undefined || command === '--help' || command === 'help') process.stdout.write(USAGE + '\n');
     else throw new UsageError(`unknown command '${command}'\n${USAGE}`);
     return 0;

@@ -5,6 +5,7 @@
  */
 import { binding, call, type CompressorName, type NativeEngine, type StateEntry, type StepResult } from './native.js';
 import type { Batcher } from './batcher.js';
+import type { ProcessGroup } from './dist/group.js';
 import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors.js';
 import { CheckpointError, UsageError } from './errors.js';
 
@@ -32,6 +33,8 @@ export interface ModelOptions {
   compressionSeed?: number;
   /** Accumulate Σ g per parameter for gradientNorms() (default false). */
   accumulateNorms?: boolean;
+  /** Exchange gradients with the other workers of this group (default: train alone). */
+  group?: ProcessGroup;
 }
 
 export class Model {
@@ -66,6 +69,7 @@ export class Model {
       minCompressionRate: options.minCompressionRate,
       compressionSeed: options.compressionSeed,
       accumulateNorms: options.accumulateNorms ?? false,
+      group: options.group?.native,
     });
     try {
       return new Model(options, engine, await call(engine.ready()));
@@ -155,6 +159,11 @@ export class Model {
   /** ‖Σ g‖₂ per parameter over the steps since the last call (raw local gradients), then restarts. */
   async gradientNorms(): Promise<Float64Array> {
     return call(this.native.gradientNorms());
+  }
+
+  /** Every parameter and running statistic takes rank `root`'s values (data-parallel start). */
+  async broadcastState(root = 0): Promise<void> {
+    await call(this.native.broadcastState(root));
   }
 
   async setLearningRate(lr: number): Promise<void> {

@@ -67,6 +67,8 @@ export interface BatcherOptions {
   seed: number;
   rank?: number;
   worldSize?: number;
+  /** Pad shards to equal size as DistributedSampler does (default true); false for evaluation. */
+  padShards?: boolean;
   /** Per-channel mean and standard deviation on the [0, 1] scale. */
   mean: [number, number, number];
   std: [number, number, number];

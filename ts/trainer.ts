@@ -14,6 +14,7 @@ import { MetricsLog } from './metrics.js';
 import { ProgressBar, formatCount, formatDuration } from './progress.js';
 import { loadCheckpoint, saveCheckpoint } from './checkpoint.js';
 import { CheckpointError, UsageError } from './errors.js';
+import { ProcessGroup, distributedEnv } from './dist/group.js';
 
 export interface TrainConfig {
   model: Architecture;
@@ -53,6 +54,8 @@ export interface TrainConfig {
   syntheticTest: number;
   /** Native threads (default: OMP_NUM_THREADS or all cores). */
   threads?: number;
+  /** Timeout of the rendezvous and of every collective, in milliseconds. */
+  timeoutMs: number;
   /** Print a progress bar and per-epoch lines to stderr. */
   progress: boolean;
 }
@@ -78,6 +81,7 @@ export const DEFAULT_CONFIG: Omit<TrainConfig, 'model'> = {
   checkpointEvery: 1,
   syntheticTrain: 2560,
   syntheticTest: 1000,
+  timeoutMs: 60_000,
   progress: true,
 };
 
@@ -123,13 +127,19 @@ export class Trainer extends EventEmitter {
   private history: EpochRecord[] = [];
   private metrics?: MetricsLog;
   private stopRequested = false;
+  /** The workers of a data-parallel run (undefined when training alone). */
+  readonly group?: ProcessGroup;
+  private readonly ownsGroup: boolean;
 
-  private constructor(config: TrainConfig, dataset: ImageDataset, model: Model) {
+  private constructor(config: TrainConfig, dataset: ImageDataset, model: Model, group: ProcessGroup | undefined, ownsGroup: boolean) {
     super();
     this.config = config;
     this.dataset = dataset;
     this.model = model;
-    const common = { mean: dataset.mean, std: dataset.std, seed: config.seed };
+    this.group = group;
+    this.ownsGroup = ownsGroup;
+    const shard = { rank: group?.rank ?? 0, worldSize: group?.worldSize ?? 1 };
+    const common = { mean: dataset.mean, std: dataset.std, seed: config.seed, ...shard };
     this.trainBatcher = new Batcher(dataset.train, {
       ...common,
       batchSize: config.batchSize,
@@ -141,6 +151,7 @@ export class Trainer extends EventEmitter {
       batchSize: config.evalBatchSize,
       shuffle: false,
       augment: false,
+      padShards: false,
     });
     this.schedule = {
       base: config.lr,
@@ -151,49 +162,79 @@ export class Trainer extends EventEmitter {
     };
   }
 
-  /** Reads the data, builds the model and, with `resume`, restores the checkpoint. */
-  static async create(options: Partial<TrainConfig> & { model: Architecture }): Promise<Trainer> {
+  /** This worker's rank (0 when training alone); rank 0 reports, logs and writes the model. */
+  get rank(): number {
+    return this.group?.rank ?? 0;
+  }
+
+  /**
+   * Reads the data, builds the model and, with `resume`, restores the checkpoint. In a process
+   * started by the launcher (RANK, WORLD_SIZE … in the environment) or given `group`, it joins the
+   * data-parallel job: the workers check that their configurations agree, and start from rank 0's
+   * weights.
+   */
+  static async create(options: Partial<TrainConfig> & { model: Architecture }, context: { group?: ProcessGroup } = {}): Promise<Trainer> {
     const config: TrainConfig = { ...DEFAULT_CONFIG, ...options };
     validateConfig(config);
-    if (config.workers !== 1)
-      throw new UsageError(`--workers ${config.workers}: multi-process training is not available in this version; use --workers 1`);
+    const env = context.group ? undefined : distributedEnv();
+    const worldSize = context.group?.worldSize ?? env?.worldSize ?? 1;
+    if (options.workers !== undefined && options.workers !== worldSize)
+      throw new UsageError(
+        worldSize === 1
+          ? `--workers ${options.workers} starts ${options.workers} processes only through the launcher: use npm run train -- --workers ${options.workers} … or accordion launch`
+          : `--workers ${options.workers} does not match the job's WORLD_SIZE ${worldSize}`,
+      );
+    config.workers = worldSize;
     const threads = config.threads ?? (Number(process.env.OMP_NUM_THREADS) || undefined);
     if (threads) binding.setThreads(threads);
-    const checkpoint = config.resume ? loadCheckpoint(config.resume) : undefined;
-    if (checkpoint) {
-      const saved = checkpoint.position.config as Partial<TrainConfig>;
-      for (const key of RESUME_MUST_MATCH) {
-        if (JSON.stringify(saved[key]) !== JSON.stringify(config[key]))
-          throw new CheckpointError(
-            `cannot resume from ${checkpoint.dir}: it was trained with ${key} = ${JSON.stringify(saved[key])}, this run has ${JSON.stringify(config[key])}`,
-          );
+    const group = context.group ?? (env ? await ProcessGroup.fromEnv(env, config.timeoutMs) : undefined);
+    try {
+      const rank = group?.rank ?? 0;
+      if (group) {
+        const { threads: _threads, progress: _progress, ...shared } = config;
+        await group.checkConfig(shared as Record<string, unknown>);
       }
-      config.outDir ??= path.resolve(checkpoint.dir, '..', '..');
+      const checkpoint = config.resume ? loadCheckpoint(config.resume, rank) : undefined;
+      if (checkpoint) {
+        const saved = checkpoint.position.config as Partial<TrainConfig>;
+        for (const key of RESUME_MUST_MATCH) {
+          if (JSON.stringify(saved[key]) !== JSON.stringify(config[key]))
+            throw new CheckpointError(
+              `cannot resume from ${checkpoint.dir}: it was trained with ${key} = ${JSON.stringify(saved[key])}, this run has ${JSON.stringify(config[key])}`,
+            );
+        }
+        config.outDir ??= path.resolve(checkpoint.dir, '..', '..');
+      }
+      const dataset = loadImageDataset(config.dataset, config.dataDir, {
+        train: config.syntheticTrain,
+        test: config.syntheticTest,
+        seed: config.seed,
+      });
+      const model = await Model.create({
+        architecture: config.model,
+        classes: dataset.classes,
+        seed: config.seed,
+        learningRate: config.lr,
+        momentum: config.momentum,
+        weightDecay: config.weightDecay,
+        nesterov: config.nesterov,
+        compressor: config.compressor,
+        level: config.compressor === 'topk' ? config.topkRatio : config.rank,
+        minCompressionRate: config.minCompressionRate,
+        group,
+      });
+      const trainer = new Trainer(config, dataset, model, group, !context.group);
+      if (checkpoint) {
+        await trainer.model.loadStateDict([...checkpoint.model, ...checkpoint.trainer]);
+        trainer.startEpoch = checkpoint.position.epochsCompleted;
+        trainer.history = (checkpoint.position.extra.history as EpochRecord[] | undefined) ?? [];
+      }
+      if (group) await model.broadcastState(0);
+      return trainer;
+    } catch (err) {
+      if (!context.group) await group?.dispose();
+      throw err;
     }
-    const dataset = loadImageDataset(config.dataset, config.dataDir, {
-      train: config.syntheticTrain,
-      test: config.syntheticTest,
-      seed: config.seed,
-    });
-    const model = await Model.create({
-      architecture: config.model,
-      classes: dataset.classes,
-      seed: config.seed,
-      learningRate: config.lr,
-      momentum: config.momentum,
-      weightDecay: config.weightDecay,
-      nesterov: config.nesterov,
-      compressor: config.compressor,
-      level: config.compressor === 'topk' ? config.topkRatio : config.rank,
-      minCompressionRate: config.minCompressionRate,
-    });
-    const trainer = new Trainer(config, dataset, model);
-    if (checkpoint) {
-      await trainer.model.loadStateDict([...checkpoint.model, ...checkpoint.trainer]);
-      trainer.startEpoch = checkpoint.position.epochsCompleted;
-      trainer.history = (checkpoint.position.extra.history as EpochRecord[] | undefined) ?? [];
-    }
-    return trainer;
   }
 
   /** Asks the loop to stop after the current step; the last checkpoint stays valid. */
@@ -205,7 +246,8 @@ export class Trainer extends EventEmitter {
   async fit(): Promise<TrainSummary> {
     const { config } = this;
     const started = performance.now();
-    if (config.outDir) this.openRunDir(config.outDir);
+    const reporting = this.rank === 0;
+    if (config.outDir && reporting) this.openRunDir(config.outDir);
     this.metrics?.write({
       event: this.startEpoch > 0 ? 'resume' : 'start',
       epoch: this.startEpoch,
@@ -222,7 +264,7 @@ export class Trainer extends EventEmitter {
         this.history.push(record);
         this.metrics?.write({ event: 'epoch', ...record });
         this.emit('epoch', record);
-        if (config.progress) {
+        if (config.progress && reporting) {
           process.stderr.write(
             `epoch ${epoch + 1}/${config.epochs}  lr ${record.lr.toPrecision(3)}  train loss ${record.trainLoss.toFixed(4)}` +
               `  acc ${(100 * record.trainAccuracy).toFixed(2)}%  test loss ${record.testLoss.toFixed(4)}` +
@@ -241,19 +283,23 @@ export class Trainer extends EventEmitter {
       this.metrics = undefined;
     }
     const summary = this.summary((performance.now() - started) / 1000);
-    if (config.outDir) fs.writeFileSync(path.join(config.outDir, 'summary.json'), JSON.stringify(summary, null, 2) + '\n');
+    if (config.outDir && reporting) fs.writeFileSync(path.join(config.outDir, 'summary.json'), JSON.stringify(summary, null, 2) + '\n');
     return summary;
   }
 
-  /** Loss and accuracy on the test split. */
+  /** Loss and accuracy on the test split (each worker evaluates its shard; the totals are summed). */
   async evaluate(): Promise<{ loss: number; accuracy: number; samples: number }> {
     this.testBatcher.startEpoch(0);
     const r = await this.model.evaluate(this.testBatcher);
-    return { loss: r.loss, accuracy: r.correct / Math.max(r.samples, 1), samples: r.samples };
+    const totals = new Float32Array([r.loss * r.samples, r.correct, r.samples]);
+    if (this.group) await this.group.allReduce(totals);
+    const [lossSum, correct, samples] = totals as unknown as [number, number, number];
+    return { loss: lossSum / Math.max(samples, 1), accuracy: correct / Math.max(samples, 1), samples };
   }
 
   async dispose(): Promise<void> {
     await this.model.dispose();
+    if (this.ownsGroup) await this.group?.dispose();
   }
 
   private async runEpoch(epoch: number): Promise<EpochRecord> {
@@ -262,7 +308,7 @@ export class Trainer extends EventEmitter {
     await this.model.setLearningRate(lr);
     this.trainBatcher.startEpoch(epoch);
     const steps = this.trainBatcher.batchesPerEpoch;
-    const bar = config.progress ? new ProgressBar(`epoch ${epoch + 1}/${config.epochs}`, steps) : undefined;
+    const bar = config.progress && this.rank === 0 ? new ProgressBar(`epoch ${epoch + 1}/${config.epochs}`, steps) : undefined;
     const begin = performance.now();
     let lossSum = 0, correct = 0, samples = 0, floatsSent = 0;
     for (let step = 0; step < steps; step++) {
@@ -303,11 +349,12 @@ export class Trainer extends EventEmitter {
 
   private async checkpoint(epochsCompleted: number): Promise<void> {
     const { resume, progress, outDir, ...config } = this.config;
-    const dir = await saveCheckpoint(outDir!, this.model, {
-      epochsCompleted,
-      config: config as Record<string, unknown>,
-      extra: { history: this.history },
-    });
+    const dir = await saveCheckpoint(
+      outDir!,
+      this.model,
+      { epochsCompleted, config: config as Record<string, unknown>, extra: { history: this.history } },
+      this.group,
+    );
     this.metrics?.write({ event: 'checkpoint', epoch: epochsCompleted - 1, path: dir });
     this.emit('checkpoint', { epoch: epochsCompleted - 1, path: dir });
   }
@@ -334,7 +381,7 @@ function validateConfig(c: TrainConfig): void {
     const v = c[key] as number;
     if (!Number.isInteger(v) || v <= 0) throw new UsageError(`${key} must be a positive integer, got ${v}`);
   };
-  (['epochs', 'batchSize', 'evalBatchSize', 'workers', 'checkpointEvery', 'syntheticTrain', 'syntheticTest'] as const).forEach(positiveInt);
+  (['epochs', 'batchSize', 'evalBatchSize', 'workers', 'checkpointEvery', 'syntheticTrain', 'syntheticTest', 'timeoutMs'] as const).forEach(positiveInt);
   const finite = (key: keyof TrainConfig, min: number) => {
     const v = c[key] as number;
     if (!Number.isFinite(v) || v < min) throw new UsageError(`${key} must be a number ≥ ${min}, got ${v}`);

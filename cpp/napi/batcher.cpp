@@ -34,6 +34,7 @@ BatcherWrap::BatcherWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Batc
   options.seed = static_cast<uint64_t>(numberOption(o, "seed", 0));
   options.rank = static_cast<int64_t>(numberOption(o, "rank", 0));
   options.worldSize = static_cast<int64_t>(numberOption(o, "worldSize", 1));
+  options.padShards = boolOption(o, "padShards", true);
   for (const char* key : {"mean", "std"}) {
     Napi::Value v = o.Get(key);
     if (v.IsUndefined()) continue;

@@ -1,0 +1,148 @@
+/**
+ * The launcher: starts one training process per worker on this node, like torchrun. It hosts the
+ * job's rendezvous store (on node 0), gives every worker RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+ * MASTER_PORT and the job token, shows rank 0's output as is and prefixes the others' lines, and
+ * stops the whole job when any worker fails: the remaining workers get SIGTERM, then SIGKILL after
+ * a grace period, and the launcher exits non-zero naming the rank and its exit cause.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import * as os from 'node:os';
+import { UsageError } from '../errors.js';
+import { StoreServer } from './store.js';
+
+export interface LaunchOptions {
+  nprocPerNode: number;
+  nnodes: number;
+  nodeRank: number;
+  masterAddr: string;
+  /** Port 0 lets node 0 pick a free port (single-node jobs). */
+  masterPort: number;
+  /** Shared by every node of the job; generated when one node runs the whole job. */
+  token?: string;
+  /** The command each worker runs (node and its arguments). */
+  command: string[];
+  /** Seconds between SIGTERM and SIGKILL when the job is stopped. */
+  graceSeconds?: number;
+  env?: NodeJS.ProcessEnv;
+  out?: NodeJS.WritableStream;
+  err?: NodeJS.WritableStream;
+}
+
+export interface LaunchResult {
+  exitCode: number;
+  /** The first failure, e.g. "rank 1 was killed by SIGKILL". */
+  failure?: string;
+}
+
+/** Copies a child's stream to `target`, prefixing each complete line. */
+function relay(stream: NodeJS.ReadableStream, target: NodeJS.WritableStream, prefix: string): void {
+  let pending = '';
+  stream.setEncoding('utf8');
+  stream.on('data', (chunk: string) => {
+    if (prefix === '') {
+      target.write(chunk);
+      return;
+    }
+    const lines = (pending + chunk).split(/(?<=[\n\r])/);
+    pending = lines[lines.length - 1]!.endsWith('\n') || lines[lines.length - 1]!.endsWith('\r') ? '' : lines.pop()!;
+    for (const line of lines) target.write(prefix + line.replace(/\r$/, '\n'));
+  });
+  stream.on('end', () => {
+    if (pending) target.write(prefix + pending + '\n');
+  });
+}
+
+function describeExit(code: number | null, signal: NodeJS.Signals | null): string {
+  return signal ? `was killed by ${signal}` : `exited with code ${code}`;
+}
+
+export async function launch(options: LaunchOptions): Promise<LaunchResult> {
+  const { nprocPerNode, nnodes, nodeRank } = options;
+  if (!Number.isInteger(nprocPerNode) || nprocPerNode < 1) throw new UsageError(`--nproc-per-node must be a positive integer, got ${nprocPerNode}`);
+  if (!Number.isInteger(nnodes) || nnodes < 1) throw new UsageError(`--nnodes must be a positive integer, got ${nnodes}`);
+  if (!Number.isInteger(nodeRank) || nodeRank < 0 || nodeRank >= nnodes)
+    throw new UsageError(`--node-rank ${nodeRank} is outside 0..${nnodes - 1}`);
+  const baseEnv = options.env ?? process.env;
+  const token = options.token ?? baseEnv.ACCORDION_JOB_TOKEN ?? (nnodes === 1 ? randomBytes(16).toString('hex') : undefined);
+  if (token === undefined)
+    throw new UsageError('a job over several nodes needs the same token on every node: set ACCORDION_JOB_TOKEN (or --token)');
+  const out = options.out ?? process.stdout;
+  const err = options.err ?? process.stderr;
+  const grace = (options.graceSeconds ?? 10) * 1000;
+  const worldSize = nnodes * nprocPerNode;
+  // Node 0 hosts the store so that it outlives any worker.
+  const store = nodeRank === 0 ? await StoreServer.listen({ host: options.masterAddr, port: options.masterPort, token }) : undefined;
+  const masterPort = store?.port ?? options.masterPort;
+  const threadsPerWorker = String(Math.max(1, Math.floor((os.availableParallelism?.() ?? os.cpus().length) / nprocPerNode)));
+
+  const children: { rank: number; child: ChildProcess; exited: boolean }[] = [];
+  let failure: string | undefined;
+  let interrupted = false;
+  let killTimer: NodeJS.Timeout | undefined;
+
+  const stopAll = () => {
+    for (const c of children) if (!c.exited) c.child.kill('SIGTERM');
+    killTimer ??= setTimeout(() => {
+      for (const c of children) if (!c.exited) c.child.kill('SIGKILL');
+    }, grace);
+  };
+  const onSignal = (signal: NodeJS.Signals) => {
+    interrupted = true;
+    failure ??= `interrupted by ${signal}`;
+    stopAll();
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+
+  const exits = [];
+  for (let local = 0; local < nprocPerNode; local++) {
+    const rank = nodeRank * nprocPerNode + local;
+    const child = spawn(options.command[0]!, options.command.slice(1), {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: {
+        ...baseEnv,
+        RANK: String(rank),
+        WORLD_SIZE: String(worldSize),
+        LOCAL_RANK: String(local),
+        LOCAL_WORLD_SIZE: String(nprocPerNode),
+        MASTER_ADDR: options.masterAddr,
+        MASTER_PORT: String(masterPort),
+        ACCORDION_JOB_TOKEN: token,
+        ACCORDION_STORE_HOSTED: '1',
+        OMP_NUM_THREADS: baseEnv.OMP_NUM_THREADS ?? threadsPerWorker,
+      },
+    });
+    const entry = { rank, child, exited: false };
+    children.push(entry);
+    const prefix = rank === 0 ? '' : `[rank ${rank}] `;
+    relay(child.stdout!, out, prefix);
+    relay(child.stderr!, err, prefix);
+    exits.push(
+      new Promise<void>((resolve) => {
+        child.on('error', (e) => {
+          failure ??= `rank ${rank} could not start: ${e.message}`;
+          entry.exited = true;
+          stopAll();
+          resolve();
+        });
+        child.on('exit', (code, signal) => {
+          entry.exited = true;
+          if ((code !== 0 || signal) && !failure) {
+            failure = `rank ${rank} ${describeExit(code, signal)}`;
+            err.write(`accordion launch: ${failure}; stopping the other workers\n`);
+            stopAll();
+          }
+          resolve();
+        });
+      }),
+    );
+  }
+  await Promise.all(exits);
+  if (killTimer) clearTimeout(killTimer);
+  process.off('SIGINT', onSignal);
+  process.off('SIGTERM', onSignal);
+  await store?.close();
+  if (failure) return { exitCode: interrupted ? 130 : 1, failure };
+  return { exitCode: 0 };
+}
