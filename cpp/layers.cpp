@@ -475,6 +475,10 @@ void Sequential::setTraining(bool training) {
   for (auto& [name, child] : children_) child->setTraining(training);
 }
 
+void Sequential::freezeBatchNorm(bool frozen) {
+  for (auto& [name, child] : children_) child->freezeBatchNorm(frozen);
+}
+
 // ---------------------------------------------------------------------------------------------
 
 BasicBlock::BasicBlock(int64_t inPlanes, int64_t planes, int64_t stride, Random& rng) {
@@ -498,6 +502,11 @@ void BasicBlock::setTraining(bool training) {
   training_ = training;
   main_.setTraining(training);
   shortcut_.setTraining(training);
+}
+
+void BasicBlock::freezeBatchNorm(bool frozen) {
+  main_.freezeBatchNorm(frozen);
+  shortcut_.freezeBatchNorm(frozen);
 }
 
 Tensor BasicBlock::forward(const Tensor& input) {

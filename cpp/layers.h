@@ -36,6 +36,9 @@ class Module {
   virtual void collectState(const std::string& prefix, StateRefs& refs) {}
   virtual void setTraining(bool training) { training_ = training; }
   bool training() const { return training_; }
+  // Frozen batch norm normalises with its running statistics even while training (and leaves
+  // them unchanged): batch-size-independent forward passes, e.g. to compare data-parallel runs.
+  virtual void freezeBatchNorm(bool frozen) {}
 
  protected:
   bool training_ = true;
@@ -72,6 +75,11 @@ class BatchNorm2d : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& gradOutput) override;
   void collectState(const std::string& prefix, StateRefs& refs) override;
+  void setTraining(bool training) override { training_ = training && !frozen_; }
+  void freezeBatchNorm(bool frozen) override {
+    frozen_ = frozen;
+    if (frozen) training_ = false;
+  }
 
   Parameter weight;  // γ (C,)
   Parameter bias;    // β (C,)
@@ -86,6 +94,7 @@ class BatchNorm2d : public Module {
   std::unique_ptr<Plan> plan_;
   Tensor input_, output_, gradInput_, batchMean_, batchVar_;
   bool forwardWasTraining_ = true;
+  bool frozen_ = false;
 };
 
 class ReLU : public Module {
@@ -174,6 +183,7 @@ class Sequential : public Module {
   Tensor backward(const Tensor& gradOutput) override;
   void collectState(const std::string& prefix, StateRefs& refs) override;
   void setTraining(bool training) override;
+  void freezeBatchNorm(bool frozen) override;
   bool empty() const { return children_.empty(); }
   size_t size() const { return children_.size(); }
 
@@ -189,6 +199,7 @@ class BasicBlock : public Module {
   Tensor backward(const Tensor& gradOutput) override;
   void collectState(const std::string& prefix, StateRefs& refs) override;
   void setTraining(bool training) override;
+  void freezeBatchNorm(bool frozen) override;
 
  private:
   Sequential main_;      // conv1, bn1, relu, conv2, bn2

@@ -23,6 +23,7 @@ class Model {
   void backward(const Tensor& gradLogits) { root_->backward(gradLogits); }
   void setTraining(bool training) { root_->setTraining(training); }
   bool training() const { return root_->training(); }
+  void freezeBatchNorm(bool frozen) { root_->freezeBatchNorm(frozen); }
   StateRefs& state() { return state_; }
   std::vector<Parameter*>& parameters() { return state_.parameters; }
   int64_t parameterCount() const;

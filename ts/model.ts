@@ -35,6 +35,8 @@ export interface ModelOptions {
   accumulateNorms?: boolean;
   /** Exchange gradients with the other workers of this group (default: train alone). */
   group?: ProcessGroup;
+  /** Batch norm normalises with its running statistics during training too (default false). */
+  frozenBatchNorm?: boolean;
 }
 
 export class Model {
@@ -70,6 +72,7 @@ export class Model {
       compressionSeed: options.compressionSeed,
       accumulateNorms: options.accumulateNorms ?? false,
       group: options.group?.native,
+      frozenBatchNorm: options.frozenBatchNorm ?? false,
     });
     try {
       return new Model(options, engine, await call(engine.ready()));

@@ -57,6 +57,7 @@ export interface EngineOptions {
   accumulateNorms?: boolean;
   /** Exchange gradients with the other workers of this group. */
   group?: NativeProcessGroup;
+  frozenBatchNorm?: boolean;
 }
 
 export interface BatcherOptions {
@@ -151,7 +152,15 @@ interface Binding {
   LayerProbe: new (kind: string, options?: Record<string, number | boolean>) => NativeLayerProbe;
   ReducerProbe: new (
     shapes: number[][],
-    options: { compressor: CompressorName; level?: number; workers?: number; seed?: number; minCompressionRate?: number; accumulateNorms?: boolean },
+    options: {
+      compressor: CompressorName;
+      level?: number;
+      workers?: number;
+      seed?: number;
+      minCompressionRate?: number;
+      accumulateNorms?: boolean;
+      group?: NativeProcessGroup;
+    },
   ) => NativeReducerProbe;
   buildInfo(): BuildInfo;
   deviceQuery(): DeviceQuery;

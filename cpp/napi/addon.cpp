@@ -10,11 +10,11 @@
 
 namespace accordion::napi {
 
-namespace {
-
 struct AddonData {
   Napi::FunctionReference batcherClass, groupClass;
 };
+
+namespace {
 
 Napi::Value buildInfo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -116,6 +116,14 @@ Napi::Value setThreads(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
+static bool isInstance(Napi::Value value, Napi::FunctionReference AddonData::*cls) {
+  auto* data = value.Env().GetInstanceData<AddonData>();
+  return value.IsObject() && value.As<Napi::Object>().InstanceOf((data->*cls).Value());
+}
+
+bool isBatcher(Napi::Value value) { return isInstance(value, &AddonData::batcherClass); }
+bool isProcessGroup(Napi::Value value) { return isInstance(value, &AddonData::groupClass); }
+
 Napi::Object init(Napi::Env env, Napi::Object exports) {
   auto* data = new AddonData();
   env.SetInstanceData(data);
@@ -125,7 +133,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   Napi::Function group = ProcessGroupWrap::define(env);
   data->groupClass = Napi::Persistent(group);
   exports.Set("ProcessGroup", group);
-  exports.Set("Engine", EngineWrap::define(env, data->batcherClass, data->groupClass));
+  exports.Set("Engine", EngineWrap::define(env));
   exports.Set("LayerProbe", LayerProbeWrap::define(env));
   exports.Set("ReducerProbe", ReducerProbeWrap::define(env));
   exports.Set("buildInfo", Napi::Function::New(env, buildInfo));

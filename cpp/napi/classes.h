@@ -13,6 +13,10 @@
 
 namespace accordion::napi {
 
+// Whether a JS value is an instance of the addon's Batcher / ProcessGroup class.
+bool isBatcher(Napi::Value value);
+bool isProcessGroup(Napi::Value value);
+
 // A process group over Gloo (one per worker process), whose collectives run on its own native thread.
 // An Engine given the group runs on that same thread, so every collective of a worker, from the
 // training step or from JS, happens in one order.
@@ -59,7 +63,7 @@ class BatcherWrap : public Napi::ObjectWrap<BatcherWrap> {
 // A training session (model + optimiser) whose work runs on its own native thread.
 class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
  public:
-  static Napi::Function define(Napi::Env env, Napi::FunctionReference& batcherClass, Napi::FunctionReference& groupClass);
+  static Napi::Function define(Napi::Env env);
   explicit EngineWrap(const Napi::CallbackInfo& info);
 
  private:
@@ -126,6 +130,7 @@ class ReducerProbeWrap : public Napi::ObjectWrap<ReducerProbeWrap> {
   size_t parameterArg(const Napi::CallbackInfo& info, size_t index);
 
   std::unique_ptr<InProcessGroup> group_;
+  std::shared_ptr<ProcessGroup> processGroup_;        // a real group: one worker in this process
   std::vector<std::vector<Parameter>> parameters_;  // per worker
   std::vector<std::unique_ptr<GradientReducer>> reducers_;
 };

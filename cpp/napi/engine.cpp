@@ -5,12 +5,7 @@
 
 namespace accordion::napi {
 
-static Napi::FunctionReference* batcherConstructor = nullptr;
-static Napi::FunctionReference* groupConstructor = nullptr;
-
-Napi::Function EngineWrap::define(Napi::Env env, Napi::FunctionReference& batcherClass, Napi::FunctionReference& groupClass) {
-  batcherConstructor = &batcherClass;
-  groupConstructor = &groupClass;
+Napi::Function EngineWrap::define(Napi::Env env) {
   return DefineClass(env, "Engine",
                      {InstanceMethod("ready", &EngineWrap::ready), InstanceMethod("trainStep", &EngineWrap::trainStep),
                       InstanceMethod("evaluate", &EngineWrap::evaluate), InstanceMethod("predict", &EngineWrap::predict),
@@ -44,10 +39,11 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine
   reducer.seed = static_cast<uint64_t>(numberOption(o, "compressionSeed", 42));
   reducer.minCompressionRate = numberOption(o, "minCompressionRate", 1.0);
   reducer.accumulateNorms = boolOption(o, "accumulateNorms", false);
+  const bool frozenBatchNorm = boolOption(o, "frozenBatchNorm", false);
   ProcessGroupWrap* groupWrap = nullptr;
   Napi::Value group = o.Get("group");
   if (!group.IsUndefined() && !group.IsNull()) {
-    if (!group.IsObject() || !group.As<Napi::Object>().InstanceOf(groupConstructor->Value()))
+    if (!isProcessGroup(group))
       throw typeError(env, "option 'group' must be a ProcessGroup");
     groupWrap = ProcessGroupWrap::Unwrap(group.As<Napi::Object>());
     if (!groupWrap->thread()) throw makeError(env, "ERR_DISPOSED", "the process group has been disposed");
@@ -62,13 +58,14 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine
   ready_ = std::make_unique<Napi::ObjectReference>(Napi::Persistent(
       schedule<std::vector<std::pair<std::string, Shape>>>(
           env, *worker_,
-          [self, spec, sgd, reducer, groupWrap] {
+          [self, spec, sgd, reducer, groupWrap, frozenBatchNorm] {
             std::shared_ptr<ProcessGroup> group;
             if (groupWrap) {
               group = groupWrap->group();  // connected by the earlier job on this thread, if it succeeded
               if (!group) throw EngineError("ERR_NOT_READY", "the engine's process group is not connected");
             }
             self->session_ = std::make_unique<Session>(spec, sgd, reducer, group);
+            if (frozenBatchNorm) self->session_->model().freezeBatchNorm(true);
             std::vector<std::pair<std::string, Shape>> params;
             for (const Parameter* p : self->session_->model().parameters()) params.emplace_back(p->name, p->value.shape());
             return params;
@@ -100,7 +97,7 @@ WorkerThread& EngineWrap::worker(Napi::Env env) {
 }
 
 Batcher& EngineWrap::batcherArg(const Napi::CallbackInfo& info, size_t index) {
-  if (info.Length() <= index || !info[index].IsObject() || !info[index].As<Napi::Object>().InstanceOf(batcherConstructor->Value()))
+  if (info.Length() <= index || !isBatcher(info[index]))
     throw typeError(info.Env(), "expected a Batcher");
   return BatcherWrap::Unwrap(info[index].As<Napi::Object>())->batcher();
 }

@@ -24,13 +24,21 @@ static Napi::Value guarded(Napi::Env env, const std::function<Napi::Value()>& bo
   }
 }
 
-// new ReducerProbe(shapes: number[][], { compressor, level, workers, seed, minCompressionRate, accumulateNorms })
+// new ReducerProbe(shapes: number[][], { compressor, level, workers, seed, minCompressionRate, accumulateNorms, group })
+// With `group` (a connected ProcessGroup) the probe is this process's single worker of a real job.
 ReducerProbeWrap::ReducerProbeWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ReducerProbeWrap>(info) {
   Napi::Env env = info.Env();
   if (!info[0].IsArray() || !info[1].IsObject()) throw typeError(env, "expected (shapes, options)");
   Napi::Array shapes = info[0].As<Napi::Array>();
   Napi::Object o = info[1].As<Napi::Object>();
-  const int workers = static_cast<int>(numberOption(o, "workers", 1));
+  Napi::Value groupValue = o.Get("group");
+  if (!groupValue.IsUndefined()) {
+    if (!isProcessGroup(groupValue)) throw typeError(env, "option 'group' must be a ProcessGroup");
+    auto* wrap = ProcessGroupWrap::Unwrap(groupValue.As<Napi::Object>());
+    processGroup_ = wrap->group();
+    if (!processGroup_) throw makeError(env, "ERR_NOT_READY", "the process group is not connected");
+  }
+  const int workers = processGroup_ ? 1 : static_cast<int>(numberOption(o, "workers", 1));
   if (workers < 1) throw typeError(env, "workers must be ≥ 1");
   guarded(env, [&]() -> Napi::Value {
     ReducerOptions options;
@@ -48,7 +56,8 @@ ReducerProbeWrap::ReducerProbeWrap(const Napi::CallbackInfo& info) : Napi::Objec
       }
       std::vector<Parameter*> pointers;
       for (auto& p : parameters_[w]) pointers.push_back(&p);
-      reducers_.push_back(std::make_unique<GradientReducer>(pointers, options, group_->member(w)));
+      reducers_.push_back(
+          std::make_unique<GradientReducer>(pointers, options, processGroup_ ? *processGroup_ : group_->member(w)));
     }
     return env.Undefined();
   });
