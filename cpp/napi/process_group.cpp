@@ -74,43 +74,41 @@ Napi::Value ProcessGroupWrap::allReduce(const Napi::CallbackInfo& info) {
 
 // allGather(data: Float32Array, counts?: number[]) → Promise<Float32Array>: every rank's data in rank
 // order. Without counts every rank must give the same length; with counts, counts[r] is rank r's.
+// The result array is allocated here and filled in place by the collective.
 Napi::Value ProcessGroupWrap::allGather(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Float32Array data = float32Arg(info, 0, "data");
+  const int64_t count = static_cast<int64_t>(data.ElementLength());
   std::vector<int64_t> counts;
   if (info.Length() > 1 && !info[1].IsUndefined()) {
     counts = shapeArg(env, info[1], "counts");
     if (static_cast<int>(counts.size()) != size_)
       throw typeError(env, "counts must have one entry per rank (" + std::to_string(size_) + ")");
-    if (counts[rank_] != static_cast<int64_t>(data.ElementLength()))
+    if (counts[rank_] != count)
       throw typeError(env, "counts[" + std::to_string(rank_) + "] is " + std::to_string(counts[rank_]) + " but this rank gives " +
-                               std::to_string(data.ElementLength()) + " floats");
+                               std::to_string(count) + " floats");
   }
-  const float* ptr = data.Data();
-  const int64_t count = static_cast<int64_t>(data.ElementLength());
+  int64_t total = count * size_;
+  if (!counts.empty()) {
+    total = 0;
+    for (int64_t c : counts) total += c;
+  }
+  Napi::Float32Array result = Napi::Float32Array::New(env, static_cast<size_t>(total));
+  const float* input = data.Data();
+  float* output = result.Data();
   ProcessGroupWrap* self = this;
-  return schedule<std::vector<float>>(
+  auto resultRef = std::make_shared<Napi::ObjectReference>(Napi::Persistent(result.As<Napi::Object>()));
+  return schedule<bool>(
       env, worker(env),
-      [self, ptr, count, counts] {
+      [self, input, output, count, counts] {
         GlooGroup& g = self->connected();
-        std::vector<float> out;
-        if (counts.empty()) {
-          out.resize(static_cast<size_t>(count * g.size()));
-          g.allGather(ptr, count, out.data());
-        } else {
-          int64_t total = 0;
-          for (int64_t c : counts) total += c;
-          out.resize(static_cast<size_t>(total));
-          g.allGatherV(ptr, counts, out.data());
-        }
-        return out;
+        if (counts.empty())
+          g.allGather(input, count, output);
+        else
+          g.allGatherV(input, counts, output);
+        return true;
       },
-      [](Napi::Env env, std::vector<float>& out) -> Napi::Value {
-        Napi::Float32Array result = Napi::Float32Array::New(env, out.size());
-        std::copy(out.begin(), out.end(), result.Data());
-        return result;
-      },
-      {info.This(), info[0]});
+      [resultRef](Napi::Env, bool&) -> Napi::Value { return resultRef->Value(); }, {info.This(), info[0]});
 }
 
 // broadcast(data: Float32Array, root) → Promise<void>: root's data copied into every rank's, in place.

@@ -131,22 +131,24 @@ export class ProcessGroup {
 
   /**
    * Stops every rank with the same message when the ranks' configurations differ, naming the first
-   * setting that differs. Compares through the store, before any training.
+   * setting in which a rank differs from rank 0. Compares through the store, before any training;
+   * every rank reads every configuration before any rank goes on (or stops and closes the store).
    */
   async checkConfig(config: Record<string, unknown>, name = 'config'): Promise<void> {
-    const json = JSON.stringify(config, Object.keys(config).sort());
-    await this.store.set(`${name}/${this.rank}`, json);
-    const mine = config;
-    for (let r = 0; r < this.worldSize; r++) {
-      if (r === this.rank) continue;
-      const theirs = JSON.parse((await this.store.get(`${name}/${r}`, this.timeoutMs)).toString()) as Record<string, unknown>;
-      if (digest(theirs) === digest(mine)) continue;
-      const keys = [...new Set([...Object.keys(mine), ...Object.keys(theirs)])].sort();
-      const key = keys.find((k) => JSON.stringify(mine[k]) !== JSON.stringify(theirs[k]))!;
-      const [low, high] = r < this.rank ? [r, this.rank] : [this.rank, r];
-      const value = (rank: number) => JSON.stringify(rank === this.rank ? mine[key] : theirs[key]);
+    await this.store.set(`${name}/${this.rank}`, JSON.stringify(config));
+    const configs: Record<string, unknown>[] = [];
+    for (let r = 0; r < this.worldSize; r++)
+      configs.push(r === this.rank ? config : (JSON.parse((await this.store.get(`${name}/${r}`, this.timeoutMs)).toString()) as Record<string, unknown>));
+    if ((await this.store.add(`${name}/read`, 1)) === this.worldSize) await this.store.set(`${name}/all-read`, '1');
+    await this.store.get(`${name}/all-read`, this.timeoutMs);
+    const reference = configs[0]!;
+    for (let r = 1; r < this.worldSize; r++) {
+      const other = configs[r]!;
+      if (digest(other) === digest(reference)) continue;
+      const keys = [...new Set([...Object.keys(reference), ...Object.keys(other)])].sort();
+      const key = keys.find((k) => JSON.stringify(reference[k]) !== JSON.stringify(other[k]))!;
       throw new RendezvousError(
-        `the workers' configurations differ: ${key} is ${value(low)} on rank ${low} but ${value(high)} on rank ${high}`,
+        `the workers' configurations differ: ${key} is ${JSON.stringify(reference[key])} on rank 0 but ${JSON.stringify(other[key])} on rank ${r}`,
       );
     }
   }

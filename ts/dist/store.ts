@@ -171,6 +171,8 @@ export class StoreServer {
 export class StoreClient {
   private readonly pending: { resolve: (r: { status: number; payload: Buffer }) => void; reject: (e: Error) => void }[] = [];
   private buffered = Buffer.alloc(0);
+  /** Set once the connection is gone: later requests fail at once with this error. */
+  private closedError?: RendezvousError;
 
   private constructor(
     private readonly socket: net.Socket,
@@ -188,8 +190,9 @@ export class StoreClient {
         this.pending.shift()?.resolve({ status, payload });
       }
     });
-    const fail = (err: Error) => {
-      for (const p of this.pending.splice(0)) p.reject(err);
+    const fail = (err: RendezvousError) => {
+      this.closedError ??= err;
+      for (const p of this.pending.splice(0)) p.reject(this.closedError);
     };
     socket.on('error', (err) => fail(new RendezvousError(`lost the connection to ${where}: ${err.message}`)));
     socket.on('close', () => fail(new RendezvousError(`${where} closed the connection`)));
@@ -239,6 +242,10 @@ export class StoreClient {
     const valueHead = Buffer.alloc(4);
     valueHead.writeUInt32LE(value.length, 0);
     return new Promise((resolve, reject) => {
+      if (this.closedError || this.socket.destroyed) {
+        reject(this.closedError ?? new RendezvousError(`the connection to ${this.where} is closed`));
+        return;
+      }
       this.pending.push({ resolve, reject });
       this.socket.write(Buffer.concat([head, keyBytes, valueHead, value]));
     });

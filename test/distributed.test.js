@@ -1,0 +1,336 @@
+// Collectives and rendezvous failures between real worker processes on 127.0.0.1.
+import { spawn } from 'node:child_process';
+import * as net from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { expect } from 'chai';
+import { RendezvousError, StoreClient, StoreServer } from '../lib/dist/store.js';
+import { dataFor } from './helpers/collective-worker.js';
+
+const WORKER = fileURLToPath(new URL('./helpers/collective-worker.js', import.meta.url));
+
+/** Children still running; afterEach kills them so a failed test never leaves a job behind. */
+const live = new Set();
+
+async function freePort() {
+  const server = net.createServer();
+  await new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', resolve);
+  });
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/**
+ * Starts one worker; resolves with its exit status and output once it exits. A worker still
+ * running after `killAfterMs` is killed, so a hang shows up as `hung: true` rather than as a
+ * mocha timeout with orphaned processes.
+ */
+function startWorker(spec, env, killAfterMs = 30000) {
+  const started = Date.now();
+  // Mocha itself may run under a launcher; none of its job's settings may leak into these jobs.
+  const inherited = { ...process.env };
+  for (const name of ['RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_PORT', 'ACCORDION_JOB_TOKEN', 'ACCORDION_STORE_HOSTED'])
+    delete inherited[name];
+  const child = spawn(process.execPath, [WORKER, JSON.stringify(spec)], {
+    env: { ...inherited, MASTER_ADDR: '127.0.0.1', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  live.add(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout.setEncoding('utf8').on('data', (s) => (stdout += s));
+  child.stderr.setEncoding('utf8').on('data', (s) => (stderr += s));
+  let hung = false;
+  const timer = setTimeout(() => {
+    hung = true;
+    child.kill('SIGKILL');
+  }, killAfterMs);
+  return new Promise((resolve, reject) => {
+    child.once('error', (err) => {
+      clearTimeout(timer);
+      live.delete(child);
+      reject(err);
+    });
+    child.once('close', (code, signal) => {
+      clearTimeout(timer);
+      live.delete(child);
+      resolve({ rank: Number(env.RANK), code, signal, hung, stdout, stderr, ms: Date.now() - started });
+    });
+  });
+}
+
+/** An exit for assertion messages; 13 is Node's status for a top-level await that never settled. */
+function exitText(e) {
+  if (e.hung) return `rank ${e.rank} hung and was killed`;
+  const status = e.code ?? e.signal;
+  const note = e.code === 13 ? ' (a top-level await never settled: a promise was left pending)' : '';
+  return `rank ${e.rank} exited with ${status}${note}; stderr:\n${e.stderr}`;
+}
+
+function jobEnv(rank, worldSize, port, token = 'test-job') {
+  return { RANK: String(rank), WORLD_SIZE: String(worldSize), MASTER_PORT: String(port), ACCORDION_JOB_TOKEN: token };
+}
+
+/** Runs a whole job; every rank must exit 0. Returns each rank's parsed output, in rank order. */
+async function runJob(worldSize, spec, killAfterMs) {
+  const port = await freePort();
+  const exits = await Promise.all(
+    Array.from({ length: worldSize }, (_, r) => startWorker(spec, jobEnv(r, worldSize, port), killAfterMs)),
+  );
+  for (const e of exits) expect(e.code, exitText(e)).to.equal(0);
+  return exits.map((e) => JSON.parse(e.stdout.trim().split('\n').at(-1)));
+}
+
+function decode(base64) {
+  const bytes = Buffer.from(base64, 'base64');
+  return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
+}
+
+function lengthOf(c, rank) {
+  return c.lengths ? c.lengths[rank] : c.length;
+}
+
+/**
+ * Float32 sum in rank order, and the sum of magnitudes that bounds its rounding error: Gloo may add
+ * in another order, so an element whose terms cancel can differ by a few ulps of the terms.
+ */
+function expectedSum(worldSize, length, salt) {
+  const sum = new Float32Array(length);
+  const scale = new Float64Array(length);
+  for (let r = 0; r < worldSize; r++) {
+    const d = dataFor(r, length, salt);
+    for (let i = 0; i < length; i++) {
+      sum[i] = Math.fround(sum[i] + d[i]);
+      scale[i] += Math.abs(d[i]);
+    }
+  }
+  return { sum, scale };
+}
+
+function expectClose(got, want, scale, label) {
+  expect(got.length, `${label}: length`).to.equal(want.length);
+  let worst = -1;
+  let worstRatio = 0;
+  for (let i = 0; i < want.length; i++) {
+    const ratio = Math.abs(got[i] - want[i]) / Math.max(scale[i], 1e-30);
+    if (!(ratio <= worstRatio)) {
+      worst = i;
+      worstRatio = ratio;
+    }
+  }
+  expect(worstRatio, `${label}: element ${worst} is ${got[worst]}, expected ${want[worst]}`).to.be.at.most(1e-6);
+}
+
+function expectExact(got, want, label) {
+  expect(got.length, `${label}: length`).to.equal(want.length);
+  for (let i = 0; i < want.length; i++)
+    if (!Object.is(got[i], want[i])) expect.fail(`${label}: element ${i} is ${got[i]}, expected ${want[i]}`);
+}
+
+function concat(arrays) {
+  const out = new Float32Array(arrays.reduce((n, a) => n + a.length, 0));
+  let at = 0;
+  for (const a of arrays) {
+    out.set(a, at);
+    at += a.length;
+  }
+  return out;
+}
+
+function casesFor(worldSize) {
+  const last = worldSize - 1;
+  // Unequal all-gathers: one rank (or all but one) contributes nothing.
+  const unequal =
+    worldSize === 2
+      ? [[0, 5], [1001, 0], [3, 7]]
+      : [[5, 0, 7, 1], [0, 0, 0, 3], [1001, 1, 0, 2]];
+  const cases = [
+    ...[0, 1, 7, 1001, 1_000_003].map((length) => ({ op: 'allReduce', length })),
+    ...[0, 1, 7, 1001].map((length) => ({ op: 'allReduce', length, average: true })),
+    ...[0, 1, 7, 1001].map((length) => ({ op: 'allGather', length })),
+    ...unequal.map((lengths) => ({ op: 'allGather', lengths })),
+    { op: 'allGather', lengths: new Array(worldSize).fill(0) },
+    ...[0, 1, 7, 1001].map((length) => ({ op: 'broadcast', length, root: 0 })),
+    ...[0, 7, 1001].map((length) => ({ op: 'broadcast', length, root: last })),
+    ...(worldSize > 2 ? [{ op: 'broadcast', length: 7, root: 1 }] : []),
+    // Ranks arrive in reverse order, the last one 400 ms after the first.
+    { op: 'barrier', sleepByRank: Array.from({ length: worldSize }, (_, r) => (last - r) * (400 / last)) },
+  ];
+  return cases.map((c, i) => ({ ...c, salt: 0.37 * i }));
+}
+
+function describeCase(c) {
+  if (c.op === 'barrier') return 'barrier (ranks arriving 400 ms apart)';
+  const size = c.lengths ? `lengths [${c.lengths}]` : `length ${c.length}`;
+  const extra = c.average ? ', average' : c.root !== undefined ? `, root ${c.root}` : '';
+  return `${c.op} (${size}${extra})`;
+}
+
+afterEach(() => {
+  for (const child of live) child.kill('SIGKILL');
+  live.clear();
+});
+
+for (const worldSize of [2, 4]) {
+  describe(`collectives between ${worldSize} worker processes`, function () {
+    const cases = casesFor(worldSize);
+    let outputs;
+
+    before(async function () {
+      outputs = await runJob(worldSize, { cases, encoding: 'base64' });
+      expect(outputs.map((o) => o.rank)).to.deep.equal(Array.from({ length: worldSize }, (_, r) => r));
+    });
+
+    after(() => {
+      for (const child of live) child.kill('SIGKILL');
+      live.clear();
+    });
+
+    const each = (op, check) => {
+      cases.forEach((c, index) => {
+        if (c.op !== op) return;
+        it(describeCase(c), () => {
+          for (const out of outputs) check(c, decode(out.results[index]), out.rank, index);
+        });
+      });
+    };
+
+    each('allReduce', (c, got, rank) => {
+      const { sum, scale } = expectedSum(worldSize, c.length, c.salt);
+      const want = c.average ? sum.map((v) => Math.fround(v / worldSize)) : sum;
+      const bound = c.average ? scale.map((s) => s / worldSize) : scale;
+      expectClose(got, want, bound, `rank ${rank}`);
+    });
+
+    each('allGather', (c, got, rank) => {
+      const parts = Array.from({ length: worldSize }, (_, r) => dataFor(r, lengthOf(c, r), c.salt));
+      expectExact(got, concat(parts), `rank ${rank}`);
+    });
+
+    each('broadcast', (c, got, rank) => {
+      expectExact(got, dataFor(c.root, c.length, c.salt), `rank ${rank}`);
+    });
+
+    each('barrier', (c, _got, _rank, index) => {
+      const times = outputs.map((o) => o.times[index]);
+      const lastArrival = Math.max(...times.map(([entered]) => entered));
+      const firstDeparture = Math.min(...times.map(([, left]) => left));
+      expect(firstDeparture, 'a rank left the barrier before the last one reached it').to.be.at.least(lastArrival);
+    });
+  });
+}
+
+describe('distributed failures', function () {
+  it('stops every rank with the setting that differs when configurations differ', async () => {
+    const port = await freePort();
+    const spec = {
+      timeoutMs: 5000,
+      config: { batchSize: 32, lr: 0.1, model: 'mlp' },
+      configByRank: { 1: { batchSize: 64 } },
+    };
+    const exits = await Promise.all([0, 1].map((r) => startWorker(spec, jobEnv(r, 2, port), 15000)));
+    for (const e of exits) {
+      expect(e.hung, `rank ${e.rank} hung`).to.equal(false);
+      expect(e.code, exitText(e)).to.equal(1);
+      expect(e.ms, `rank ${e.rank} should stop well within its 5000 ms timeout`).to.be.below(5000);
+      expect(e.stdout, `rank ${e.rank} must not report results`).to.equal('');
+      expect(e.stderr).to.include('ERR_RENDEZVOUS');
+      expect(e.stderr).to.include("the workers' configurations differ: batchSize is 32 on rank 0 but 64 on rank 1");
+    }
+  });
+
+  it('tells a rank that reaches the configuration check late why the job stopped', async () => {
+    // Rank 0 gives up (and closes the store it hosts) as soon as it has seen rank 1's config;
+    // rank 2, slower to get there, must still learn why the job stopped.
+    const port = await freePort();
+    const spec = {
+      timeoutMs: 5000,
+      config: { batchSize: 32, lr: 0.1 },
+      configByRank: { 1: { batchSize: 64 } },
+      configDelayByRank: { 2: 500 },
+    };
+    const exits = await Promise.all([0, 1, 2].map((r) => startWorker(spec, jobEnv(r, 3, port), 15000)));
+    for (const e of exits) {
+      expect(e.hung, `rank ${e.rank} hung`).to.equal(false);
+      expect(e.code, exitText(e)).to.equal(1);
+      // Which pair a rank names depends on the order it compares in; any pair with rank 1 is right.
+      expect(e.stderr, `rank ${e.rank}`).to.match(
+        /the workers' configurations differ: batchSize is (32 on rank [02] but 64 on rank 1|64 on rank 1 but 32 on rank 2)/,
+      );
+    }
+  });
+
+  it('fails fast when the master port is already in use', async () => {
+    const busy = await StoreServer.listen({ host: '127.0.0.1', port: 0, token: 'someone-else' });
+    try {
+      const e = await startWorker({ timeoutMs: 5000 }, jobEnv(0, 2, busy.port), 15000);
+      expect(e.code, exitText(e)).to.equal(1);
+      expect(e.stderr).to.include('ERR_RENDEZVOUS');
+      expect(e.stderr).to.include(`port ${busy.port} on 127.0.0.1 is already in use`);
+      expect(e.ms, 'rank 0 should not wait for anything').to.be.below(5000);
+    } finally {
+      await busy.close();
+    }
+  });
+
+  it('refuses a client that presents the wrong job token', async () => {
+    const server = await StoreServer.listen({ host: '127.0.0.1', port: 0, token: 'right' });
+    try {
+      const ok = await StoreClient.connect('127.0.0.1', server.port, 'right', 2000);
+      ok.close();
+      const started = Date.now();
+      let caught;
+      try {
+        (await StoreClient.connect('127.0.0.1', server.port, 'wrong', 2000)).close();
+      } catch (err) {
+        caught = err;
+      }
+      expect(caught, 'connecting with the wrong token succeeded').to.be.instanceOf(RendezvousError);
+      expect(caught.code).to.equal('ERR_RENDEZVOUS');
+      expect(caught.message).to.match(/refused this worker: wrong job token/);
+      expect(Date.now() - started, 'a refusal is not a reason to retry').to.be.below(1000);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('stops a worker whose token does not match the launcher-hosted store', async () => {
+    const server = await StoreServer.listen({ host: '127.0.0.1', port: 0, token: 'right' });
+    try {
+      const env = { ...jobEnv(0, 2, server.port, 'wrong'), ACCORDION_STORE_HOSTED: '1' };
+      const e = await startWorker({ timeoutMs: 5000 }, env, 15000);
+      expect(e.hung, 'the worker hung').to.equal(false);
+      expect(e.code, exitText(e)).to.equal(1);
+      expect(e.stderr).to.include('ERR_RENDEZVOUS');
+      expect(e.stderr).to.include(`the rendezvous store at 127.0.0.1:${server.port} refused this worker: wrong job token`);
+      expect(e.ms).to.be.below(5000);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('gives up on an unreachable master after its timeout', async () => {
+    const port = await freePort();
+    const e = await startWorker({ timeoutMs: 1500 }, jobEnv(1, 2, port), 15000);
+    expect(e.hung, 'the worker hung').to.equal(false);
+    expect(e.code, exitText(e)).to.equal(1);
+    expect(e.stderr).to.include('ERR_RENDEZVOUS');
+    expect(e.stderr).to.include(`cannot reach the rendezvous store at 127.0.0.1:${port} within 1500 ms`);
+    expect(e.ms).to.be.within(1400, 5000);
+  });
+
+  it('fails the collective, not hangs, when a rank dies mid-job', async () => {
+    const port = await freePort();
+    const timeoutMs = 5000;
+    const spec = { timeoutMs, exitAfterConnect: { rank: 1, code: 3 }, cases: [{ op: 'allReduce', length: 100_000 }] };
+    const [zero, one] = await Promise.all([0, 1].map((r) => startWorker(spec, jobEnv(r, 2, port), 20000)));
+    expect(one.code, `rank 1 should have died on purpose: ${exitText(one)}`).to.equal(3);
+    expect(zero.hung, 'rank 0 hung').to.equal(false);
+    expect(zero.code, exitText(zero)).to.equal(1);
+    expect(zero.stdout).to.equal('');
+    expect(zero.stderr).to.match(/^error: ERR_COLLECTIVE all-reduce of 100000 floats failed on rank 0 of 2/);
+    expect(zero.ms, 'rank 0 should fail within its timeout').to.be.below(timeoutMs + 3000);
+  });
+});
