@@ -24,6 +24,13 @@ const SUITES = [
     args: [],
     quick: ['--quick'],
   },
+  {
+    name: 'collectives',
+    script: 'collectives.js',
+    description: 'all-reduce and all-gather across 2 and 4 processes, engine vs torch.distributed Gloo',
+    args: [],
+    quick: ['--quick'],
+  },
 ];
 
 const USAGE = `usage: node bench/run.js [--quick] [--only NAME[,NAME]]
