@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -131,7 +132,8 @@ ReduceResult GradientReducer::reduce() {
   // Each worker publishes 1 + the index of its first bad parameter (0: none) in its own slot.
   std::vector<float> badIndex(group_.size(), 0.0f);
   badIndex[group_.rank()] = bad ? static_cast<float>(bad - slots_.data() + 1) : 0.0f;
-  if (group_.size() > 1) group_.allReduceSum(badIndex.data(), group_.size());
+  communicationSeconds_ = 0;
+  if (group_.size() > 1) communicate([&] { group_.allReduceSum(badIndex.data(), group_.size()); });
   for (int r = 0; r < group_.size(); ++r)
     if (badIndex[r] > 0)
       throw numericalError("the gradient of '" + slots_[static_cast<size_t>(badIndex[r]) - 1].parameter->name +
@@ -161,7 +163,15 @@ ReduceResult GradientReducer::reduce() {
   }
   if (!topK.empty()) reduceTopK(topK, result);
   reduceDense(dense);
+  result.communicationSeconds = communicationSeconds_;
   return result;
+}
+
+template <typename Fn>
+void GradientReducer::communicate(Fn&& collective) {
+  const auto start = std::chrono::steady_clock::now();
+  collective();
+  communicationSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void GradientReducer::reduceDense(const std::vector<size_t>& slots) {
@@ -175,7 +185,7 @@ void GradientReducer::reduceDense(const std::vector<size_t>& slots) {
     std::memcpy(denseBuffer_.data() + offset, g.data(), g.numel() * sizeof(float));
     offset += g.numel();
   }
-  group_.allReduceSum(denseBuffer_.data(), total);
+  communicate([&] { group_.allReduceSum(denseBuffer_.data(), total); });
   const float inv = 1.0f / static_cast<float>(group_.size());
   offset = 0;
   for (size_t i : slots) {
@@ -276,7 +286,7 @@ void GradientReducer::reducePowerSgd(const std::vector<size_t>& slots) {
     transposeQ(s.q.data(), s.cols, r, qt);
     feedbackAndProject(s.parameter->grad.data(), s.memory.data(), qt.data(), pBuffer_.data() + pOffset[k], s.rows, s.cols, r);
   }
-  group_.allReduceSum(pBuffer_.data(), pTotal);
+  communicate([&] { group_.allReduceSum(pBuffer_.data(), pTotal); });
   // Orthogonalise, Qᵀ = P̂ᵀ·M, then one all-reduce of all Q's.
   for (size_t k = 0; k < slots.size(); ++k) {
     const Slot& s = slots_[slots[k]];
@@ -285,7 +295,7 @@ void GradientReducer::reducePowerSgd(const std::vector<size_t>& slots) {
     orthogonalizeColumns(p, s.rows, r, options_.orthogonalizationEps);
     projectBack(s.memory.data(), p, qBuffer_.data() + qOffset[k], s.rows, s.cols, r);
   }
-  group_.allReduceSum(qBuffer_.data(), qTotal);
+  communicate([&] { group_.allReduceSum(qBuffer_.data(), qTotal); });
   const float inv = 1.0f / static_cast<float>(group_.size());
   for (float& v : qBuffer_) v *= inv;
   // out = P̂·Qᵀ becomes the gradient; the memory keeps M − out; Q is kept for the next step.
@@ -325,7 +335,7 @@ void GradientReducer::reduceTopK(const std::vector<size_t>& slots, ReduceResult&
     result.floatsSent += 2 * counts[k] * world;
   }
   receiveBuffer_.resize(perWorker * world);
-  group_.allGather(sendBuffer_.data(), perWorker, receiveBuffer_.data());
+  communicate([&] { group_.allGather(sendBuffer_.data(), perWorker, receiveBuffer_.data()); });
   const float inv = 1.0f / static_cast<float>(world);
   for (size_t k = 0; k < slots.size(); ++k) {
     Tensor& g = slots_[slots[k]].parameter->grad;

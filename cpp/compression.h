@@ -42,6 +42,7 @@ struct ReducerOptions {
 
 struct ReduceResult {
   int64_t floatsSent = 0;
+  double communicationSeconds = 0;  // inside collectives; the rest of reduce() is compression
 };
 
 class GradientReducer {
@@ -89,11 +90,15 @@ class GradientReducer {
   void reducePowerSgd(const std::vector<size_t>& slots);
   void reduceTopK(const std::vector<size_t>& slots, ReduceResult& result);
   void reduceDense(const std::vector<size_t>& slots);
+  // Runs a collective, adding its duration to the step's communication time.
+  template <typename Fn>
+  void communicate(Fn&& collective);
 
   ReducerOptions options_;
   ProcessGroup& group_;
   std::vector<Slot> slots_;
   std::vector<float> pBuffer_, qBuffer_, sendBuffer_, receiveBuffer_, denseBuffer_;
+  double communicationSeconds_ = 0;
 };
 
 // Modified Gram-Schmidt on the columns of a row-major (rows, cols) matrix, in place:

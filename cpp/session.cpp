@@ -1,5 +1,6 @@
 #include "session.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -14,6 +15,9 @@ Session::Session(const ModelSpec& model, const SgdOptions& optimizer, const Redu
       reducer_(std::make_unique<GradientReducer>(model_.parameters(), reducer, *group_)) {}
 
 StepResult Session::trainStep(const Batch& batch) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  const auto start = Clock::now();
   model_.setTraining(true);
   Tensor logits = model_.forward(batch.images);
   StepResult result;
@@ -23,8 +27,14 @@ StepResult Session::trainStep(const Batch& batch) {
     throw numericalError("the training loss is " + std::to_string(result.loss) +
                          "; the update was skipped (lower the learning rate or check the data)");
   model_.backward(gradLogits_);
-  result.floatsSent = reducer_->reduce().floatsSent;
+  const auto reduceStart = Clock::now();
+  const ReduceResult reduced = reducer_->reduce();
+  const auto reduceEnd = Clock::now();
   optimizer_.step();
+  result.floatsSent = reduced.floatsSent;
+  result.communicationSeconds = reduced.communicationSeconds;
+  result.compressionSeconds = seconds(reduceStart, reduceEnd) - reduced.communicationSeconds;
+  result.computeSeconds = seconds(start, reduceStart) + seconds(reduceEnd, Clock::now());
   return result;
 }
 

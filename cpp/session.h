@@ -17,6 +17,9 @@ struct StepResult {
   int64_t correct = 0;
   int64_t samples = 0;
   int64_t floatsSent = 0;  // by this worker in the gradient exchange
+  // Where the step's time went: forward, backward and update; compressing and decompressing;
+  // waiting in collectives.
+  double computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0;
 };
 
 // A named tensor of the session's state as raw little-endian bytes (F32 or I64).

@@ -30,6 +30,10 @@ export interface StepResult {
   samples: number;
   /** Floats this worker sent in the gradient exchange of this step. */
   floatsSent: number;
+  /** Seconds in forward, backward and the update; in compression; waiting in collectives. */
+  computeSeconds: number;
+  compressionSeconds: number;
+  communicationSeconds: number;
 }
 
 export type CompressorName = 'none' | 'powersgd' | 'topk';

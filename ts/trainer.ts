@@ -15,6 +15,7 @@ import { ProgressBar, formatCount, formatDuration } from './progress.js';
 import { loadCheckpoint, saveCheckpoint } from './checkpoint.js';
 import { CheckpointError, UsageError } from './errors.js';
 import { ProcessGroup, distributedEnv } from './dist/group.js';
+import { endOfEpoch, initialState, type AccordionState, type Regime } from './accordion.js';
 
 export interface TrainConfig {
   model: Architecture;
@@ -43,6 +44,19 @@ export interface TrainConfig {
   topkRatio: number;
   /** PowerSGD leaves a matrix dense unless (n + m)·r·rate < n·m; 0 compresses every matrix. */
   minCompressionRate: number;
+  /**
+   * Accordion: switch each weight between a low- and a high-compression level by the rule of
+   * ts/accordion.ts. 'auto' turns it on with a compressor unless a static --rank or --topk-ratio
+   * was given.
+   */
+  accordion: 'auto' | 'on' | 'off';
+  eta: number;
+  /** Epochs between Accordion's checks. */
+  accordionInterval: number;
+  lowRank: number;
+  highRank: number;
+  lowRatio: number;
+  highRatio: number;
   /** Run directory for metrics, configuration and checkpoints; none when undefined. */
   outDir?: string;
   /** Checkpoint every this many epochs (and after the last). */
@@ -62,7 +76,7 @@ export interface TrainConfig {
 
 export const DEFAULT_CONFIG: Omit<TrainConfig, 'model'> = {
   dataset: 'synthetic',
-  epochs: 4,
+  epochs: 300,
   batchSize: 64,
   evalBatchSize: 256,
   lr: 0.05,
@@ -78,12 +92,25 @@ export const DEFAULT_CONFIG: Omit<TrainConfig, 'model'> = {
   rank: 2,
   topkRatio: 0.1,
   minCompressionRate: 1,
+  accordion: 'auto',
+  eta: 0.5,
+  accordionInterval: 10,
+  lowRank: 2,
+  highRank: 1,
+  lowRatio: 0.99,
+  highRatio: 0.1,
   checkpointEvery: 1,
   syntheticTrain: 2560,
   syntheticTest: 1000,
   timeoutMs: 60_000,
   progress: true,
 };
+
+/**
+ * The synthetic dataset is a demonstration: a short schedule on it (a few minutes on 2 cores) with
+ * Accordion checking every 2 epochs. The CIFAR datasets use the paper's schedule (DEFAULT_CONFIG).
+ */
+export const SYNTHETIC_PRESET: Partial<TrainConfig> = { epochs: 6, batchSize: 64, lr: 0.05, accordionInterval: 2 };
 
 export interface EpochRecord {
   epoch: number;
@@ -98,6 +125,24 @@ export interface EpochRecord {
   /** Floats this worker sent in gradient exchanges during the epoch, and since the run began. */
   floatsSent: number;
   floatsSentTotal: number;
+  /** Seconds of the epoch's steps spent in compute, compression and communication. */
+  computeSeconds: number;
+  compressionSeconds: number;
+  communicationSeconds: number;
+  /** With Accordion: per parameter, its level in this epoch (0: dense), the norm of its summed
+   * gradient, and the norm-change ratio when this epoch was a check. */
+  levels?: number[];
+  norms?: number[];
+  ratios?: (number | null)[];
+}
+
+export interface LevelSwitch {
+  /** The epoch at whose end the decision was taken; the new level applies from the next one. */
+  epoch: number;
+  parameter: string;
+  from: number;
+  to: number;
+  reason: 'norm-change' | 'lr-decay';
 }
 
 export interface TrainSummary {
@@ -108,13 +153,15 @@ export interface TrainSummary {
   finalTestAccuracy: number;
   bestTestAccuracy: number;
   compressor: CompressorName;
+  accordion: boolean;
+  switches: LevelSwitch[];
   floatsSentTotal: number;
   seconds: number;
   runDir?: string;
 }
 
 /** Settings that must match between a checkpoint and the run that resumes it. */
-const RESUME_MUST_MATCH: (keyof TrainConfig)[] = ['model', 'dataset', 'batchSize', 'workers', 'seed', 'compressor'];
+const RESUME_MUST_MATCH: (keyof TrainConfig)[] = ['model', 'dataset', 'batchSize', 'workers', 'seed', 'compressor', 'accordion'];
 
 export class Trainer extends EventEmitter {
   readonly config: TrainConfig;
@@ -130,6 +177,10 @@ export class Trainer extends EventEmitter {
   /** The workers of a data-parallel run (undefined when training alone). */
   readonly group?: ProcessGroup;
   private readonly ownsGroup: boolean;
+  /** Accordion's rule state (decisions are rank 0's), and the switches so far. */
+  private accordionState?: AccordionState;
+  private switches: LevelSwitch[] = [];
+  private readonly matrices: boolean[];
 
   private constructor(config: TrainConfig, dataset: ImageDataset, model: Model, group: ProcessGroup | undefined, ownsGroup: boolean) {
     super();
@@ -138,6 +189,8 @@ export class Trainer extends EventEmitter {
     this.model = model;
     this.group = group;
     this.ownsGroup = ownsGroup;
+    this.matrices = model.parameters().map((p) => p.shape.length > 1);
+    if (config.accordion === 'on') this.accordionState = initialState(this.matrices.length);
     const shard = { rank: group?.rank ?? 0, worldSize: group?.worldSize ?? 1 };
     const common = { mean: dataset.mean, std: dataset.std, seed: config.seed, ...shard };
     this.trainBatcher = new Batcher(dataset.train, {
@@ -174,7 +227,14 @@ export class Trainer extends EventEmitter {
    * weights.
    */
   static async create(options: Partial<TrainConfig> & { model: Architecture }, context: { group?: ProcessGroup } = {}): Promise<Trainer> {
-    const config: TrainConfig = { ...DEFAULT_CONFIG, ...options };
+    const dataset = options.dataset ?? DEFAULT_CONFIG.dataset;
+    const config: TrainConfig = { ...DEFAULT_CONFIG, ...(dataset === 'synthetic' ? SYNTHETIC_PRESET : {}), ...options };
+    if (config.accordion === 'auto')
+      config.accordion = config.compressor !== 'none' && options.rank === undefined && options.topkRatio === undefined ? 'on' : 'off';
+    if (config.accordion === 'on' && config.compressor === 'none')
+      throw new UsageError('--accordion on needs a compressor (--compressor powersgd or topk)');
+    if (config.accordion === 'on' && (options.rank !== undefined || options.topkRatio !== undefined))
+      throw new UsageError('--rank and --topk-ratio set a static level; with --accordion on use --low-rank/--high-rank or --low-ratio/--high-ratio');
     validateConfig(config);
     const env = context.group ? undefined : distributedEnv();
     const worldSize = context.group?.worldSize ?? env?.worldSize ?? 1;
@@ -205,29 +265,36 @@ export class Trainer extends EventEmitter {
         }
         config.outDir ??= path.resolve(checkpoint.dir, '..', '..');
       }
-      const dataset = loadImageDataset(config.dataset, config.dataDir, {
+      const data = loadImageDataset(config.dataset, config.dataDir, {
         train: config.syntheticTrain,
         test: config.syntheticTest,
         seed: config.seed,
       });
+      const accordion = config.accordion === 'on';
+      const level =
+        config.compressor === 'topk' ? (accordion ? config.lowRatio : config.topkRatio) : accordion ? config.lowRank : config.rank;
       const model = await Model.create({
         architecture: config.model,
-        classes: dataset.classes,
+        classes: data.classes,
         seed: config.seed,
         learningRate: config.lr,
         momentum: config.momentum,
         weightDecay: config.weightDecay,
         nesterov: config.nesterov,
         compressor: config.compressor,
-        level: config.compressor === 'topk' ? config.topkRatio : config.rank,
+        level,
         minCompressionRate: config.minCompressionRate,
+        accumulateNorms: accordion,
         group,
       });
-      const trainer = new Trainer(config, dataset, model, group, !context.group);
+      const trainer = new Trainer(config, data, model, group, !context.group);
       if (checkpoint) {
         await trainer.model.loadStateDict([...checkpoint.model, ...checkpoint.trainer]);
+        const extra = checkpoint.position.extra;
         trainer.startEpoch = checkpoint.position.epochsCompleted;
-        trainer.history = (checkpoint.position.extra.history as EpochRecord[] | undefined) ?? [];
+        trainer.history = (extra.history as EpochRecord[] | undefined) ?? [];
+        trainer.switches = (extra.switches as LevelSwitch[] | undefined) ?? [];
+        if (accordion) trainer.accordionState = extra.accordion as AccordionState;
       }
       if (group) await model.broadcastState(0);
       return trainer;
@@ -311,6 +378,8 @@ export class Trainer extends EventEmitter {
     const bar = config.progress && this.rank === 0 ? new ProgressBar(`epoch ${epoch + 1}/${config.epochs}`, steps) : undefined;
     const begin = performance.now();
     let lossSum = 0, correct = 0, samples = 0, floatsSent = 0;
+    let computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0;
+    const levels = this.accordionState ? Array.from(await this.model.levels()) : undefined;
     for (let step = 0; step < steps; step++) {
       const r: StepResult | null = await this.model.trainStep(this.trainBatcher);
       if (!r) break;
@@ -318,12 +387,16 @@ export class Trainer extends EventEmitter {
       correct += r.correct;
       samples += r.samples;
       floatsSent += r.floatsSent;
+      computeSeconds += r.computeSeconds;
+      compressionSeconds += r.compressionSeconds;
+      communicationSeconds += r.communicationSeconds;
       this.emit('step', { epoch, step, steps, loss: r.loss, samples: r.samples, floatsSent: r.floatsSent });
       bar?.update(step + 1, samples, { loss: (lossSum / samples).toFixed(4), acc: `${((100 * correct) / samples).toFixed(1)}%` });
       if (this.stopRequested) break;
     }
     bar?.finish();
     const seconds = (performance.now() - begin) / 1000;
+    const decision = this.stopRequested ? undefined : await this.applyAccordion(epoch, lr);
     const test = await this.evaluate();
     return {
       epoch,
@@ -337,7 +410,49 @@ export class Trainer extends EventEmitter {
       samplesPerSecond: samples / seconds,
       floatsSent,
       floatsSentTotal: (this.history[this.history.length - 1]?.floatsSentTotal ?? 0) + floatsSent,
+      computeSeconds,
+      compressionSeconds,
+      communicationSeconds,
+      ...(levels && decision ? { levels, norms: decision.norms, ratios: decision.ratios } : {}),
     };
+  }
+
+  /**
+   * Accordion at the end of an epoch: every worker reads (and restarts) its gradient-norm sums, rank
+   * 0 applies the rule to its own, broadcasts the regimes, and every worker sets the levels that
+   * govern the next epoch.
+   */
+  private async applyAccordion(epoch: number, lr: number): Promise<{ norms: number[]; ratios: (number | null)[] } | undefined> {
+    if (!this.accordionState) return undefined;
+    const { config } = this;
+    const norms = Array.from(await this.model.gradientNorms());
+    const lrNext = learningRateForEpoch(epoch + 1, this.schedule);
+    const decision = endOfEpoch(this.accordionState, { epoch, norms, lrCurrent: lr, lrNext }, { eta: config.eta, interval: config.accordionInterval });
+    // Rank 0 decides; the others take its regimes.
+    const critical = new Float32Array(decision.state.regimes.map((r) => (r === 'critical' ? 1 : 0)));
+    await this.group?.broadcast(critical, 0);
+    const regimes: Regime[] = Array.from(critical, (c) => (c ? 'critical' : 'stable'));
+    const before = Array.from(await this.model.levels());
+    const levelOf = (regime: Regime) =>
+      config.compressor === 'topk' ? (regime === 'critical' ? config.lowRatio : config.highRatio) : regime === 'critical' ? config.lowRank : config.highRank;
+    const after = regimes.map((r, i) => (this.matrices[i] ? levelOf(r) : 0));
+    await this.model.setLevels(after);
+    this.accordionState = { ...decision.state, regimes };
+    const names = this.model.parameters().map((p) => p.name);
+    for (let i = 0; i < after.length; i++) {
+      if (!this.matrices[i] || after[i] === before[i]) continue;
+      const change: LevelSwitch = {
+        epoch,
+        parameter: names[i]!,
+        from: before[i]!,
+        to: after[i]!,
+        reason: decision.lrOverride && regimes[i] === 'critical' ? 'lr-decay' : 'norm-change',
+      };
+      this.switches.push(change);
+      this.metrics?.write({ event: 'switch', ...change });
+      this.emit('switch', change);
+    }
+    return { norms, ratios: decision.ratios.map((r) => (r === undefined || !Number.isFinite(r) ? null : r)) };
   }
 
   private openRunDir(dir: string): void {
@@ -352,7 +467,11 @@ export class Trainer extends EventEmitter {
     const dir = await saveCheckpoint(
       outDir!,
       this.model,
-      { epochsCompleted, config: config as Record<string, unknown>, extra: { history: this.history } },
+      {
+        epochsCompleted,
+        config: config as Record<string, unknown>,
+        extra: { history: this.history, switches: this.switches, accordion: this.accordionState },
+      },
       this.group,
     );
     this.metrics?.write({ event: 'checkpoint', epoch: epochsCompleted - 1, path: dir });
@@ -369,6 +488,8 @@ export class Trainer extends EventEmitter {
       finalTestAccuracy: acc.length ? acc[acc.length - 1]! : NaN,
       bestTestAccuracy: acc.length ? Math.max(...acc) : NaN,
       compressor: this.config.compressor,
+      accordion: this.config.accordion === 'on',
+      switches: this.switches,
       floatsSentTotal: this.history[this.history.length - 1]?.floatsSentTotal ?? 0,
       seconds,
       runDir: this.config.outDir,
@@ -396,6 +517,14 @@ function validateConfig(c: TrainConfig): void {
   if (!Number.isInteger(c.rank) || c.rank < 1) throw new UsageError(`rank must be a positive integer, got ${c.rank}`);
   if (!(c.topkRatio > 0 && c.topkRatio <= 1)) throw new UsageError(`topkRatio must lie in (0, 1], got ${c.topkRatio}`);
   finite('minCompressionRate', 0);
+  if (!['auto', 'on', 'off'].includes(c.accordion)) throw new UsageError(`accordion must be auto, on or off, got '${c.accordion}'`);
+  if (!(c.eta > 0)) throw new UsageError(`eta must be positive, got ${c.eta}`);
+  if (!Number.isInteger(c.accordionInterval) || c.accordionInterval < 1)
+    throw new UsageError(`accordionInterval must be a positive integer, got ${c.accordionInterval}`);
+  for (const key of ['lowRank', 'highRank'] as const)
+    if (!Number.isInteger(c[key]) || c[key] < 1) throw new UsageError(`${key} must be a positive integer, got ${c[key]}`);
+  for (const key of ['lowRatio', 'highRatio'] as const)
+    if (!(c[key] > 0 && c[key] <= 1)) throw new UsageError(`${key} must lie in (0, 1], got ${c[key]}`);
   if (!Number.isInteger(c.seed) || c.seed < 0) throw new UsageError(`seed must be a non-negative integer, got ${c.seed}`);
   if (c.dataset !== 'synthetic' && !c.dataDir) throw new UsageError(`dataset ${c.dataset} needs --data DIR`);
 }

@@ -96,6 +96,9 @@ inline Napi::Float64Array float64Array(Napi::Env env, const std::vector<double>&
 inline Napi::Object stepResultValue(Napi::Env env, const StepResult& r) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("floatsSent", static_cast<double>(r.floatsSent));
+  o.Set("computeSeconds", r.computeSeconds);
+  o.Set("compressionSeconds", r.compressionSeconds);
+  o.Set("communicationSeconds", r.communicationSeconds);
   o.Set("loss", r.loss);
   o.Set("correct", static_cast<double>(r.correct));
   o.Set("samples", static_cast<double>(r.samples));

@@ -98,6 +98,9 @@ export class ProcessGroup {
       });
       try {
         await call(native.ready());
+        // Every rank returns only once all are connected: until then the store (possibly hosted by
+        // this process) must stay responsive for the ranks still exchanging addresses.
+        await call(native.barrier());
       } catch (err) {
         await native.dispose();
         throw err;

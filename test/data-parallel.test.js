@@ -1,0 +1,410 @@
+// Data parallelism between real processes: the gradient exchange of every compressor against the
+// single-process simulation of the same workers, dense data-parallel training against one worker
+// with the combined batch, and what a launched job does when a worker dies or the user presses
+// Ctrl-C.
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { expect } from 'chai';
+import { binding } from '../lib/native.js';
+import { Trainer, loadCheckpoint } from '../lib/index.js';
+import { decode, gradientFor, numel } from './helpers/reducer-worker.js';
+import { train } from './helpers/train-worker.js';
+
+const REDUCER_WORKER = fileURLToPath(new URL('./helpers/reducer-worker.js', import.meta.url));
+const TRAIN_WORKER = fileURLToPath(new URL('./helpers/train-worker.js', import.meta.url));
+const CLI = fileURLToPath(new URL('../lib/cli.js', import.meta.url));
+
+// ---------------------------------------------------------------------------------------------
+// Process bookkeeping: whatever a test starts is killed in afterEach, even when the test failed
+// halfway, so one failure never leaves a job running into the next test.
+
+const live = new Set();
+const tokens = new Set();
+
+function newToken() {
+  const token = `dp-test-${randomBytes(8).toString('hex')}`;
+  tokens.add(token);
+  return token;
+}
+
+async function freePort() {
+  const server = net.createServer();
+  await new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', resolve);
+  });
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** Processes whose environment carries `token`, as { pid, ppid, rank } (rank undefined for the launcher). */
+function jobProcesses(token) {
+  const found = [];
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    let environ;
+    let stat;
+    try {
+      environ = fs.readFileSync(`/proc/${name}/environ`, 'utf8').split('\0');
+      stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8');
+    } catch {
+      continue; // gone meanwhile, or not ours
+    }
+    if (!environ.includes(`ACCORDION_JOB_TOKEN=${token}`)) continue;
+    // The command name in field 2 may contain spaces; the fields after its closing parenthesis do not.
+    const after = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (after[0] === 'Z') continue; // exited, only waiting for its parent to reap it
+    const rank = environ.find((e) => e.startsWith('RANK='));
+    found.push({ pid: Number(name), ppid: Number(after[1]), state: after[0], rank: rank ? Number(rank.slice(5)) : undefined });
+  }
+  return found;
+}
+
+/**
+ * Starts a process in its own process group and collects its output. `exited` resolves with
+ * { code, signal, stdout, stderr, ms } once it has exited and its pipes are closed.
+ */
+function start(args, env, { detached = false } = {}) {
+  const started = Date.now();
+  const child = spawn(process.execPath, args, { env: { ...process.env, OMP_NUM_THREADS: '1', ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached });
+  const entry = { child, detached, stdout: '', stderr: '', done: false };
+  live.add(entry);
+  child.stdout.setEncoding('utf8').on('data', (s) => (entry.stdout += s));
+  child.stderr.setEncoding('utf8').on('data', (s) => (entry.stderr += s));
+  entry.exited = new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code, signal) => {
+      entry.done = true;
+      live.delete(entry);
+      resolve({ code, signal, stdout: entry.stdout, stderr: entry.stderr, ms: Date.now() - started });
+    });
+  });
+  return entry;
+}
+
+/** Resolves with the exit, or with { timedOut: true } after `ms`. */
+function exitWithin(entry, ms) {
+  let timer;
+  const timeout = new Promise((resolve) => (timer = setTimeout(() => resolve({ timedOut: true }), ms)));
+  return Promise.race([entry.exited, timeout]).finally(() => clearTimeout(timer));
+}
+
+async function waitFor(what, condition, ms, interval = 100) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = condition();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, interval));
+  }
+}
+
+function killEverything() {
+  for (const entry of live) {
+    try {
+      if (entry.detached) process.kill(-entry.child.pid, 'SIGKILL');
+      else entry.child.kill('SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+  for (const token of tokens)
+    for (const p of jobProcesses(token)) {
+      try {
+        process.kill(p.pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+}
+
+afterEach(async function () {
+  killEverything();
+  // Wait for the kills to land so that the next test starts on idle cores.
+  await Promise.all([...live].map((e) => exitWithin(e, 5000)));
+  for (const token of tokens) if (jobProcesses(token).length === 0) tokens.delete(token);
+});
+
+/** Runs `script` as every rank of a job; every rank must exit 0. Returns their outputs in rank order. */
+async function runJob(script, worldSize, spec, ms = 60000) {
+  const port = await freePort();
+  const token = newToken();
+  const ranks = Array.from({ length: worldSize }, (_, rank) =>
+    start([script, JSON.stringify(spec)], {
+      RANK: String(rank),
+      WORLD_SIZE: String(worldSize),
+      MASTER_ADDR: '127.0.0.1',
+      MASTER_PORT: String(port),
+      ACCORDION_JOB_TOKEN: token,
+    }),
+  );
+  const exits = await Promise.all(ranks.map((r) => exitWithin(r, ms)));
+  exits.forEach((e, rank) => {
+    expect(e.timedOut, `rank ${rank} did not finish within ${ms} ms`).to.not.equal(true);
+    expect(e.code, `rank ${rank} exited with ${e.code ?? e.signal}; stderr:\n${e.stderr}`).to.equal(0);
+  });
+  return exits.map((e) => JSON.parse(e.stdout.trim().split('\n').at(-1)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparisons
+
+function maxAbs(a) {
+  let m = 0;
+  for (const v of a) m = Math.max(m, Math.abs(v));
+  return m;
+}
+
+/**
+ * Gloo's ring may add the workers' contributions in another order than the in-process group, so
+ * values agree to float32 rounding of terms of size `scale`, not bit for bit.
+ */
+function expectClose(got, want, scale, tol, label) {
+  if (want === null) {
+    expect(got, `${label}: expected null`).to.equal(null);
+    return;
+  }
+  expect(got, `${label}: expected an array, got null`).to.not.equal(null);
+  expect(got.length, `${label}: length`).to.equal(want.length);
+  let worst = 0;
+  let at = -1;
+  for (let i = 0; i < want.length; i++) {
+    const d = Math.abs(got[i] - want[i]);
+    if (!(d <= worst)) {
+      worst = d;
+      at = i;
+    }
+  }
+  expect(worst, `${label}: element ${at} is ${got[at]}, expected ${want[at]} (scale ${scale})`).to.be.at.most(tol * scale);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+describe('data parallel: gradient exchange between worker processes', function () {
+  // 4-D conv, wide matrix, 1-D (always dense) and a small matrix.
+  const shapes = [[16, 8, 3, 3], [10, 32], [7], [5, 4]];
+  const steps = 3;
+  const configs = [
+    { compressor: 'powersgd', level: 2, minCompressionRate: 0 },
+    { compressor: 'topk', level: 0.3 },
+    { compressor: 'none' },
+  ];
+
+  for (const config of configs)
+    for (const workers of [2, 4])
+      it(`${config.compressor} with ${workers} processes matches ${workers} simulated workers (outputs, memories, Q)`, async function () {
+        const spec = { shapes, steps, seed: 7, timeoutMs: 30000, ...config };
+        const results = await runJob(REDUCER_WORKER, workers, spec);
+
+        const oracle = new binding.ReducerProbe(shapes, { ...config, seed: spec.seed, workers });
+        // Otherwise the comparison of memories would be one of nulls only.
+        shapes.forEach((shape, p) =>
+          expect(oracle.isCompressed(p), `parameter ${p} (${shape}) compressed`).to.equal(config.compressor !== 'none' && shape.length > 1),
+        );
+        for (let s = 0; s < steps; s++) {
+          const grads = Array.from({ length: workers }, (_, w) => shapes.map((shape, p) => gradientFor(w, s, p, numel(shape))));
+          const want = oracle.step(grads);
+          // Bounds the magnitude of every sum and of the error memories built from these inputs.
+          const scales = shapes.map((_, p) => grads.reduce((sum, g) => sum + maxAbs(g[p]), 0));
+          for (let r = 0; r < workers; r++) {
+            const got = results[r].steps[s];
+            expect(results[r].rank).to.equal(r);
+            expect(got.floatsSent, `step ${s} rank ${r}: floats sent`).to.equal(want.floatsSent);
+            shapes.forEach((_, p) => {
+              const label = `step ${s} rank ${r} parameter ${p} (${shapes[p]})`;
+              expectClose(decode(got.outputs[p]), want.outputs[r][p], scales[p], 1e-5, `${label}: output`);
+              expectClose(decode(got.memories[p]), oracle.memory(r, p), scales[p], 1e-5, `${label}: memory`);
+              // Q (Mᵀ P̂ summed over the workers) has a magnitude of its own, unrelated to the inputs'.
+              const q = oracle.q(r, p);
+              expectClose(decode(got.qs[p]), q, Math.max(1, q ? maxAbs(q) : 0), 1e-4, `${label}: Q`);
+            });
+          }
+          if (config.compressor !== 'none')
+            expect(maxAbs(decode(results[0].steps[s].memories[0])), `step ${s}: rank 0's memory of parameter 0`).to.be.above(0);
+          // Every rank must apply the same update, or the replicas drift apart.
+          for (let r = 1; r < workers; r++)
+            shapes.forEach((_, p) =>
+              expect(results[r].steps[s].outputs[p], `step ${s} parameter ${p}: rank ${r}'s output differs from rank 0's`).to.equal(
+                results[0].steps[s].outputs[p],
+              ),
+            );
+        }
+      });
+});
+
+describe('data parallel: training without compression', function () {
+  it('2 workers with batch B end with the weights of 1 worker with batch 2B (frozen batch norm)', async function () {
+    const B = 4;
+    const spec = {
+      architecture: 'resnet18',
+      classes: 10,
+      imageSeed: 11,
+      count: 64,
+      steps: 4,
+      seed: 5,
+      learningRate: 0.05,
+      momentum: 0.9,
+      weightDecay: 5e-4,
+      timeoutMs: 60000,
+    };
+    const started = Date.now();
+    const [rank0, rank1] = await runJob(TRAIN_WORKER, 2, { ...spec, batchSize: B }, 120000);
+    const parallelMs = Date.now() - started;
+    const single = await train({ ...spec, batchSize: 2 * B });
+    this.test.title += ` [2 processes ${parallelMs} ms, 1 process ${Date.now() - started - parallelMs} ms]`;
+
+    expect(rank1.digest.sha256, 'the two ranks hold different weights after training').to.equal(rank0.digest.sha256);
+
+    // The mean of the two halves' mean losses is the combined batch's mean loss.
+    single.losses.forEach((l, s) => {
+      expect(rank0.losses[s].samples + rank1.losses[s].samples).to.equal(l.samples);
+      const mean = (rank0.losses[s].loss + rank1.losses[s].loss) / 2;
+      expect(Math.abs(mean - l.loss), `step ${s}: mean loss ${mean} vs ${l.loss}`).to.be.at.most(1e-4 * Math.max(1, Math.abs(l.loss)));
+    });
+
+    for (const name of ['conv1.weight', 'linear.weight']) {
+      const got = decode(rank0.digest.entries[name]);
+      const want = decode(single.digest.entries[name]);
+      expectClose(got, want, Math.max(maxAbs(want), 1e-3), 1e-4, name);
+    }
+    const names = Object.keys(single.digest.sums);
+    expect(Object.keys(rank0.digest.sums)).to.deep.equal(names);
+    for (const name of names) {
+      const got = rank0.digest.sums[name];
+      const want = single.digest.sums[name];
+      expect(Math.abs(got.sum - want.sum), `sum of ${name}: ${got.sum} vs ${want.sum}`).to.be.at.most(1e-4 * Math.max(want.sumAbs, 1e-3));
+    }
+  });
+});
+
+describe('data parallel: a launched job that is stopped', function () {
+  let cacheDir;
+  const runDirs = [];
+
+  before(function () {
+    // The synthetic dataset is generated into this cache, by both workers at once on the first run.
+    cacheDir = fs.mkdtempSync(path.join(os.tmpdir(), 'accordion-dp-cache-'));
+  });
+
+  after(function () {
+    for (const dir of [cacheDir, ...runDirs]) fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  const common = ['--model', 'resnet18', '--synthetic-train', '256', '--synthetic-test', '64', '--batch-size', '16', '--eval-batch-size', '64', '--checkpoint-every', '1', '--quiet'];
+
+  function launchJob(extra, token) {
+    return start([CLI, 'train', ...common, '--workers', '2', ...extra], { ACCORDION_JOB_TOKEN: token, XDG_CACHE_HOME: cacheDir }, { detached: true });
+  }
+
+  function latestOf(dir) {
+    const file = path.join(dir, 'checkpoints', 'latest');
+    return fs.existsSync(file) ? fs.readFileSync(file, 'utf8').trim() : undefined;
+  }
+
+  /** Starts a 50-epoch job and waits until its first checkpoint is published. */
+  async function jobAfterFirstCheckpoint() {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'accordion-dp-run-'));
+    runDirs.push(dir);
+    const token = newToken();
+    const launcher = launchJob(['--epochs', '50', '--out', dir], token);
+    await waitFor('the first checkpoint', () => {
+      if (launcher.done) throw new Error(`the job ended before its first checkpoint; stderr:\n${launcher.stderr}`);
+      return latestOf(dir);
+    }, 120000);
+    return { dir, token, launcher };
+  }
+
+  function expectCheckpointLoads(dir, label) {
+    const name = latestOf(dir);
+    const epochs = Number(/^epoch-(\d+)$/.exec(name)?.[1]);
+    for (const rank of [0, 1]) {
+      const c = loadCheckpoint(dir, rank);
+      expect(c.dir, `${label}: rank ${rank}`).to.equal(path.join(dir, 'checkpoints', name));
+      expect(c.position.epochsCompleted, `${label}: rank ${rank}`).to.equal(epochs);
+      expect(c.position.config.workers, `${label}: rank ${rank}`).to.equal(2);
+      expect(c.model.some((t) => t.name === 'conv1.weight'), `${label}: rank ${rank}: model`).to.equal(true);
+      expect(c.trainer.length, `${label}: rank ${rank}: trainer state`).to.be.above(0);
+    }
+    return epochs;
+  }
+
+  it('a worker killed with SIGKILL stops the job, leaves no process and a checkpoint to resume', async function () {
+    const { dir, token, launcher } = await jobAfterFirstCheckpoint();
+    const workers = await waitFor('both workers', () => {
+      const ws = jobProcesses(token).filter((p) => p.ppid === launcher.child.pid && p.rank !== undefined);
+      return ws.length === 2 ? ws : undefined;
+    }, 10000);
+    const victim = workers.find((w) => w.rank === 1);
+    const killedAt = Date.now();
+    process.kill(victim.pid, 'SIGKILL');
+
+    const exit = await exitWithin(launcher, 30000);
+    const stopMs = Date.now() - killedAt;
+    expect(exit.timedOut, `the launcher still runs 30 s after rank 1 was killed; stderr:\n${launcher.stderr}`).to.not.equal(true);
+    expect(exit.code, `launcher exit; stderr:\n${exit.stderr}`).to.equal(1);
+    expect(exit.stderr).to.include('accordion launch: rank 1 was killed by SIGKILL');
+    expect(exit.stderr).to.match(/accordion launch: job failed: .*rank 1.*SIGKILL/);
+    expect(jobProcesses(token), 'processes of the job left running').to.deep.equal([]);
+
+    const epochs = expectCheckpointLoads(dir, 'after the kill');
+    expect(epochs).to.be.at.least(1);
+
+    // A resumed run must have as many workers as the checkpoint: error-feedback memories and the
+    // data shards are per rank.
+    let refused;
+    try {
+      const trainer = await Trainer.create({
+        model: 'resnet18',
+        syntheticTrain: 256,
+        syntheticTest: 64,
+        batchSize: 16,
+        evalBatchSize: 64,
+        epochs: epochs + 1,
+        workers: 1,
+        resume: dir,
+        progress: false,
+      });
+      await trainer.dispose();
+    } catch (err) {
+      refused = err;
+    }
+    expect(refused, 'resuming a 2-worker checkpoint with 1 worker was accepted').to.be.an('error');
+    expect(refused.code, refused.message).to.equal('ERR_CHECKPOINT');
+    expect(refused.message).to.match(/workers = 2.*has 1/);
+
+    const resumeStarted = Date.now();
+    const resumed = launchJob(['--resume', dir, '--epochs', String(epochs + 1)], newToken());
+    const resumedExit = await exitWithin(resumed, 120000);
+    expect(resumedExit.timedOut, `the resumed run did not finish; stderr:\n${resumed.stderr}`).to.not.equal(true);
+    expect(resumedExit.code, `resumed run; stderr:\n${resumedExit.stderr}`).to.equal(0);
+    expect(latestOf(dir)).to.equal(`epoch-${String(epochs + 1).padStart(4, '0')}`);
+    expect(expectCheckpointLoads(dir, 'after resuming')).to.equal(epochs + 1);
+    expect(loadCheckpoint(dir, 0).position.extra.history).to.have.length(epochs + 1);
+    this.test.title += ` [stopped ${stopMs} ms after the kill, resumed epoch ${epochs + 1} in ${Date.now() - resumeStarted} ms]`;
+  });
+
+  it('Ctrl-C (SIGINT to the process group) stops every process with status 130 and keeps the checkpoint', async function () {
+    const { dir, token, launcher } = await jobAfterFirstCheckpoint();
+    const before = latestOf(dir);
+    const interruptedAt = Date.now();
+    // A terminal sends SIGINT to the whole foreground process group, not just the launcher.
+    process.kill(-launcher.child.pid, 'SIGINT');
+
+    const exit = await exitWithin(launcher, 30000);
+    const stopMs = Date.now() - interruptedAt;
+    expect(exit.timedOut, `the launcher still runs 30 s after SIGINT; stderr:\n${launcher.stderr}`).to.not.equal(true);
+    expect(exit.code, `launcher exit; stderr:\n${exit.stderr}`).to.equal(130);
+    expect(exit.stderr).to.include('accordion launch: job failed:');
+    expect(jobProcesses(token), 'processes of the job left running').to.deep.equal([]);
+    // A checkpoint may have been published between our read and the signal, never a partial one.
+    expect(Number(latestOf(dir).slice(6))).to.be.at.least(Number(before.slice(6)));
+    expectCheckpointLoads(dir, 'after Ctrl-C');
+    this.test.title += ` [stopped ${stopMs} ms after SIGINT]`;
+  });
+});
