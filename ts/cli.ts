@@ -4,10 +4,10 @@
  * message naming the option; runtime errors exit with code 1.
  */
 import * as path from 'node:path';
-import { realpathSync } from 'node:fs';
+import { readFileSync, realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { AccordionError, UsageError } from './errors.js';
-import { DEFAULT_CONFIG, Trainer, type TrainConfig } from './trainer.js';
+import { DEFAULT_CONFIG, Trainer, type TrainConfig, type TrainSummary } from './trainer.js';
 import { ARCHITECTURES } from './model.js';
 import { distributedEnv } from './dist/group.js';
 import { launch } from './dist/launch.js';
@@ -16,7 +16,7 @@ type Kind = 'int' | 'number' | 'string' | 'list' | 'flag';
 
 interface OptionSpec {
   flag: string;
-  key: keyof TrainConfig | 'help';
+  key: keyof TrainConfig | 'help' | 'config';
   kind: Kind;
   help: string;
   choices?: readonly string[];
@@ -28,10 +28,10 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--model', key: 'model', kind: 'string', choices: ARCHITECTURES, help: 'model architecture (required)' },
   { flag: '--dataset', key: 'dataset', kind: 'string', choices: ['synthetic', 'cifar10', 'cifar100'], help: 'dataset; cifar10 when --data is given' },
   { flag: '--data', key: 'dataDir', kind: 'string', help: 'directory of the CIFAR binary files' },
-  { flag: '--epochs', key: 'epochs', kind: 'int', help: 'epochs to train' },
-  { flag: '--batch-size', key: 'batchSize', kind: 'int', help: 'batch size per worker' },
+  { flag: '--epochs', key: 'epochs', kind: 'int', help: 'epochs to train (6 on synthetic data)' },
+  { flag: '--batch-size', key: 'batchSize', kind: 'int', help: 'batch size per worker (64 on synthetic data)' },
   { flag: '--eval-batch-size', key: 'evalBatchSize', kind: 'int', help: 'batch size for evaluation' },
-  { flag: '--lr', key: 'lr', kind: 'number', help: 'base learning rate for one worker' },
+  { flag: '--lr', key: 'lr', kind: 'number', help: 'base learning rate for one worker (0.05 on synthetic data)' },
   { flag: '--momentum', key: 'momentum', kind: 'number', help: 'SGD momentum' },
   { flag: '--weight-decay', key: 'weightDecay', kind: 'number', help: 'weight decay' },
   { flag: '--no-nesterov', key: 'nesterov', kind: 'flag', negate: true, help: 'plain heavy-ball momentum instead of Nesterov' },
@@ -44,6 +44,13 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--rank', key: 'rank', kind: 'int', help: 'PowerSGD rank' },
   { flag: '--topk-ratio', key: 'topkRatio', kind: 'number', help: 'fraction of entries TopK sends, in (0, 1]' },
   { flag: '--min-compression-rate', key: 'minCompressionRate', kind: 'number', help: 'PowerSGD sends a matrix dense unless (n+m)·r·rate < n·m; 0 compresses all' },
+  { flag: '--accordion', key: 'accordion', kind: 'string', choices: ['auto', 'on', 'off'], help: 'adaptive compression; auto: on with a compressor unless --rank/--topk-ratio fix the level' },
+  { flag: '--eta', key: 'eta', kind: 'number', help: "Accordion's threshold on the relative change of a layer's gradient norm" },
+  { flag: '--accordion-interval', key: 'accordionInterval', kind: 'int', help: 'epochs between Accordion checks (2 on synthetic data)' },
+  { flag: '--low-rank', key: 'lowRank', kind: 'int', help: 'PowerSGD rank in critical regimes (low compression)' },
+  { flag: '--high-rank', key: 'highRank', kind: 'int', help: 'PowerSGD rank otherwise (high compression)' },
+  { flag: '--low-ratio', key: 'lowRatio', kind: 'number', help: 'TopK ratio in critical regimes (low compression)' },
+  { flag: '--high-ratio', key: 'highRatio', kind: 'number', help: 'TopK ratio otherwise (high compression)' },
   { flag: '--out', key: 'outDir', kind: 'string', help: 'run directory (default runs/<model>-<time>)' },
   { flag: '--checkpoint-every', key: 'checkpointEvery', kind: 'int', help: 'epochs between checkpoints' },
   { flag: '--resume', key: 'resume', kind: 'string', help: 'continue from a run or checkpoint directory' },
@@ -52,6 +59,7 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--threads', key: 'threads', kind: 'int', help: 'native threads (default: OMP_NUM_THREADS or all cores)' },
   { flag: '--timeout', key: 'timeoutMs', kind: 'int', help: 'milliseconds before a rendezvous or collective gives up' },
   { flag: '--quiet', key: 'progress', kind: 'flag', negate: true, help: 'no progress bar or per-epoch lines' },
+  { flag: '--config', key: 'config', kind: 'string', help: "JSON file of options (names as here or as in a run's config.json); flags override it" },
   { flag: '--help', key: 'help', kind: 'flag', help: 'show this help' },
 ];
 
@@ -78,6 +86,29 @@ function parseValue(spec: OptionSpec, raw: string): unknown {
   }
 }
 
+/** Options from a JSON file: keys are flag names without dashes or config names (camelCase). */
+function readConfigFile(file: string): Record<string, unknown> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (err) {
+    throw new UsageError(`option --config: cannot read ${file}: ${(err as Error).message}`);
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new UsageError(`option --config: ${file} must hold a JSON object`);
+  const out: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(parsed)) {
+    const spec = TRAIN_OPTIONS.find((o) => o.key === name || o.flag === `--${name}`);
+    if (!spec || spec.key === 'config' || spec.key === 'help') throw new UsageError(`option --config: ${file} has an unknown option '${name}'`);
+    if (spec.kind === 'flag') {
+      if (typeof value !== 'boolean') throw new UsageError(`option --config: '${name}' in ${file} must be true or false`);
+      out[spec.key] = spec.key === name ? value : spec.negate ? !value : value;
+      continue;
+    }
+    out[spec.key] = parseValue(spec, Array.isArray(value) ? value.join(',') : String(value));
+  }
+  return out;
+}
+
 export function parseTrainArgs(argv: string[]): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (let i = 0; i < argv.length; i++) {
@@ -96,6 +127,11 @@ export function parseTrainArgs(argv: string[]): Record<string, unknown> {
     const raw = eq > 0 ? arg.slice(eq + 1) : argv[++i];
     if (raw === undefined || (eq < 0 && raw.startsWith('--'))) throw new UsageError(`option ${spec.flag} needs a value`);
     out[spec.key] = parseValue(spec, raw);
+  }
+  if (typeof out.config === 'string') {
+    const file = out.config;
+    delete out.config;
+    return { ...readConfigFile(file), ...out };
   }
   return out;
 }
@@ -239,6 +275,7 @@ async function train(argv: string[]): Promise<number> {
         `final test accuracy ${(100 * summary.finalTestAccuracy).toFixed(2)}%, best ${(100 * summary.bestTestAccuracy).toFixed(2)}%`,
         `compressor ${describeCompressor(config)}: ${summary.floatsSentTotal.toLocaleString('en-US')} floats sent by this worker` +
           (last ? ` (${last.floatsSent.toLocaleString('en-US')} in the last epoch)` : ''),
+        ...(summary.accordion ? [`Accordion: ${summary.switches.length} level switch${summary.switches.length === 1 ? '' : 'es'}`, ...describeSwitches(summary)] : []),
         `run directory ${summary.runDir}`,
       ].join('\n') + '\n',
     );
@@ -251,9 +288,28 @@ async function train(argv: string[]): Promise<number> {
 }
 
 function describeCompressor(c: TrainConfig): string {
-  if (c.compressor === 'powersgd') return `powersgd rank ${c.rank}`;
-  if (c.compressor === 'topk') return `topk ratio ${c.topkRatio}`;
+  const every = `η ${c.eta}, checked every ${c.accordionInterval} epoch${c.accordionInterval > 1 ? 's' : ''}`;
+  if (c.compressor === 'powersgd')
+    return c.accordion === 'on' ? `powersgd with Accordion (rank ${c.lowRank} in critical regimes, ${c.highRank} otherwise; ${every})` : `powersgd rank ${c.rank}`;
+  if (c.compressor === 'topk')
+    return c.accordion === 'on' ? `topk with Accordion (ratio ${c.lowRatio} in critical regimes, ${c.highRatio} otherwise; ${every})` : `topk ratio ${c.topkRatio}`;
   return 'none (dense all-reduce)';
+}
+
+/** One line per epoch that changed levels: "after epoch 3: 9 layers rank 2 → 1 (conv1.weight, …)". */
+function describeSwitches(summary: TrainSummary): string[] {
+  const byEpoch = new Map<number, TrainSummary['switches']>();
+  for (const s of summary.switches) byEpoch.set(s.epoch, [...(byEpoch.get(s.epoch) ?? []), s]);
+  const unit = summary.compressor === 'topk' ? 'ratio' : 'rank';
+  return [...byEpoch].map(([epoch, list]) => {
+    const groups = new Map<string, string[]>();
+    for (const s of list) {
+      const change = `${s.from} → ${s.to}${s.reason === 'lr-decay' ? ' (lr decay)' : ''}`;
+      groups.set(change, [...(groups.get(change) ?? []), s.parameter]);
+    }
+    const parts = [...groups].map(([change, names]) => `${names.length} layer${names.length > 1 ? 's' : ''} ${unit} ${change} (${names.slice(0, 3).join(', ')}${names.length > 3 ? ', …' : ''})`);
+    return `  after epoch ${epoch + 1}: ${parts.join('; ')}`;
+  });
 }
 
 async function info(): Promise<void> {

@@ -336,6 +336,7 @@ export class Trainer extends EventEmitter {
             `epoch ${epoch + 1}/${config.epochs}  lr ${record.lr.toPrecision(3)}  train loss ${record.trainLoss.toFixed(4)}` +
               `  acc ${(100 * record.trainAccuracy).toFixed(2)}%  test loss ${record.testLoss.toFixed(4)}` +
               `  acc ${(100 * record.testAccuracy).toFixed(2)}%  floats sent ${formatCount(record.floatsSent)}` +
+              (record.levels ? `  levels ${describeLevels(record.levels, this.matrices)}` : '') +
               `  (${formatDuration(record.seconds)})\n`,
           );
         }
@@ -527,4 +528,11 @@ function validateConfig(c: TrainConfig): void {
     if (!(c[key] > 0 && c[key] <= 1)) throw new UsageError(`${key} must lie in (0, 1], got ${c[key]}`);
   if (!Number.isInteger(c.seed) || c.seed < 0) throw new UsageError(`seed must be a non-negative integer, got ${c.seed}`);
   if (c.dataset !== 'synthetic' && !c.dataDir) throw new UsageError(`dataset ${c.dataset} needs --data DIR`);
+}
+
+/** "18×2 3×1": how many weight matrices were at each level. */
+function describeLevels(levels: number[], matrices: boolean[]): string {
+  const counts = new Map<number, number>();
+  levels.forEach((l, i) => matrices[i] && counts.set(l, (counts.get(l) ?? 0) + 1));
+  return [...counts].sort((a, b) => b[0] - a[0]).map(([level, n]) => `${n}×${level}`).join(' ');
 }
