@@ -11,6 +11,7 @@ import { DEFAULT_CONFIG, Trainer, type TrainConfig, type TrainSummary } from './
 import { ARCHITECTURES } from './model.js';
 import { distributedEnv } from './dist/group.js';
 import { launch } from './dist/launch.js';
+import { writeReport } from './report/report.js';
 
 type Kind = 'int' | 'number' | 'string' | 'list' | 'flag';
 
@@ -153,6 +154,7 @@ const USAGE = `Usage: accordion <command> [options]
 Commands:
   train    train a model (accordion train --help for options; --workers N starts N processes)
   launch   start one training process per worker, like torchrun (accordion launch --help)
+  report   write an HTML report of run directories: accordion report RUN_DIR [RUN_DIR …] [--out FILE]
   info     show how the native addon was built and which devices it sees`;
 
 const LAUNCH_OPTIONS: { flag: string; key: string; kind: 'int' | 'string'; help: string; dflt: string }[] = [
@@ -312,6 +314,21 @@ function describeSwitches(summary: TrainSummary): string[] {
   });
 }
 
+function reportCommand(argv: string[]): number {
+  const dirs: string[] = [];
+  let out: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    if (argv[i] === '--out') {
+      out = argv[++i];
+      if (!out) throw new UsageError('option --out needs a file name');
+    } else if (argv[i]!.startsWith('--')) throw new UsageError(`unknown report option ${argv[i]}`);
+    else dirs.push(argv[i]!);
+  }
+  if (dirs.length === 0) throw new UsageError('usage: accordion report RUN_DIR [RUN_DIR …] [--out FILE]');
+  process.stdout.write(`report written to ${writeReport(dirs, out)}\n`);
+  return 0;
+}
+
 async function info(): Promise<void> {
   const { binding } = await import('./native.js');
   process.stdout.write(JSON.stringify({ build: binding.buildInfo(), devices: binding.deviceQuery() }, null, 2) + '\n');
@@ -322,6 +339,7 @@ export async function main(argv: string[]): Promise<number> {
   try {
     if (command === 'train') return await train(rest);
     if (command === 'launch') return await launchCommand(rest);
+    if (command === 'report') return reportCommand(rest);
     if (command === 'info') await info();
     else if (command === undefined || command === '--help' || command === 'help') process.stdout.write(USAGE + '\n');
     else throw new UsageError(`unknown command '${command}'\n${USAGE}`);

@@ -1,0 +1,84 @@
+import { expect } from 'chai';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { Trainer } from '../lib/index.js';
+import { writeReport, loadRun } from '../lib/report/report.js';
+
+const CHROMIUM = '/usr/bin/chromium';
+
+describe('HTML report', function () {
+  let tmp, accordionRun, staticRun;
+  before(async function () {
+    tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-report-'));
+    const common = {
+      model: 'resnet18',
+      dataset: 'synthetic',
+      dataDir: path.join(tmp, 'data'),
+      syntheticTrain: 64,
+      syntheticTest: 32,
+      batchSize: 32,
+      evalBatchSize: 32,
+      epochs: 4,
+      progress: false,
+      compressor: 'powersgd',
+    };
+    accordionRun = path.join(tmp, 'accordion');
+    staticRun = path.join(tmp, 'static');
+    for (const [outDir, extra] of [[accordionRun, { accordionInterval: 1 }], [staticRun, { rank: 1 }]]) {
+      const trainer = await Trainer.create({ ...common, ...extra, outDir });
+      await trainer.fit();
+      await trainer.dispose();
+    }
+  });
+  after(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+  it('reads levels, ratios and floats of every epoch from the metrics log', function () {
+    const run = loadRun(accordionRun);
+    expect(run.accordion).to.equal(true);
+    expect(run.epochs.map((e) => e.epoch)).to.deep.equal([0, 1, 2, 3]);
+    expect(run.epochs[0].levels.filter((l, i) => run.matrices[i])).to.satisfy((levels) => levels.every((l) => l === 2));
+    expect(run.epochs[1].ratios.filter((r, i) => run.matrices[i] && r !== null).length).to.equal(21);
+    expect(run.epochs[3].floatsSentTotal).to.be.above(run.epochs[0].floatsSentTotal);
+    expect(loadRun(staticRun).accordion).to.equal(false);
+  });
+
+  it('opens in headless Chromium without console errors and shows the four plots with the runs’ data', async function () {
+    if (!fs.existsSync(CHROMIUM)) this.skip(); // pending: Debian's chromium is not installed
+    const file = writeReport([accordionRun, staticRun], path.join(tmp, 'report.html'));
+    const html = fs.readFileSync(file, 'utf8');
+    expect(html).to.not.match(/<script[^>]+src=/); // self-contained
+    const { chromium } = await import('playwright-core');
+    const browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
+    });
+    try {
+      const page = await browser.newPage();
+      const problems = [];
+      page.on('console', (m) => m.type() === 'error' && problems.push(m.text()));
+      page.on('pageerror', (e) => problems.push(e.message));
+      await page.goto('file://' + file);
+      await page.waitForFunction(() => window.reportCharts && Object.keys(window.reportCharts).length === 4);
+      const charts = await page.evaluate(() =>
+        Object.fromEntries(
+          Object.entries(window.reportCharts).map(([name, chart]) => [
+            name,
+            { type: chart.config.type, points: chart.data.datasets.map((d) => d.data.length), width: chart.width, height: chart.height },
+          ]),
+        ),
+      );
+      expect(problems).to.deep.equal([]);
+      expect(Object.keys(charts)).to.have.members(['accuracyEpochs', 'accuracyFloats', 'levels', 'ratios']);
+      expect(charts.accuracyEpochs.points).to.deep.equal([4, 4]); // both runs, every epoch
+      expect(charts.accuracyFloats.points).to.deep.equal([4, 4]);
+      expect(charts.levels.type).to.equal('matrix');
+      expect(charts.levels.points).to.deep.equal([21 * 4]); // every weight matrix, every epoch
+      expect(charts.ratios.points.slice(0, -1).every((n) => n === 3)).to.equal(true); // checks after epochs 2-4
+      expect(charts.ratios.points.at(-1)).to.equal(2); // the η line
+      for (const c of Object.values(charts)) expect(c.width * c.height).to.be.above(0);
+    } finally {
+      await browser.close();
+    }
+  });
+});

@@ -1,0 +1,165 @@
+/**
+ * `accordion report RUN_DIR [RUN_DIR …]`: one self-contained HTML file with the plots of the paper's
+ * figures, built from the runs' metrics logs alone:
+ *   1. test accuracy against epochs (every run),
+ *   2. test accuracy against floats communicated (every run),
+ *   3. each layer's compression level over the epochs (first run with Accordion), as a heatmap,
+ *   4. each layer's norm-change ratio at the check epochs, with η marked.
+ * Charts are drawn by Chart.js (and its matrix plugin for the heatmap), inlined into the file.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { createRequire } from 'node:module';
+import { readMetrics, type MetricsEvent } from '../metrics.js';
+import { UsageError } from '../errors.js';
+
+export interface RunSeries {
+  name: string;
+  compressor: string;
+  accordion: boolean;
+  eta: number;
+  parameterNames: string[];
+  matrices: boolean[];
+  epochs: { epoch: number; testAccuracy: number; floatsSentTotal: number; levels?: number[]; ratios?: (number | null)[] }[];
+}
+
+/** The data of one run directory's metrics log. */
+export function loadRun(runDir: string): RunSeries {
+  const file = path.join(runDir, 'metrics.jsonl');
+  if (!fs.existsSync(file)) throw new UsageError(`${runDir} is not a run directory (no metrics.jsonl)`);
+  const events = readMetrics(file);
+  const start = [...events].reverse().find((e) => e.event === 'start' || e.event === 'resume') as MetricsEvent | undefined;
+  if (!start) throw new UsageError(`${file} has no start event`);
+  // A resumed run logs some epochs again; the last record of an epoch wins.
+  const byEpoch = new Map<number, RunSeries['epochs'][number]>();
+  for (const e of events) {
+    if (e.event !== 'epoch') continue;
+    byEpoch.set(e.epoch as number, {
+      epoch: e.epoch as number,
+      testAccuracy: e.testAccuracy as number,
+      floatsSentTotal: e.floatsSentTotal as number,
+      levels: e.levels as number[] | undefined,
+      ratios: e.ratios as (number | null)[] | undefined,
+    });
+  }
+  const accordion = Boolean(start.accordion);
+  const compressor = String(start.compressor ?? 'none');
+  return {
+    name: `${path.basename(path.resolve(runDir))} (${compressor}${accordion ? ', Accordion' : ''})`,
+    compressor,
+    accordion,
+    eta: Number(start.eta ?? 0.5),
+    parameterNames: (start.parameterNames as string[] | undefined) ?? [],
+    matrices: (start.matrices as boolean[] | undefined) ?? [],
+    epochs: [...byEpoch.values()].sort((a, b) => a.epoch - b.epoch),
+  };
+}
+
+/** A browser build shipped next to a package's main file, as inline script text. */
+function inlineScript(require: NodeRequire, pkg: string, file: string): string {
+  const text = fs.readFileSync(path.join(path.dirname(require.resolve(pkg)), file), 'utf8');
+  // A closing script tag inside the library would end the inline script early.
+  return text.replace(/<\/script/gi, '<\\/script');
+}
+
+export function renderReport(runs: RunSeries[]): string {
+  if (runs.length === 0) throw new UsageError('a report needs at least one run directory');
+  const require = createRequire(import.meta.url);
+  const chartJs = inlineScript(require, 'chart.js', 'chart.umd.js');
+  const matrixPlugin = inlineScript(require, 'chartjs-chart-matrix', 'chartjs-chart-matrix.min.js');
+  const data = JSON.stringify(runs).replace(/</g, '\\u003c');
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>accordion-engine report</title>
+<style>
+  body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; }
+  h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
+  .chart { position: relative; height: 360px; max-width: 960px; }
+  .tall { height: 560px; }
+  p.note { color: #555; max-width: 960px; }
+</style>
+<script>${chartJs}</script>
+<script>${matrixPlugin}</script>
+</head>
+<body>
+<h1>accordion-engine report</h1>
+<p class="note" id="runs"></p>
+<h2>Test accuracy against epochs</h2>
+<div class="chart"><canvas id="accuracy-epochs"></canvas></div>
+<h2>Test accuracy against floats communicated (per worker)</h2>
+<div class="chart"><canvas id="accuracy-floats"></canvas></div>
+<h2>Compression level of each layer over the epochs</h2>
+<p class="note" id="heatmap-note"></p>
+<div class="chart tall"><canvas id="levels-heatmap"></canvas></div>
+<h2>Norm-change ratio per layer at the check epochs</h2>
+<p class="note" id="ratio-note"></p>
+<div class="chart"><canvas id="norm-ratios"></canvas></div>
+<script>
+const runs = ${data};
+// Epochs are whole numbers: no ticks between them.
+const epochTicks = { stepSize: 1, callback: (v) => (Number.isInteger(v) ? v : '') };
+const palette = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b', '#e377c2', '#17becf'];
+document.getElementById('runs').textContent = 'Runs: ' + runs.map((r) => r.name).join('; ');
+const charts = {};
+charts.accuracyEpochs = new Chart(document.getElementById('accuracy-epochs'), {
+  type: 'line',
+  data: { datasets: runs.map((r, i) => ({ label: r.name, borderColor: palette[i % palette.length], data: r.epochs.map((e) => ({ x: e.epoch + 1, y: 100 * e.testAccuracy })) })) },
+  options: { maintainAspectRatio: false, parsing: true, scales: { x: { type: 'linear', ticks: epochTicks, title: { display: true, text: 'epoch' } }, y: { title: { display: true, text: 'test accuracy (%)' } } } },
+});
+charts.accuracyFloats = new Chart(document.getElementById('accuracy-floats'), {
+  type: 'line',
+  data: { datasets: runs.map((r, i) => ({ label: r.name, borderColor: palette[i % palette.length], data: r.epochs.map((e) => ({ x: e.floatsSentTotal, y: 100 * e.testAccuracy })) })) },
+  options: { maintainAspectRatio: false, scales: { x: { type: 'logarithmic', title: { display: true, text: 'floats communicated (cumulative)' } }, y: { title: { display: true, text: 'test accuracy (%)' } } } },
+});
+const adaptive = runs.find((r) => r.accordion && r.epochs.some((e) => e.levels)) || runs.find((r) => r.epochs.some((e) => e.levels));
+if (adaptive) {
+  const layers = adaptive.parameterNames.map((name, i) => ({ name, i })).filter((l) => adaptive.matrices[l.i]);
+  const cells = [];
+  const epochLabels = adaptive.epochs.map((e) => String(e.epoch + 1));
+  for (const e of adaptive.epochs) if (e.levels) for (const l of layers) cells.push({ x: String(e.epoch + 1), y: l.name, v: e.levels[l.i] });
+  const values = cells.map((c) => c.v);
+  const lo = Math.min(...values), hi = Math.max(...values);
+  // Darker is less compression (a higher PowerSGD rank or TopK ratio).
+  const shade = (v) => 'rgba(31, 119, 180, ' + (hi === lo ? 0.8 : 0.2 + 0.8 * (v - lo) / (hi - lo)).toFixed(3) + ')';
+  document.getElementById('heatmap-note').textContent = adaptive.name + ': darker cells are lower compression (' + (adaptive.compressor === 'topk' ? 'TopK ratio ' : 'PowerSGD rank ') + hi + '), lighter higher compression (' + lo + ').';
+  charts.levels = new Chart(document.getElementById('levels-heatmap'), {
+    type: 'matrix',
+    data: { datasets: [{ label: 'level', data: cells, backgroundColor: (ctx) => shade(ctx.raw.v), borderWidth: 1, borderColor: '#fff',
+      width: ({ chart }) => (chart.chartArea || {}).width / epochLabels.length - 1,
+      height: ({ chart }) => (chart.chartArea || {}).height / layers.length - 1 }] },
+    options: { maintainAspectRatio: false, plugins: { legend: { display: false }, tooltip: { callbacks: { label: (ctx) => ctx.raw.y + ' epoch ' + ctx.raw.x + ': ' + ctx.raw.v } } },
+      scales: { x: { type: 'category', labels: epochLabels, offset: true, grid: { display: false }, title: { display: true, text: 'epoch' } },
+                y: { type: 'category', labels: layers.map((l) => l.name), offset: true, grid: { display: false }, ticks: { autoSkip: false, font: { size: 9 } } } } },
+  });
+  const ratioSets = layers.map((l, k) => ({ label: l.name, showLine: true, borderColor: palette[k % palette.length], backgroundColor: palette[k % palette.length],
+    data: adaptive.epochs.filter((e) => e.ratios && e.ratios[l.i] !== null && e.ratios[l.i] !== undefined).map((e) => ({ x: e.epoch + 1, y: e.ratios[l.i] })) }));
+  const checks = adaptive.epochs.filter((e) => e.ratios && e.ratios.some((r) => r !== null)).map((e) => e.epoch + 1);
+  ratioSets.push({ label: 'η = ' + adaptive.eta, borderColor: '#000', borderDash: [6, 4], pointRadius: 0, showLine: true,
+    data: checks.length ? [{ x: Math.min(...checks), y: adaptive.eta }, { x: Math.max(...checks), y: adaptive.eta }] : [] });
+  document.getElementById('ratio-note').textContent = adaptive.name + ': |old − curr| / old of each layer\\'s accumulated-gradient norm; at or above η (dashed) the layer is in a critical regime and gets low compression.';
+  charts.ratios = new Chart(document.getElementById('norm-ratios'), {
+    type: 'scatter', data: { datasets: ratioSets },
+    options: { maintainAspectRatio: false, plugins: { legend: { display: false } }, scales: { x: { ticks: epochTicks, title: { display: true, text: 'epoch' } }, y: { title: { display: true, text: 'norm-change ratio' } } } },
+  });
+} else {
+  document.getElementById('heatmap-note').textContent = 'No run with per-layer levels (train with a compressor).';
+  document.getElementById('ratio-note').textContent = 'No run with Accordion.';
+}
+window.reportCharts = charts;
+</script>
+</body>
+</html>
+`;
+}
+
+/** Writes the report of `runDirs` to `out` (default: report.html in the first run directory). */
+export function writeReport(runDirs: string[], out?: string): string {
+  const runs = runDirs.map(loadRun);
+  const file = out ?? path.join(runDirs[0]!, 'report.html');
+  const tmp = `${file}.tmp-${process.pid}`;
+  fs.writeFileSync(tmp, renderReport(runs));
+  fs.renameSync(tmp, file);
+  return file;
+}
