@@ -14,19 +14,55 @@ Session::Session(const ModelSpec& model, const SgdOptions& optimizer, const Redu
       group_(group ? std::move(group) : std::make_shared<LocalGroup>()),
       reducer_(std::make_unique<GradientReducer>(model_.parameters(), reducer, *group_)) {}
 
-StepResult Session::trainStep(const Batch& batch) {
+std::optional<StepResult> Session::trainStep(Batcher& batcher, int64_t microBatches) {
+  if (microBatches < 1) throw invalidArgument("a step needs at least one micro-batch, got " + std::to_string(microBatches));
   using Clock = std::chrono::steady_clock;
   auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   const auto start = Clock::now();
   model_.setTraining(true);
-  Tensor logits = model_.forward(batch.images);
+  auto& params = model_.parameters();
   StepResult result;
-  result.samples = batch.size();
-  result.loss = softmaxCrossEntropy(logits, batch.labels.data(), gradLogits_, &result.correct);
-  if (!std::isfinite(result.loss))
-    throw numericalError("the training loss is " + std::to_string(result.loss) +
-                         "; the update was skipped (lower the learning rate or check the data)");
-  model_.backward(gradLogits_);
+  double lossSum = 0;
+  int64_t taken = 0;
+  Batch batch;
+  for (; taken < microBatches && batcher.next(batch); ++taken) {
+    Tensor logits = model_.forward(batch.images);
+    int64_t correct = 0;
+    const double loss = softmaxCrossEntropy(logits, batch.labels.data(), gradLogits_, &correct);
+    if (!std::isfinite(loss))
+      throw numericalError("the training loss is " + std::to_string(loss) +
+                           "; the update was skipped (lower the learning rate or check the data)");
+    model_.backward(gradLogits_);
+    lossSum += loss * static_cast<double>(batch.size());
+    result.correct += correct;
+    result.samples += batch.size();
+    if (microBatches == 1) break;
+    // A large batch from micro-batches: sum their mean gradients, averaged below.
+    if (accumulated_.size() != params.size()) {
+      accumulated_.clear();
+      for (Parameter* p : params) accumulated_.push_back(Tensor(p->grad.shape()));
+    }
+    for (size_t k = 0; k < params.size(); ++k) {
+      float* sum = accumulated_[k].data();
+      const float* g = params[k]->grad.data();
+      const int64_t n = params[k]->grad.numel();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) sum[i] = taken == 0 ? g[i] : sum[i] + g[i];
+    }
+  }
+  if (microBatches == 1 && result.samples > 0) taken = 1;
+  if (taken == 0) return std::nullopt;
+  if (microBatches > 1) {
+    const float inv = 1.0f / static_cast<float>(taken);
+    for (size_t k = 0; k < params.size(); ++k) {
+      const float* sum = accumulated_[k].data();
+      float* g = params[k]->grad.data();
+      const int64_t n = params[k]->grad.numel();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) g[i] = sum[i] * inv;
+    }
+  }
+  result.loss = lossSum / static_cast<double>(result.samples);
   const auto reduceStart = Clock::now();
   const ReduceResult reduced = reducer_->reduce();
   const auto reduceEnd = Clock::now();

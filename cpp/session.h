@@ -4,6 +4,7 @@
 #include <vector>
 
 #include <memory>
+#include <optional>
 
 #include "batcher.h"
 #include "compression.h"
@@ -40,9 +41,10 @@ class Session {
   Sgd& optimizer() { return optimizer_; }
   GradientReducer& reducer() { return *reducer_; }
 
-  // Forward, loss, backward, gradient exchange (with compression) and one optimiser update.
-  // A non-finite loss or gradient stops before anything is updated.
-  StepResult trainStep(const Batch& batch);
+  // One optimiser step from the batcher's next `microBatches` batches: forward and backward for
+  // each, their mean gradient, the gradient exchange (with compression) and the update. A
+  // non-finite loss or gradient stops before anything is updated. Nullopt at the epoch's end.
+  std::optional<StepResult> trainStep(Batcher& batcher, int64_t microBatches = 1);
   // One pass over the batcher's current epoch in evaluation mode (running statistics, no dropout).
   StepResult evaluate(Batcher& batcher);
   // Logits (N, classes) for images given in PyTorch's layout (N, 3, H, W).
@@ -65,6 +67,7 @@ class Session {
   std::shared_ptr<ProcessGroup> group_;
   std::unique_ptr<GradientReducer> reducer_;
   Tensor gradLogits_;
+  std::vector<Tensor> accumulated_;  // micro-batch gradient sums
 };
 
 }  // namespace accordion

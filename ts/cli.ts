@@ -52,6 +52,9 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--high-rank', key: 'highRank', kind: 'int', help: 'PowerSGD rank otherwise (high compression)' },
   { flag: '--low-ratio', key: 'lowRatio', kind: 'number', help: 'TopK ratio in critical regimes (low compression)' },
   { flag: '--high-ratio', key: 'highRatio', kind: 'number', help: 'TopK ratio otherwise (high compression)' },
+  { flag: '--adapt', key: 'adapt', kind: 'string', choices: ['compression', 'batch', 'smith'], help: "what Accordion adapts: per-layer compression, or the global batch (batch: B_low → B_high; smith: Smith et al.'s baseline)" },
+  { flag: '--batch-low', key: 'batchLow', kind: 'int', help: 'global batch in critical regimes (batch-size mode)' },
+  { flag: '--batch-high', key: 'batchHigh', kind: 'int', help: 'global batch afterwards (batch-size mode)' },
   { flag: '--out', key: 'outDir', kind: 'string', help: 'run directory (default runs/<model>-<time>)' },
   { flag: '--checkpoint-every', key: 'checkpointEvery', kind: 'int', help: 'epochs between checkpoints' },
   { flag: '--resume', key: 'resume', kind: 'string', help: 'continue from a run or checkpoint directory' },
@@ -277,6 +280,9 @@ async function train(argv: string[]): Promise<number> {
         `final test accuracy ${(100 * summary.finalTestAccuracy).toFixed(2)}%, best ${(100 * summary.bestTestAccuracy).toFixed(2)}%`,
         `compressor ${describeCompressor(config)}: ${summary.floatsSentTotal.toLocaleString('en-US')} floats sent by this worker` +
           (last ? ` (${last.floatsSent.toLocaleString('en-US')} in the last epoch)` : ''),
+        ...(config.adapt !== 'compression' && summary.epochs.length
+          ? [`global batch ${summary.epochs[0]!.batchSize} → ${summary.epochs[summary.epochs.length - 1]!.batchSize} (${config.adapt === 'batch' ? 'Accordion on the whole-model norm' : 'grown at the LR milestones'})`]
+          : []),
         ...(summary.accordion ? [`Accordion: ${summary.switches.length} level switch${summary.switches.length === 1 ? '' : 'es'}`, ...describeSwitches(summary)] : []),
         `run directory ${summary.runDir}`,
       ].join('\n') + '\n',

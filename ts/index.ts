@@ -5,7 +5,11 @@
  */
 export { Model, ARCHITECTURES, type Architecture, type ModelOptions } from './model.js';
 export { Batcher, type BatcherOptions } from './batcher.js';
-export { Trainer, DEFAULT_CONFIG, type TrainConfig, type TrainSummary, type EpochRecord } from './trainer.js';
+export { Trainer, DEFAULT_CONFIG, SYNTHETIC_PRESET, type TrainConfig, type TrainSummary, type EpochRecord, type LevelSwitch, type TrainerContext } from './trainer.js';
+export { endOfEpoch, initialState, normChangeRatio, isCritical, wholeModelNorm, type AccordionState, type AccordionRule, type Regime } from './accordion.js';
+export { ProcessGroup, distributedEnv, type DistributedEnv, type ConnectOptions } from './dist/group.js';
+export { launch, type LaunchOptions } from './dist/launch.js';
+export { writeReport } from './report/report.js';
 export { learningRateForEpoch, type LrSchedule } from './schedule.js';
 export { readCifar, type ImageSet, type DatasetName } from './data/cifar.js';
 export { writeSyntheticCifar10, ensureSyntheticCifar10, type SyntheticOptions } from './data/synthetic.js';

@@ -97,9 +97,14 @@ export class Model {
     return this.params.reduce((sum, p) => sum + p.shape.reduce((a, b) => a * b, 1), 0);
   }
 
-  /** One training step on the batcher's next batch: forward, loss, backward, SGD update. Null at the epoch's end. */
-  async trainStep(batcher: Batcher): Promise<StepResult | null> {
-    return call(this.native.trainStep(batcher.native));
+  /**
+   * One training step: forward, loss and backward on the batcher's next batch (or the mean gradient
+   * of the next `microBatches` batches, for a batch larger than fits at once), the gradient
+   * exchange and the SGD update. Null at the epoch's end.
+   */
+  async trainStep(batcher: Batcher, microBatches = 1): Promise<StepResult | null> {
+    if (!Number.isInteger(microBatches) || microBatches < 1) throw new UsageError(`microBatches must be a positive integer, got ${microBatches}`);
+    return call(this.native.trainStep(batcher.native, microBatches));
   }
 
   /** Loss and correct predictions over the batcher's current epoch, in evaluation mode. */

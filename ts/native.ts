@@ -89,7 +89,8 @@ export interface NativeBatcher {
 export interface NativeEngine {
   /** The trainable parameters in state_dict order, once the model is built on the engine's thread. */
   ready(): Promise<{ name: string; shape: number[] }[]>;
-  trainStep(batcher: NativeBatcher): Promise<StepResult | null>;
+  /** One optimiser step over the mean gradient of the next `microBatches` batches (default 1). */
+  trainStep(batcher: NativeBatcher, microBatches?: number): Promise<StepResult | null>;
   evaluate(batcher: NativeBatcher): Promise<StepResult>;
   predict(images: Float32Array, n: number, height: number, width: number): Promise<Float32Array>;
   setLearningRate(lr: number): Promise<void>;

@@ -15,7 +15,7 @@ import { ProgressBar, formatCount, formatDuration } from './progress.js';
 import { loadCheckpoint, saveCheckpoint } from './checkpoint.js';
 import { CheckpointError, UsageError } from './errors.js';
 import { ProcessGroup, distributedEnv } from './dist/group.js';
-import { endOfEpoch, initialState, type AccordionState, type Regime } from './accordion.js';
+import { endOfEpoch, initialState, wholeModelNorm, type AccordionState, type Regime } from './accordion.js';
 
 export interface TrainConfig {
   model: Architecture;
@@ -57,6 +57,15 @@ export interface TrainConfig {
   highRank: number;
   lowRatio: number;
   highRatio: number;
+  /**
+   * What Accordion adapts: the compression level per layer ('compression'), or the global batch size
+   * from `batchLow` to `batchHigh` on the whole-model norm ('batch'). 'smith' is the baseline of Smith
+   * et al.: the batch grows at the LR milestones instead of the LR decaying.
+   */
+  adapt: 'compression' | 'batch' | 'smith';
+  /** Global batch sizes of batch-size mode; a step accumulates micro-batches of `batchSize` per worker. */
+  batchLow: number;
+  batchHigh: number;
   /** Run directory for metrics, configuration and checkpoints; none when undefined. */
   outDir?: string;
   /** Checkpoint every this many epochs (and after the last). */
@@ -99,6 +108,9 @@ export const DEFAULT_CONFIG: Omit<TrainConfig, 'model'> = {
   highRank: 1,
   lowRatio: 0.99,
   highRatio: 0.1,
+  adapt: 'compression',
+  batchLow: 512,
+  batchHigh: 4096,
   checkpointEvery: 1,
   syntheticTrain: 2560,
   syntheticTest: 1000,
@@ -134,6 +146,8 @@ export interface EpochRecord {
   levels?: number[];
   norms?: number[];
   ratios?: (number | null)[];
+  /** The global batch size of the epoch (workers × per-worker batch × micro-batches). */
+  batchSize: number;
 }
 
 export interface LevelSwitch {
@@ -160,8 +174,18 @@ export interface TrainSummary {
   runDir?: string;
 }
 
+export interface TrainerContext {
+  /** Join this data-parallel group instead of one described by the environment. */
+  group?: ProcessGroup;
+  /**
+   * Replaces the measured per-parameter norms of each epoch's summed gradients (for simulations and
+   * tests of the switching rule); the measured sums are still read and restarted every epoch.
+   */
+  gradientNorms?: (epoch: number, rank: number, measured: number[]) => number[];
+}
+
 /** Settings that must match between a checkpoint and the run that resumes it. */
-const RESUME_MUST_MATCH: (keyof TrainConfig)[] = ['model', 'dataset', 'batchSize', 'workers', 'seed', 'compressor', 'accordion'];
+const RESUME_MUST_MATCH: (keyof TrainConfig)[] = ['model', 'dataset', 'batchSize', 'workers', 'seed', 'compressor', 'accordion', 'adapt'];
 
 export class Trainer extends EventEmitter {
   readonly config: TrainConfig;
@@ -180,7 +204,11 @@ export class Trainer extends EventEmitter {
   /** Accordion's rule state (decisions are rank 0's), and the switches so far. */
   private accordionState?: AccordionState;
   private switches: LevelSwitch[] = [];
+  /** Batch-size mode: the current global batch and the rule's state on the whole-model norm. */
+  private globalBatch: number;
+  private batchState?: AccordionState;
   private readonly matrices: boolean[];
+  private normSource?: TrainerContext['gradientNorms'];
 
   private constructor(config: TrainConfig, dataset: ImageDataset, model: Model, group: ProcessGroup | undefined, ownsGroup: boolean) {
     super();
@@ -191,6 +219,8 @@ export class Trainer extends EventEmitter {
     this.ownsGroup = ownsGroup;
     this.matrices = model.parameters().map((p) => p.shape.length > 1);
     if (config.accordion === 'on') this.accordionState = initialState(this.matrices.length);
+    this.globalBatch = config.adapt === 'compression' ? config.batchSize * config.workers : config.batchLow;
+    if (config.adapt === 'batch') this.batchState = initialState(1);
     const shard = { rank: group?.rank ?? 0, worldSize: group?.worldSize ?? 1 };
     const common = { mean: dataset.mean, std: dataset.std, seed: config.seed, ...shard };
     this.trainBatcher = new Batcher(dataset.train, {
@@ -226,11 +256,16 @@ export class Trainer extends EventEmitter {
    * data-parallel job: the workers check that their configurations agree, and start from rank 0's
    * weights.
    */
-  static async create(options: Partial<TrainConfig> & { model: Architecture }, context: { group?: ProcessGroup } = {}): Promise<Trainer> {
+  static async create(options: Partial<TrainConfig> & { model: Architecture }, context: TrainerContext = {}): Promise<Trainer> {
     const dataset = options.dataset ?? DEFAULT_CONFIG.dataset;
     const config: TrainConfig = { ...DEFAULT_CONFIG, ...(dataset === 'synthetic' ? SYNTHETIC_PRESET : {}), ...options };
     if (config.accordion === 'auto')
-      config.accordion = config.compressor !== 'none' && options.rank === undefined && options.topkRatio === undefined ? 'on' : 'off';
+      config.accordion =
+        config.adapt === 'compression' && config.compressor !== 'none' && options.rank === undefined && options.topkRatio === undefined
+          ? 'on'
+          : 'off';
+    if (config.accordion === 'on' && config.adapt !== 'compression')
+      throw new UsageError(`--adapt ${config.adapt} adapts the batch size; per-layer compression (--accordion on) goes with --adapt compression`);
     if (config.accordion === 'on' && config.compressor === 'none')
       throw new UsageError('--accordion on needs a compressor (--compressor powersgd or topk)');
     if (config.accordion === 'on' && (options.rank !== undefined || options.topkRatio !== undefined))
@@ -245,6 +280,12 @@ export class Trainer extends EventEmitter {
           : `--workers ${options.workers} does not match the job's WORLD_SIZE ${worldSize}`,
       );
     config.workers = worldSize;
+    if (config.adapt !== 'compression')
+      for (const key of ['batchLow', 'batchHigh'] as const)
+        if (config[key] % (config.batchSize * worldSize) !== 0)
+          throw new UsageError(
+            `${key} ${config[key]} must be a multiple of batchSize × workers = ${config.batchSize * worldSize} (a step accumulates whole micro-batches)`,
+          );
     const threads = config.threads ?? (Number(process.env.OMP_NUM_THREADS) || undefined);
     if (threads) binding.setThreads(threads);
     const group = context.group ?? (env ? await ProcessGroup.fromEnv(env, config.timeoutMs) : undefined);
@@ -271,6 +312,7 @@ export class Trainer extends EventEmitter {
         seed: config.seed,
       });
       const accordion = config.accordion === 'on';
+      const adaptBatch = config.adapt === 'batch';
       const level =
         config.compressor === 'topk' ? (accordion ? config.lowRatio : config.topkRatio) : accordion ? config.lowRank : config.rank;
       const model = await Model.create({
@@ -284,10 +326,11 @@ export class Trainer extends EventEmitter {
         compressor: config.compressor,
         level,
         minCompressionRate: config.minCompressionRate,
-        accumulateNorms: accordion,
+        accumulateNorms: accordion || adaptBatch,
         group,
       });
       const trainer = new Trainer(config, data, model, group, !context.group);
+      trainer.normSource = context.gradientNorms;
       if (checkpoint) {
         await trainer.model.loadStateDict([...checkpoint.model, ...checkpoint.trainer]);
         const extra = checkpoint.position.extra;
@@ -295,6 +338,8 @@ export class Trainer extends EventEmitter {
         trainer.history = (extra.history as EpochRecord[] | undefined) ?? [];
         trainer.switches = (extra.switches as LevelSwitch[] | undefined) ?? [];
         if (accordion) trainer.accordionState = extra.accordion as AccordionState;
+        if (adaptBatch) trainer.batchState = extra.batch as AccordionState;
+        if (typeof extra.globalBatch === 'number') trainer.globalBatch = extra.globalBatch;
       }
       if (group) await model.broadcastState(0);
       return trainer;
@@ -377,19 +422,37 @@ export class Trainer extends EventEmitter {
     if (this.ownsGroup) await this.group?.dispose();
   }
 
+  /**
+   * The learning rate and global batch of an epoch. Batch-size mode scales the rate with the batch
+   * (B / B_low); Smith's baseline multiplies the batch by 1/decay at each milestone, up to B_high,
+   * and decays the rate only by what the cap leaves over.
+   */
+  private epochPlan(epoch: number): { lr: number; batch: number } {
+    const { config } = this;
+    if (config.adapt === 'compression') return { lr: learningRateForEpoch(epoch, this.schedule), batch: this.globalBatch };
+    if (config.adapt === 'batch')
+      return { lr: learningRateForEpoch(epoch, this.schedule) * (this.globalBatch / config.batchLow), batch: this.globalBatch };
+    const undecayed = learningRateForEpoch(epoch, { ...this.schedule, milestones: [] });
+    const decayed = learningRateForEpoch(epoch, this.schedule);
+    const growth = undecayed / decayed; // 1/decay per milestone passed
+    const batch = Math.min(config.batchLow * Math.round(growth), config.batchHigh);
+    return { lr: undecayed * (batch / config.batchLow / growth), batch };
+  }
+
   private async runEpoch(epoch: number): Promise<EpochRecord> {
     const { config } = this;
-    const lr = learningRateForEpoch(epoch, this.schedule);
+    const { lr, batch } = this.epochPlan(epoch);
+    const microBatches = batch / (config.batchSize * config.workers);
     await this.model.setLearningRate(lr);
     this.trainBatcher.startEpoch(epoch);
-    const steps = this.trainBatcher.batchesPerEpoch;
+    const steps = Math.ceil(this.trainBatcher.batchesPerEpoch / microBatches);
     const bar = config.progress && this.rank === 0 ? new ProgressBar(`epoch ${epoch + 1}/${config.epochs}`, steps) : undefined;
     const begin = performance.now();
     let lossSum = 0, correct = 0, samples = 0, floatsSent = 0;
     let computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0;
     const levels = this.accordionState ? Array.from(await this.model.levels()) : undefined;
     for (let step = 0; step < steps; step++) {
-      const r: StepResult | null = await this.model.trainStep(this.trainBatcher);
+      const r: StepResult | null = await this.model.trainStep(this.trainBatcher, microBatches);
       if (!r) break;
       lossSum += r.loss * r.samples;
       correct += r.correct;
@@ -405,6 +468,7 @@ export class Trainer extends EventEmitter {
     bar?.finish();
     const seconds = (performance.now() - begin) / 1000;
     const decision = this.stopRequested ? undefined : await this.applyAccordion(epoch, lr);
+    if (!this.stopRequested) await this.adaptBatch(epoch, lr);
     const test = await this.evaluate();
     return {
       epoch,
@@ -421,8 +485,36 @@ export class Trainer extends EventEmitter {
       computeSeconds,
       compressionSeconds,
       communicationSeconds,
+      batchSize: batch,
       ...(levels && decision ? { levels, norms: decision.norms, ratios: decision.ratios } : {}),
     };
+  }
+
+  /** This epoch's per-parameter norms of the summed local gradients (restarting the sums). */
+  private async epochNorms(epoch: number): Promise<number[]> {
+    const measured = Array.from(await this.model.gradientNorms());
+    return this.normSource ? this.normSource(epoch, this.rank, measured) : measured;
+  }
+
+  /**
+   * Batch-size mode at the end of an epoch: the rule on the whole model's norm; once training leaves
+   * the critical regime the batch grows to B_high (and never shrinks), from the next epoch.
+   */
+  private async adaptBatch(epoch: number, lr: number): Promise<void> {
+    if (!this.batchState) return;
+    const { config } = this;
+    const norm = wholeModelNorm(await this.epochNorms(epoch));
+    // Only growth: the learning-rate override of the compression rule does not apply here.
+    const decision = endOfEpoch(this.batchState, { epoch, norms: [norm], lrCurrent: lr, lrNext: lr }, { eta: config.eta, interval: config.accordionInterval });
+    const stable = new Float32Array([decision.state.regimes[0] === 'stable' ? 1 : 0]);
+    await this.group?.broadcast(stable, 0);
+    this.batchState = { ...decision.state, regimes: [stable[0] ? 'stable' : 'critical'] };
+    if (stable[0] && this.globalBatch === config.batchLow && config.batchHigh !== config.batchLow) {
+      this.globalBatch = config.batchHigh;
+      const event = { epoch, from: config.batchLow, to: config.batchHigh, ratio: decision.ratios[0] ?? null };
+      this.metrics?.write({ event: 'batch-switch', ...event });
+      this.emit('batch-switch', event);
+    }
   }
 
   /**
@@ -433,7 +525,7 @@ export class Trainer extends EventEmitter {
   private async applyAccordion(epoch: number, lr: number): Promise<{ norms: number[]; ratios: (number | null)[] } | undefined> {
     if (!this.accordionState) return undefined;
     const { config } = this;
-    const norms = Array.from(await this.model.gradientNorms());
+    const norms = await this.epochNorms(epoch);
     const lrNext = learningRateForEpoch(epoch + 1, this.schedule);
     const decision = endOfEpoch(this.accordionState, { epoch, norms, lrCurrent: lr, lrNext }, { eta: config.eta, interval: config.accordionInterval });
     // Rank 0 decides; the others take its regimes.
@@ -478,7 +570,13 @@ export class Trainer extends EventEmitter {
       {
         epochsCompleted,
         config: config as Record<string, unknown>,
-        extra: { history: this.history, switches: this.switches, accordion: this.accordionState },
+        extra: {
+          history: this.history,
+          switches: this.switches,
+          accordion: this.accordionState,
+          batch: this.batchState,
+          globalBatch: this.globalBatch,
+        },
       },
       this.group,
     );
@@ -525,6 +623,10 @@ function validateConfig(c: TrainConfig): void {
   if (!Number.isInteger(c.rank) || c.rank < 1) throw new UsageError(`rank must be a positive integer, got ${c.rank}`);
   if (!(c.topkRatio > 0 && c.topkRatio <= 1)) throw new UsageError(`topkRatio must lie in (0, 1], got ${c.topkRatio}`);
   finite('minCompressionRate', 0);
+  if (!['compression', 'batch', 'smith'].includes(c.adapt)) throw new UsageError(`adapt must be compression, batch or smith, got '${c.adapt}'`);
+  for (const key of ['batchLow', 'batchHigh'] as const)
+    if (!Number.isInteger(c[key]) || c[key] < 1) throw new UsageError(`${key} must be a positive integer, got ${c[key]}`);
+  if (c.batchHigh < c.batchLow) throw new UsageError(`batchHigh (${c.batchHigh}) must be at least batchLow (${c.batchLow})`);
   if (!['auto', 'on', 'off'].includes(c.accordion)) throw new UsageError(`accordion must be auto, on or off, got '${c.accordion}'`);
   if (!(c.eta > 0)) throw new UsageError(`eta must be positive, got ${c.eta}`);
   if (!Number.isInteger(c.accordionInterval) || c.accordionInterval < 1)

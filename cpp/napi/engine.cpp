@@ -102,17 +102,15 @@ Batcher& EngineWrap::batcherArg(const Napi::CallbackInfo& info, size_t index) {
   return BatcherWrap::Unwrap(info[index].As<Napi::Object>())->batcher();
 }
 
-// trainStep(batcher) → Promise<{ loss, correct, samples } | null>; null once the epoch is exhausted.
+// trainStep(batcher, microBatches = 1) → Promise<{ loss, correct, samples, … } | null>: one optimiser
+// step over the mean gradient of the next `microBatches` batches; null once the epoch is exhausted.
 Napi::Value EngineWrap::trainStep(const Napi::CallbackInfo& info) {
   Batcher& batcher = batcherArg(info, 0);
+  const int64_t microBatches = info.Length() > 1 && info[1].IsNumber() ? info[1].As<Napi::Number>().Int64Value() : 1;
   EngineWrap* self = this;
   return schedule<std::optional<StepResult>>(
       info.Env(), worker(info.Env()),
-      [self, &batcher]() -> std::optional<StepResult> {
-        Batch batch;
-        if (!batcher.next(batch)) return std::nullopt;
-        return self->session().trainStep(batch);
-      },
+      [self, &batcher, microBatches]() -> std::optional<StepResult> { return self->session().trainStep(batcher, microBatches); },
       [](Napi::Env env, std::optional<StepResult>& r) -> Napi::Value {
         return r ? Napi::Value(stepResultValue(env, *r)) : env.Null();
       },
