@@ -148,6 +148,8 @@ export interface EpochRecord {
   ratios?: (number | null)[];
   /** The global batch size of the epoch (workers × per-worker batch × micro-batches). */
   batchSize: number;
+  /** Seconds of Accordion's end-of-epoch bookkeeping: reading norms, deciding, broadcasting, setting levels. */
+  bookkeepingSeconds: number;
 }
 
 export interface LevelSwitch {
@@ -467,8 +469,10 @@ export class Trainer extends EventEmitter {
     }
     bar?.finish();
     const seconds = (performance.now() - begin) / 1000;
+    const bookkeepingStart = performance.now();
     const decision = this.stopRequested ? undefined : await this.applyAccordion(epoch, lr);
     if (!this.stopRequested) await this.adaptBatch(epoch, lr);
+    const bookkeepingSeconds = (performance.now() - bookkeepingStart) / 1000;
     const test = await this.evaluate();
     return {
       epoch,
@@ -486,6 +490,7 @@ export class Trainer extends EventEmitter {
       compressionSeconds,
       communicationSeconds,
       batchSize: batch,
+      bookkeepingSeconds,
       ...(levels && decision ? { levels, norms: decision.norms, ratios: decision.ratios } : {}),
     };
   }
