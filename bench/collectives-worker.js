@@ -13,7 +13,9 @@ for (const op of ['allreduce', 'allgather']) {
     // all-gather: `bytes` is the size of the gathered output, as nccl-tests counts it.
     const count = op === 'allreduce' ? bytes / 4 : bytes / 4 / group.worldSize;
     const data = new Float32Array(count).fill(group.rank + 1);
-    const run = () => (op === 'allreduce' ? group.allReduce(data) : group.allGather(data));
+    // Like torch.distributed's all_gather, into an output allocated once.
+    const output = new Float32Array(op === 'allgather' ? count * group.worldSize : 0);
+    const run = () => (op === 'allreduce' ? group.allReduce(data) : group.allGather(data, undefined, output));
     const n = iterations(bytes);
     for (let i = 0; i < warmup; i++) await run();
     const times = [];

@@ -129,8 +129,8 @@ export class Model {
   async loadStateDict(tensors: Iterable<NamedTensor>): Promise<void> {
     const entries: StateEntry[] = [];
     for (const t of tensors) {
-      if (t.dtype !== 'F32' && t.dtype !== 'I64')
-        throw new CheckpointError(`tensor '${t.name}' has dtype ${t.dtype}; only F32 and I64 are used by the engine`);
+      if (t.dtype !== 'F32' && t.dtype !== 'I64' && t.dtype !== 'F64')
+        throw new CheckpointError(`tensor '${t.name}' has dtype ${t.dtype}; the engine's state uses F32, F64 and I64`);
       entries.push({ name: t.name, dtype: t.dtype, shape: t.shape, data: t.data });
     }
     await call(this.native.setState(entries));

@@ -40,7 +40,7 @@ export type CompressorName = 'none' | 'powersgd' | 'topk';
 
 export interface StateEntry {
   name: string;
-  dtype: 'F32' | 'I64';
+  dtype: 'F32' | 'F64' | 'I64';
   shape: number[];
   data: ArrayBuffer | Uint8Array;
 }
@@ -128,7 +128,7 @@ export interface LayerStateEntry {
 export interface NativeProcessGroup {
   ready(): Promise<void>;
   allReduce(data: Float32Array, average: boolean): Promise<void>;
-  allGather(data: Float32Array, counts?: number[]): Promise<Float32Array>;
+  allGather(data: Float32Array, counts?: number[], output?: Float32Array): Promise<Float32Array>;
   broadcast(data: Float32Array, root: number): Promise<void>;
   barrier(): Promise<void>;
   dispose(): Promise<void>;

@@ -72,9 +72,9 @@ Napi::Value ProcessGroupWrap::allReduce(const Napi::CallbackInfo& info) {
       [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This(), info[0]});
 }
 
-// allGather(data: Float32Array, counts?: number[]) → Promise<Float32Array>: every rank's data in rank
-// order. Without counts every rank must give the same length; with counts, counts[r] is rank r's.
-// The result array is allocated here and filled in place by the collective.
+// allGather(data: Float32Array, counts?: number[], output?: Float32Array) → Promise<Float32Array>: every
+// rank's data in rank order. Without counts every rank must give the same length; with counts,
+// counts[r] is rank r's. The collective writes into `output` (or a new array) in place.
 Napi::Value ProcessGroupWrap::allGather(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Float32Array data = float32Arg(info, 0, "data");
@@ -93,7 +93,14 @@ Napi::Value ProcessGroupWrap::allGather(const Napi::CallbackInfo& info) {
     total = 0;
     for (int64_t c : counts) total += c;
   }
-  Napi::Float32Array result = Napi::Float32Array::New(env, static_cast<size_t>(total));
+  Napi::Float32Array result;
+  if (info.Length() > 2 && !info[2].IsUndefined()) {
+    result = float32Arg(info, 2, "output");
+    if (static_cast<int64_t>(result.ElementLength()) != total)
+      throw typeError(env, "output must hold " + std::to_string(total) + " floats, it holds " + std::to_string(result.ElementLength()));
+  } else {
+    result = Napi::Float32Array::New(env, static_cast<size_t>(total));
+  }
   const float* input = data.Data();
   float* output = result.Data();
   ProcessGroupWrap* self = this;

@@ -118,9 +118,12 @@ export class ProcessGroup {
     await call(this.native.allReduce(data, options.average ?? false));
   }
 
-  /** Every worker's data in rank order; with `counts`, rank r contributes counts[r] floats. */
-  async allGather(data: Float32Array, counts?: number[]): Promise<Float32Array> {
-    return call(this.native.allGather(data, counts));
+  /**
+   * Every worker's data in rank order; with `counts`, rank r contributes counts[r] floats. The result
+   * is written into `output` when given (no allocation per call), else into a new array.
+   */
+  async allGather(data: Float32Array, counts?: number[], output?: Float32Array): Promise<Float32Array> {
+    return call(this.native.allGather(data, counts, output));
   }
 
   /** Rank `root`'s data copied into every worker's array, in place. */
