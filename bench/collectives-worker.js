@@ -3,9 +3,9 @@
 // prints one JSON line: { sizes: [{ op, bytes, ms }] } with the median over the timed iterations.
 import { ProcessGroup, distributedEnv } from '../lib/dist/group.js';
 
-const { sizes, warmup, budgetBytes, minIterations } = JSON.parse(process.argv[2]);
-// Fewer iterations for large messages: about `budgetBytes` moved per size, at least `minIterations`.
-const iterations = (bytes) => Math.max(minIterations, Math.round(budgetBytes / bytes));
+const { sizes, warmup, budgetBytes, minIterations, maxIterations } = JSON.parse(process.argv[2]);
+// Fewer iterations for large messages: about `budgetBytes` moved per size, between `minIterations` and `maxIterations`.
+const iterations = (bytes) => Math.min(maxIterations, Math.max(minIterations, Math.round(budgetBytes / bytes)));
 const group = await ProcessGroup.fromEnv(distributedEnv(), 120_000);
 const results = [];
 for (const op of ['allreduce', 'allgather']) {

@@ -18,7 +18,7 @@ const { values: opts } = parseArgs({
 });
 const worldSizes = opts.workers.split(',').map(Number);
 const sizes = (opts.quick ? [4, 1024, 16384] : [4, 64, 1024, 4096, 16384, 65536]).map((kb) => kb * 1024);
-const spec = { sizes, warmup: 3, budgetBytes: opts.quick ? 64 << 20 : 512 << 20, minIterations: opts.quick ? 3 : 5 };
+const spec = { sizes, warmup: 3, budgetBytes: opts.quick ? 64 << 20 : 512 << 20, minIterations: opts.quick ? 3 : 5, maxIterations: opts.quick ? 20 : 50 };
 
 async function freePort() {
   const server = net.createServer();

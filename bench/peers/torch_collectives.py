@@ -29,7 +29,7 @@ def main():
                 else:
                     dist.all_gather(outputs, data)
 
-            n = max(spec["minIterations"], round(spec["budgetBytes"] / nbytes))
+            n = min(spec["maxIterations"], max(spec["minIterations"], round(spec["budgetBytes"] / nbytes)))
             for _ in range(spec["warmup"]):
                 run()
             times = []
