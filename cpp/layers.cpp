@@ -539,27 +539,37 @@ Tensor BasicBlock::backward(const Tensor& gradOutput) {
 double softmaxCrossEntropy(const Tensor& logits, const int32_t* labels, Tensor& gradLogits, int64_t* correct) {
   if (logits.rank() != 2) throw invalidArgument("cross-entropy expects logits (N, classes), got " + shapeString(logits.shape()));
   const int64_t n = logits.dim(0), k = logits.dim(1);
+  for (int64_t r = 0; r < n; ++r)
+    if (labels[r] < 0 || labels[r] >= k)
+      throw invalidArgument("label " + std::to_string(labels[r]) + " of sample " + std::to_string(r) + " is outside 0.." +
+                            std::to_string(k - 1));
   ensureShape(gradLogits, logits.shape());
   double total = 0;
   int64_t hits = 0;
+  const float invN = 1.0f / static_cast<float>(n);
+  // Rows are independent; each row's sums run in float over the classes (language models have tens
+  // of thousands), its log-sum in double.
+#pragma omp parallel for reduction(+ : total, hits) schedule(static) if (n * k > 65536)
   for (int64_t r = 0; r < n; ++r) {
     const float* z = logits.data() + r * k;
     float* g = gradLogits.data() + r * k;
     const int32_t label = labels[r];
-    if (label < 0 || label >= k)
-      throw invalidArgument("label " + std::to_string(label) + " of sample " + std::to_string(r) + " is outside 0.." +
-                            std::to_string(k - 1));
     int64_t best = 0;
     float maxZ = z[0];
     for (int64_t j = 1; j < k; ++j)
       if (z[j] > maxZ) maxZ = z[j], best = j;
-    double sum = 0;
-    for (int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(z[j] - maxZ));
-    const double logSum = std::log(sum);
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < k; ++j) {
+      g[j] = std::exp(z[j] - maxZ);
+      sum += g[j];
+    }
+    const double logSum = std::log(static_cast<double>(sum));
     total += logSum - static_cast<double>(z[label] - maxZ);
-    for (int64_t j = 0; j < k; ++j)
-      g[j] = static_cast<float>(std::exp(static_cast<double>(z[j] - maxZ) - logSum) / static_cast<double>(n));
-    g[label] -= 1.0f / static_cast<float>(n);
+    const float scale = invN / sum;
+#pragma omp simd
+    for (int64_t j = 0; j < k; ++j) g[j] *= scale;
+    g[label] -= invN;
     hits += best == label;
   }
   if (correct) *correct = hits;

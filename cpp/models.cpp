@@ -4,7 +4,7 @@
 
 namespace accordion {
 
-std::vector<std::string> architectures() { return {"resnet18", "vgg19bn"}; }
+std::vector<std::string> architectures() { return {"resnet18", "vgg19bn", "lstm"}; }
 
 // CIFAR ResNet-18: 3×3 stem without max-pool, BasicBlocks [2, 2, 2, 2], global average pool, linear.
 static std::unique_ptr<Sequential> buildResNet18(int64_t classes, Random& rng) {
@@ -77,8 +77,13 @@ Model::Model(const ModelSpec& spec) : spec_(spec) {
     root_ = buildResNet18(spec.classes, rng);
   } else if (spec.architecture == "vgg19bn") {
     root_ = buildVgg19bn(spec.classes, rng, spec.seed, randomStreams_);
+  } else if (spec.architecture == "lstm") {
+    language_ = std::make_unique<LanguageModel>(LanguageModelSpec{spec.classes, spec.hidden, spec.layers, spec.dropout, spec.seed});
+    state_ = language_->state();
+    randomStreams_.push_back(&language_->dropoutRandom());
+    return;
   } else {
-    throw invalidArgument("unknown model '" + spec.architecture + "' (known: resnet18, vgg19bn)");
+    throw invalidArgument("unknown model '" + spec.architecture + "' (known: resnet18, vgg19bn, lstm)");
   }
   root_->collectState("", state_);
 }

@@ -4,26 +4,38 @@
 #include <string>
 #include <vector>
 
+#include "language_model.h"
 #include "layers.h"
 
 namespace accordion {
 
 struct ModelSpec {
-  std::string architecture;  // "resnet18" | "vgg19bn"
-  int64_t classes = 10;
+  std::string architecture;  // "resnet18" | "vgg19bn" | "lstm"
+  int64_t classes = 10;      // the vocabulary size for "lstm"
   uint64_t seed = 0;
+  // "lstm" only: hidden (= embedding) size, layers, dropout.
+  int64_t hidden = 650, layers = 2;
+  float dropout = 0.4f;
 };
 
+// A vision model (a module tree over images) or the language model (over token windows).
 class Model {
  public:
   explicit Model(const ModelSpec& spec);
   const ModelSpec& spec() const { return spec_; }
   // images: (N, 3, H, W) channels-last; returns logits (N, classes).
-  Tensor forward(const Tensor& images) { return root_->forward(images); }
-  void backward(const Tensor& gradLogits) { root_->backward(gradLogits); }
-  void setTraining(bool training) { root_->setTraining(training); }
-  bool training() const { return root_->training(); }
-  void freezeBatchNorm(bool frozen) { root_->freezeBatchNorm(frozen); }
+  Tensor forward(const Tensor& images) { return vision().forward(images); }
+  void backward(const Tensor& gradLogits) { vision().backward(gradLogits); }
+  void setTraining(bool training) {
+    if (language_) language_->setTraining(training);
+    else root_->setTraining(training);
+  }
+  bool training() const { return language_ ? language_->training() : root_->training(); }
+  void freezeBatchNorm(bool frozen) {
+    if (root_) root_->freezeBatchNorm(frozen);
+  }
+  // The language model, or nullptr for a vision model.
+  LanguageModel* language() { return language_.get(); }
   StateRefs& state() { return state_; }
   std::vector<Parameter*>& parameters() { return state_.parameters; }
   int64_t parameterCount() const;
@@ -31,8 +43,13 @@ class Model {
   std::vector<Random*> randomStreams() { return randomStreams_; }
 
  private:
+  Module& vision() {
+    if (!root_) throw invalidArgument("model '" + spec_.architecture + "' takes token windows, not images");
+    return *root_;
+  }
   ModelSpec spec_;
   std::unique_ptr<Sequential> root_;
+  std::unique_ptr<LanguageModel> language_;
   StateRefs state_;
   std::vector<Random*> randomStreams_;
 };

@@ -63,14 +63,59 @@ std::optional<StepResult> Session::trainStep(Batcher& batcher, int64_t microBatc
     }
   }
   result.loss = lossSum / static_cast<double>(result.samples);
+  exchangeAndUpdate(result, seconds(start, Clock::now()));
+  return result;
+}
+
+void Session::exchangeAndUpdate(StepResult& result, double computeSecondsSoFar) {
+  using Clock = std::chrono::steady_clock;
   const auto reduceStart = Clock::now();
   const ReduceResult reduced = reducer_->reduce();
   const auto reduceEnd = Clock::now();
   optimizer_.step();
   result.floatsSent = reduced.floatsSent;
   result.communicationSeconds = reduced.communicationSeconds;
-  result.compressionSeconds = seconds(reduceStart, reduceEnd) - reduced.communicationSeconds;
-  result.computeSeconds = seconds(start, reduceStart) + seconds(reduceEnd, Clock::now());
+  result.compressionSeconds = std::chrono::duration<double>(reduceEnd - reduceStart).count() - reduced.communicationSeconds;
+  result.computeSeconds = computeSecondsSoFar + std::chrono::duration<double>(Clock::now() - reduceEnd).count();
+}
+
+LanguageModel& Session::language() {
+  if (!model_.language()) throw invalidArgument("model '" + model_.spec().architecture + "' trains on images, not token windows");
+  return *model_.language();
+}
+
+StepResult Session::trainTokens(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch, double clipNorm) {
+  const auto start = std::chrono::steady_clock::now();
+  LanguageModel& lm = language();
+  lm.setTraining(true);
+  StepResult result;
+  result.samples = steps * batch;
+  result.loss = lm.forwardBackward(inputs, targets, steps, batch, true, &result.correct);
+  if (!std::isfinite(result.loss))
+    throw numericalError("the training loss is " + std::to_string(result.loss) + "; the update was skipped (lower the learning rate)");
+  if (clipNorm > 0) {
+    // clip_grad_norm_: one norm over every local gradient, all scaled alike.
+    double total = 0;
+    for (Parameter* p : model_.parameters())
+      for (int64_t i = 0; i < p->grad.numel(); ++i) total += static_cast<double>(p->grad.data()[i]) * p->grad.data()[i];
+    const double norm = std::sqrt(total);
+    if (norm > clipNorm) {
+      const float scale = static_cast<float>(clipNorm / (norm + 1e-6));
+      for (Parameter* p : model_.parameters())
+        for (int64_t i = 0; i < p->grad.numel(); ++i) p->grad.data()[i] *= scale;
+    }
+  }
+  exchangeAndUpdate(result, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return result;
+}
+
+StepResult Session::evaluateTokens(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch) {
+  LanguageModel& lm = language();
+  lm.setTraining(false);
+  StepResult result;
+  result.samples = steps * batch;
+  result.loss = lm.forwardBackward(inputs, targets, steps, batch, false, &result.correct);
+  lm.setTraining(true);
   return result;
 }
 

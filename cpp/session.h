@@ -45,6 +45,11 @@ class Session {
   // each, their mean gradient, the gradient exchange (with compression) and the update. A
   // non-finite loss or gradient stops before anything is updated. Nullopt at the epoch's end.
   std::optional<StepResult> trainStep(Batcher& batcher, int64_t microBatches = 1);
+  // Language model: one optimiser step on a (T, B) window of input and target token ids, with the
+  // local gradients clipped to a global norm of `clipNorm` (0: no clipping) before the exchange.
+  StepResult trainTokens(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch, double clipNorm);
+  // Language model: the loss of a window without any update (evaluation mode; states carried).
+  StepResult evaluateTokens(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch);
   // One pass over the batcher's current epoch in evaluation mode (running statistics, no dropout).
   StepResult evaluate(Batcher& batcher);
   // Logits (N, classes) for images given in PyTorch's layout (N, 3, H, W).
@@ -66,6 +71,10 @@ class Session {
   Sgd optimizer_;
   std::shared_ptr<ProcessGroup> group_;
   std::unique_ptr<GradientReducer> reducer_;
+  LanguageModel& language();
+  // Gradient exchange and update after the local gradients are in place; fills the step's timings.
+  void exchangeAndUpdate(StepResult& result, double computeSecondsSoFar);
+
   Tensor gradLogits_;
   std::vector<Tensor> accumulated_;  // micro-batch gradient sums
 };

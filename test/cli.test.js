@@ -42,7 +42,7 @@ describe('command line', function () {
     expect(r.code).to.equal(0);
     for (const flag of ['--model', '--epochs', '--batch-size', '--lr', '--data', '--resume', '--compressor', '--seed'])
       expect(r.stdout).to.include(flag);
-    expect(r.stdout).to.match(/--epochs N\s+epochs to train \(default: \d+\)/);
+    expect(r.stdout).to.match(/--epochs N\s+epochs to train.*\(default: 300\)/);
   });
 
   it('reports a missing data directory clearly (exit 1)', function () {

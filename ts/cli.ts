@@ -27,7 +27,7 @@ interface OptionSpec {
 
 const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--model', key: 'model', kind: 'string', choices: ARCHITECTURES, help: 'model architecture (required)' },
-  { flag: '--dataset', key: 'dataset', kind: 'string', choices: ['synthetic', 'cifar10', 'cifar100'], help: 'dataset; cifar10 when --data is given' },
+  { flag: '--dataset', key: 'dataset', kind: 'string', choices: ['synthetic', 'cifar10', 'cifar100', 'wikitext2'], help: 'dataset; cifar10 when --data is given (wikitext2 for lstm)' },
   { flag: '--data', key: 'dataDir', kind: 'string', help: 'directory of the CIFAR binary files' },
   { flag: '--epochs', key: 'epochs', kind: 'int', help: 'epochs to train (6 on synthetic data)' },
   { flag: '--batch-size', key: 'batchSize', kind: 'int', help: 'batch size per worker (64 on synthetic data)' },
@@ -60,6 +60,11 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--resume', key: 'resume', kind: 'string', help: 'continue from a run or checkpoint directory' },
   { flag: '--synthetic-train', key: 'syntheticTrain', kind: 'int', help: 'training images of the synthetic dataset' },
   { flag: '--synthetic-test', key: 'syntheticTest', kind: 'int', help: 'test images of the synthetic dataset' },
+  { flag: '--hidden', key: 'hidden', kind: 'int', help: 'lstm: hidden and embedding size' },
+  { flag: '--layers', key: 'layers', kind: 'int', help: 'lstm: layers' },
+  { flag: '--dropout', key: 'dropout', kind: 'number', help: 'lstm: dropout on the embedding, between layers and on the output' },
+  { flag: '--bptt', key: 'bptt', kind: 'int', help: 'lstm: steps of truncated backpropagation through time' },
+  { flag: '--clip', key: 'clip', kind: 'number', help: 'lstm: global gradient-norm clip (0: none)' },
   { flag: '--threads', key: 'threads', kind: 'int', help: 'native threads (default: OMP_NUM_THREADS or all cores)' },
   { flag: '--timeout', key: 'timeoutMs', kind: 'int', help: 'milliseconds before a rendezvous or collective gives up' },
   { flag: '--quiet', key: 'progress', kind: 'flag', negate: true, help: 'no progress bar or per-epoch lines' },
@@ -248,7 +253,7 @@ async function train(argv: string[]): Promise<number> {
     const masterPort = argv.includes('--master-port') ? undefined : 0;
     return runLaunch({ nprocPerNode: args.workers, masterPort, trainArgs: argv });
   }
-  if (args.dataDir && !args.dataset) args.dataset = 'cifar10';
+  if (args.dataDir && !args.dataset) args.dataset = args.model === 'lstm' ? 'wikitext2' : 'cifar10';
   args.outDir ??= args.resume ? undefined : defaultRunDir(String(args.model));
   const trainer = await Trainer.create(args as Partial<TrainConfig> & { model: TrainConfig['model'] });
   const onSignal = () => {
@@ -266,7 +271,7 @@ async function train(argv: string[]): Promise<number> {
   const reporting = trainer.rank === 0;
   if (reporting) process.stderr.write(
     `accordion: ${config.model} (${trainer.model.parameterCount().toLocaleString('en-US')} parameters) on ${config.dataset}` +
-      ` (${trainer.dataset.train.count} train / ${trainer.dataset.test.count} test images), ${config.epochs} epochs,` +
+      ` (${trainer.task.trainSamples} train / ${trainer.task.testSamples} test ${trainer.task.kind === 'language' ? 'tokens' : 'images'}), ${config.epochs} epochs,` +
       ` batch ${config.batchSize}${config.workers > 1 ? ` per worker × ${config.workers} workers` : ''}, compressor ${describeCompressor(config)}, run directory ${config.outDir}\n`,
   );
   try {
@@ -277,7 +282,8 @@ async function train(argv: string[]): Promise<number> {
         `model ${summary.model}, ${summary.parameters.toLocaleString('en-US')} parameters, dataset ${summary.dataset}`,
         `epochs ${summary.epochs.length}, time ${summary.seconds.toFixed(1)} s` +
           (last ? `, ${last.samplesPerSecond.toFixed(1)} samples/s in the last epoch` : ''),
-        `final test accuracy ${(100 * summary.finalTestAccuracy).toFixed(2)}%, best ${(100 * summary.bestTestAccuracy).toFixed(2)}%`,
+        `final test accuracy ${(100 * summary.finalTestAccuracy).toFixed(2)}%, best ${(100 * summary.bestTestAccuracy).toFixed(2)}%` +
+          (last?.testPerplexity !== undefined ? `; perplexity: validation ${last.validPerplexity!.toFixed(2)}, test ${last.testPerplexity.toFixed(2)}` : ''),
         `compressor ${describeCompressor(config)}: ${summary.floatsSentTotal.toLocaleString('en-US')} floats sent by this worker` +
           (last ? ` (${last.floatsSent.toLocaleString('en-US')} in the last epoch)` : ''),
         ...(config.adapt !== 'compression' && summary.epochs.length

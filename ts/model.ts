@@ -9,13 +9,17 @@ import type { ProcessGroup } from './dist/group.js';
 import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors.js';
 import { CheckpointError, UsageError } from './errors.js';
 
-export type Architecture = 'resnet18' | 'vgg19bn';
-export const ARCHITECTURES: readonly Architecture[] = ['resnet18', 'vgg19bn'];
+export type Architecture = 'resnet18' | 'vgg19bn' | 'lstm';
+export const ARCHITECTURES: readonly Architecture[] = ['resnet18', 'vgg19bn', 'lstm'];
 
 export interface ModelOptions {
   architecture: Architecture;
-  /** Number of classes (10 for CIFAR-10, 100 for CIFAR-100). */
+  /** Number of classes (10 for CIFAR-10, 100 for CIFAR-100); the vocabulary size for 'lstm'. */
   classes?: number;
+  /** 'lstm': hidden (= embedding) size (default 650), layers (2), dropout (0.4). */
+  hidden?: number;
+  layers?: number;
+  dropout?: number;
   /** Seed of the weight initialisation (and of dropout). */
   seed?: number;
   learningRate?: number;
@@ -73,6 +77,9 @@ export class Model {
       accumulateNorms: options.accumulateNorms ?? false,
       group: options.group?.native,
       frozenBatchNorm: options.frozenBatchNorm ?? false,
+      hidden: options.hidden,
+      layers: options.layers,
+      dropout: options.dropout,
     });
     try {
       return new Model(options, engine, await call(engine.ready()));
@@ -105,6 +112,25 @@ export class Model {
   async trainStep(batcher: Batcher, microBatches = 1): Promise<StepResult | null> {
     if (!Number.isInteger(microBatches) || microBatches < 1) throw new UsageError(`microBatches must be a positive integer, got ${microBatches}`);
     return call(this.native.trainStep(batcher.native, microBatches));
+  }
+
+  /**
+   * Language model: one step on a window of `steps` × `batch` token ids (time-major), predicting
+   * `targets`; local gradients are clipped to a global norm of `clipNorm` (0: none) before the
+   * exchange. The hidden state is carried to the next window.
+   */
+  async trainTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number, clipNorm = 0): Promise<StepResult> {
+    return call(this.native.trainTokens(inputs, targets, steps, batch, clipNorm));
+  }
+
+  /** Language model: the loss over a window, without updating (evaluation mode, state carried). */
+  async evaluateTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number): Promise<StepResult> {
+    return call(this.native.evaluateTokens(inputs, targets, steps, batch));
+  }
+
+  /** Language model: zeroes the carried hidden and cell states. */
+  async resetState(): Promise<void> {
+    await call(this.native.resetState());
   }
 
   /** Loss and correct predictions over the batcher's current epoch, in evaluation mode. */

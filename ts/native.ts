@@ -62,6 +62,10 @@ export interface EngineOptions {
   /** Exchange gradients with the other workers of this group. */
   group?: NativeProcessGroup;
   frozenBatchNorm?: boolean;
+  /** Language model: hidden (= embedding) size, layers, dropout. */
+  hidden?: number;
+  layers?: number;
+  dropout?: number;
 }
 
 export interface BatcherOptions {
@@ -100,6 +104,10 @@ export interface NativeEngine {
   setLevels(levels: Float64Array): Promise<void>;
   gradientNorms(): Promise<Float64Array>;
   broadcastState(root: number): Promise<void>;
+  /** Language model: one step on a (steps, batch) window of token ids, gradients clipped to clipNorm. */
+  trainTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number, clipNorm: number): Promise<StepResult>;
+  evaluateTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number): Promise<StepResult>;
+  resetState(): Promise<void>;
   dispose(): Promise<void>;
 }
 

@@ -6,9 +6,10 @@ import { EventEmitter } from 'node:events';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { binding, type CompressorName, type StepResult } from './native.js';
-import { Batcher } from './batcher.js';
 import { Model, type Architecture } from './model.js';
-import { loadImageDataset, type ImageDataset, type ImageDatasetName } from './data/datasets.js';
+import { loadImageDataset, type ImageDatasetName } from './data/datasets.js';
+import { readWikiText } from './data/wikitext.js';
+import { ImageTask, LanguageTask, type TrainingTask } from './tasks.js';
 import { learningRateForEpoch, type LrSchedule } from './schedule.js';
 import { MetricsLog } from './metrics.js';
 import { ProgressBar, formatCount, formatDuration } from './progress.js';
@@ -17,9 +18,11 @@ import { CheckpointError, UsageError } from './errors.js';
 import { ProcessGroup, distributedEnv } from './dist/group.js';
 import { endOfEpoch, initialState, wholeModelNorm, type AccordionState, type Regime } from './accordion.js';
 
+export type DatasetName = ImageDatasetName | 'wikitext2';
+
 export interface TrainConfig {
   model: Architecture;
-  dataset: ImageDatasetName;
+  dataset: DatasetName;
   /** Directory of the CIFAR binary files; for `synthetic`, where the generated files are cached. */
   dataDir?: string;
   epochs: number;
@@ -75,6 +78,12 @@ export interface TrainConfig {
   /** Size of the synthetic dataset. */
   syntheticTrain: number;
   syntheticTest: number;
+  /** Language model: hidden (= embedding) size, layers, dropout, BPTT window, gradient-norm clip. */
+  hidden: number;
+  layers: number;
+  dropout: number;
+  bptt: number;
+  clip: number;
   /** Native threads (default: OMP_NUM_THREADS or all cores). */
   threads?: number;
   /** Timeout of the rendezvous and of every collective, in milliseconds. */
@@ -115,6 +124,11 @@ export const DEFAULT_CONFIG: Omit<TrainConfig, 'model'> = {
   syntheticTrain: 2560,
   syntheticTest: 1000,
   timeoutMs: 60_000,
+  hidden: 650,
+  layers: 2,
+  dropout: 0.4,
+  bptt: 35,
+  clip: 0.25,
   progress: true,
 };
 
@@ -123,6 +137,23 @@ export const DEFAULT_CONFIG: Omit<TrainConfig, 'model'> = {
  * Accordion checking every 2 epochs. The CIFAR datasets use the paper's schedule (DEFAULT_CONFIG).
  */
 export const SYNTHETIC_PRESET: Partial<TrainConfig> = { epochs: 6, batchSize: 64, lr: 0.05, accordionInterval: 2 };
+
+/**
+ * The LSTM on WikiText-2 (paper Table 7): LR 2.5 × workers after a 5-epoch warm-up, ÷10 at epochs 60
+ * and 80, 90 epochs, batch 20, no weight decay, Accordion every 5 epochs, TopK levels 99% / 2%.
+ */
+export const LSTM_PRESET: Partial<TrainConfig> = {
+  dataset: 'wikitext2',
+  epochs: 90,
+  batchSize: 20,
+  evalBatchSize: 10,
+  lr: 2.5,
+  weightDecay: 0,
+  milestones: [60, 80],
+  accordionInterval: 5,
+  lowRatio: 0.99,
+  highRatio: 0.02,
+};
 
 export interface EpochRecord {
   epoch: number;
@@ -134,6 +165,10 @@ export interface EpochRecord {
   samples: number;
   seconds: number;
   samplesPerSecond: number;
+  /** Language model: validation loss and perplexity, and test perplexity (exp of the mean loss). */
+  validLoss?: number;
+  validPerplexity?: number;
+  testPerplexity?: number;
   /** Floats this worker sent in gradient exchanges during the epoch, and since the run began. */
   floatsSent: number;
   floatsSentTotal: number;
@@ -163,7 +198,7 @@ export interface LevelSwitch {
 
 export interface TrainSummary {
   model: Architecture;
-  dataset: ImageDatasetName;
+  dataset: DatasetName;
   parameters: number;
   epochs: EpochRecord[];
   finalTestAccuracy: number;
@@ -192,9 +227,8 @@ const RESUME_MUST_MATCH: (keyof TrainConfig)[] = ['model', 'dataset', 'batchSize
 export class Trainer extends EventEmitter {
   readonly config: TrainConfig;
   readonly model: Model;
-  readonly dataset: ImageDataset;
-  private readonly trainBatcher: Batcher;
-  private readonly testBatcher: Batcher;
+  /** The data the run iterates over (images or token windows). */
+  readonly task: TrainingTask;
   private readonly schedule: LrSchedule;
   private startEpoch = 0;
   private history: EpochRecord[] = [];
@@ -212,10 +246,10 @@ export class Trainer extends EventEmitter {
   private readonly matrices: boolean[];
   private normSource?: TrainerContext['gradientNorms'];
 
-  private constructor(config: TrainConfig, dataset: ImageDataset, model: Model, group: ProcessGroup | undefined, ownsGroup: boolean) {
+  private constructor(config: TrainConfig, task: TrainingTask, model: Model, group: ProcessGroup | undefined, ownsGroup: boolean) {
     super();
     this.config = config;
-    this.dataset = dataset;
+    this.task = task;
     this.model = model;
     this.group = group;
     this.ownsGroup = ownsGroup;
@@ -223,21 +257,6 @@ export class Trainer extends EventEmitter {
     if (config.accordion === 'on') this.accordionState = initialState(this.matrices.length);
     this.globalBatch = config.adapt === 'compression' ? config.batchSize * config.workers : config.batchLow;
     if (config.adapt === 'batch') this.batchState = initialState(1);
-    const shard = { rank: group?.rank ?? 0, worldSize: group?.worldSize ?? 1 };
-    const common = { mean: dataset.mean, std: dataset.std, seed: config.seed, ...shard };
-    this.trainBatcher = new Batcher(dataset.train, {
-      ...common,
-      batchSize: config.batchSize,
-      shuffle: true,
-      augment: true,
-    });
-    this.testBatcher = new Batcher(dataset.test, {
-      ...common,
-      batchSize: config.evalBatchSize,
-      shuffle: false,
-      augment: false,
-      padShards: false,
-    });
     this.schedule = {
       base: config.lr,
       workers: config.workers,
@@ -259,8 +278,14 @@ export class Trainer extends EventEmitter {
    * weights.
    */
   static async create(options: Partial<TrainConfig> & { model: Architecture }, context: TrainerContext = {}): Promise<Trainer> {
-    const dataset = options.dataset ?? DEFAULT_CONFIG.dataset;
-    const config: TrainConfig = { ...DEFAULT_CONFIG, ...(dataset === 'synthetic' ? SYNTHETIC_PRESET : {}), ...options };
+    const preset = options.model === 'lstm' ? LSTM_PRESET : (options.dataset ?? DEFAULT_CONFIG.dataset) === 'synthetic' ? SYNTHETIC_PRESET : {};
+    const config: TrainConfig = { ...DEFAULT_CONFIG, ...preset, ...options };
+    if ((config.model === 'lstm') !== (config.dataset === 'wikitext2'))
+      throw new UsageError(
+        config.model === 'lstm' ? `the lstm model trains on --dataset wikitext2, not ${config.dataset}` : `--dataset wikitext2 is for --model lstm`,
+      );
+    if (config.model === 'lstm' && config.adapt !== 'compression')
+      throw new UsageError('batch-size adaptation (--adapt batch|smith) is for the vision models');
     if (config.accordion === 'auto')
       config.accordion =
         config.adapt === 'compression' && config.compressor !== 'none' && options.rank === undefined && options.topkRatio === undefined
@@ -308,18 +333,24 @@ export class Trainer extends EventEmitter {
         }
         config.outDir ??= path.resolve(checkpoint.dir, '..', '..');
       }
-      const data = loadImageDataset(config.dataset, config.dataDir, {
-        train: config.syntheticTrain,
-        test: config.syntheticTest,
-        seed: config.seed,
-      });
+      const shard = { rank, worldSize: config.workers };
+      const task: TrainingTask =
+        config.dataset === 'wikitext2'
+          ? new LanguageTask(readWikiText(config.dataDir!), { ...config, ...shard })
+          : new ImageTask(
+              loadImageDataset(config.dataset, config.dataDir, { train: config.syntheticTrain, test: config.syntheticTest, seed: config.seed }),
+              { ...config, ...shard },
+            );
       const accordion = config.accordion === 'on';
       const adaptBatch = config.adapt === 'batch';
       const level =
         config.compressor === 'topk' ? (accordion ? config.lowRatio : config.topkRatio) : accordion ? config.lowRank : config.rank;
       const model = await Model.create({
         architecture: config.model,
-        classes: data.classes,
+        classes: task.classes,
+        hidden: config.hidden,
+        layers: config.layers,
+        dropout: config.dropout,
         seed: config.seed,
         learningRate: config.lr,
         momentum: config.momentum,
@@ -331,7 +362,7 @@ export class Trainer extends EventEmitter {
         accumulateNorms: accordion || adaptBatch,
         group,
       });
-      const trainer = new Trainer(config, data, model, group, !context.group);
+      const trainer = new Trainer(config, task, model, group, !context.group);
       trainer.normSource = context.gradientNorms;
       if (checkpoint) {
         await trainer.model.loadStateDict([...checkpoint.model, ...checkpoint.trainer]);
@@ -375,8 +406,8 @@ export class Trainer extends EventEmitter {
       parameterNames: this.model.parameters().map((p) => p.name),
       matrices: this.matrices,
       parameters: this.model.parameterCount(),
-      trainSamples: this.dataset.train.count,
-      testSamples: this.dataset.test.count,
+      trainSamples: this.task.trainSamples,
+      testSamples: this.task.testSamples,
     });
     try {
       for (let epoch = this.startEpoch; epoch < config.epochs && !this.stopRequested; epoch++) {
@@ -389,7 +420,9 @@ export class Trainer extends EventEmitter {
           process.stderr.write(
             `epoch ${epoch + 1}/${config.epochs}  lr ${record.lr.toPrecision(3)}  train loss ${record.trainLoss.toFixed(4)}` +
               `  acc ${(100 * record.trainAccuracy).toFixed(2)}%  test loss ${record.testLoss.toFixed(4)}` +
-              `  acc ${(100 * record.testAccuracy).toFixed(2)}%  floats sent ${formatCount(record.floatsSent)}` +
+              `  acc ${(100 * record.testAccuracy).toFixed(2)}%` +
+              (record.validPerplexity !== undefined ? `  valid ppl ${record.validPerplexity.toFixed(2)}  test ppl ${record.testPerplexity!.toFixed(2)}` : '') +
+              `  floats sent ${formatCount(record.floatsSent)}` +
               (record.levels ? `  levels ${describeLevels(record.levels, this.matrices)}` : '') +
               `  (${formatDuration(record.seconds)})\n`,
           );
@@ -409,14 +442,21 @@ export class Trainer extends EventEmitter {
     return summary;
   }
 
-  /** Loss and accuracy on the test split (each worker evaluates its shard; the totals are summed). */
-  async evaluate(): Promise<{ loss: number; accuracy: number; samples: number }> {
-    this.testBatcher.startEpoch(0);
-    const r = await this.model.evaluate(this.testBatcher);
-    const totals = new Float32Array([r.loss * r.samples, r.correct, r.samples]);
-    if (this.group) await this.group.allReduce(totals);
+  /**
+   * Loss, accuracy (next-word accuracy for a language model) and perplexity on a split; each worker
+   * evaluates its shard and the totals are summed.
+   */
+  async evaluate(split: 'valid' | 'test' = 'test'): Promise<{ loss: number; accuracy: number; perplexity: number; samples: number }> {
+    const r = await this.task.evaluate(this.model, split);
+    const totals = new Float64Array([r.lossSum, r.correct, r.samples]);
+    if (this.group) {
+      const wire = new Float32Array(totals);
+      await this.group.allReduce(wire);
+      totals.set(wire);
+    }
     const [lossSum, correct, samples] = totals as unknown as [number, number, number];
-    return { loss: lossSum / Math.max(samples, 1), accuracy: correct / Math.max(samples, 1), samples };
+    const loss = lossSum / Math.max(samples, 1);
+    return { loss, accuracy: correct / Math.max(samples, 1), perplexity: Math.exp(loss), samples };
   }
 
   async dispose(): Promise<void> {
@@ -446,15 +486,14 @@ export class Trainer extends EventEmitter {
     const { lr, batch } = this.epochPlan(epoch);
     const microBatches = batch / (config.batchSize * config.workers);
     await this.model.setLearningRate(lr);
-    this.trainBatcher.startEpoch(epoch);
-    const steps = Math.ceil(this.trainBatcher.batchesPerEpoch / microBatches);
+    const steps = await this.task.startEpoch(this.model, epoch, microBatches);
     const bar = config.progress && this.rank === 0 ? new ProgressBar(`epoch ${epoch + 1}/${config.epochs}`, steps) : undefined;
     const begin = performance.now();
     let lossSum = 0, correct = 0, samples = 0, floatsSent = 0;
     let computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0;
     const levels = this.accordionState ? Array.from(await this.model.levels()) : undefined;
     for (let step = 0; step < steps; step++) {
-      const r: StepResult | null = await this.model.trainStep(this.trainBatcher, microBatches);
+      const r: StepResult | null = await this.task.step(this.model, microBatches);
       if (!r) break;
       lossSum += r.loss * r.samples;
       correct += r.correct;
@@ -473,7 +512,9 @@ export class Trainer extends EventEmitter {
     const decision = this.stopRequested ? undefined : await this.applyAccordion(epoch, lr);
     if (!this.stopRequested) await this.adaptBatch(epoch, lr);
     const bookkeepingSeconds = (performance.now() - bookkeepingStart) / 1000;
-    const test = await this.evaluate();
+    const language = this.task.kind === 'language';
+    const valid = language ? await this.evaluate('valid') : undefined;
+    const test = await this.evaluate('test');
     return {
       epoch,
       lr,
@@ -481,6 +522,7 @@ export class Trainer extends EventEmitter {
       trainAccuracy: correct / Math.max(samples, 1),
       testLoss: test.loss,
       testAccuracy: test.accuracy,
+      ...(valid ? { validLoss: valid.loss, validPerplexity: valid.perplexity, testPerplexity: test.perplexity } : {}),
       samples,
       seconds,
       samplesPerSecond: samples / seconds,
@@ -613,7 +655,9 @@ function validateConfig(c: TrainConfig): void {
     const v = c[key] as number;
     if (!Number.isInteger(v) || v <= 0) throw new UsageError(`${key} must be a positive integer, got ${v}`);
   };
-  (['epochs', 'batchSize', 'evalBatchSize', 'workers', 'checkpointEvery', 'syntheticTrain', 'syntheticTest', 'timeoutMs'] as const).forEach(positiveInt);
+  (['epochs', 'batchSize', 'evalBatchSize', 'workers', 'checkpointEvery', 'syntheticTrain', 'syntheticTest', 'timeoutMs', 'hidden', 'layers', 'bptt'] as const).forEach(positiveInt);
+  if (!(c.clip >= 0)) throw new UsageError(`clip must be ≥ 0, got ${c.clip}`);
+  if (!(c.dropout >= 0 && c.dropout < 1)) throw new UsageError(`dropout must lie in [0, 1), got ${c.dropout}`);
   const finite = (key: keyof TrainConfig, min: number) => {
     const v = c[key] as number;
     if (!Number.isFinite(v) || v < min) throw new UsageError(`${key} must be a number ≥ ${min}, got ${v}`);

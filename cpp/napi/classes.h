@@ -84,6 +84,9 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   Session& session();  // on the engine's thread only
 
   Napi::Value broadcastState(const Napi::CallbackInfo& info);
+  Napi::Value trainTokens(const Napi::CallbackInfo& info);
+  Napi::Value evaluateTokens(const Napi::CallbackInfo& info);
+  Napi::Value resetState(const Napi::CallbackInfo& info);
 
   std::unique_ptr<Session> session_;  // built and used on the engine's thread
   std::shared_ptr<WorkerThread> worker_;  // the process group's thread when the engine has one

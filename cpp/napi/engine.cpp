@@ -14,6 +14,9 @@ Napi::Function EngineWrap::define(Napi::Env env) {
                       InstanceMethod("levels", &EngineWrap::levels), InstanceMethod("setLevels", &EngineWrap::setLevels),
                       InstanceMethod("gradientNorms", &EngineWrap::gradientNorms),
                       InstanceMethod("broadcastState", &EngineWrap::broadcastState),
+                      InstanceMethod("trainTokens", &EngineWrap::trainTokens),
+                      InstanceMethod("evaluateTokens", &EngineWrap::evaluateTokens),
+                      InstanceMethod("resetState", &EngineWrap::resetState),
                       InstanceMethod("dispose", &EngineWrap::dispose)});
 }
 
@@ -26,7 +29,8 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine
   if (info.Length() < 1 || !info[0].IsObject()) throw typeError(env, "Engine options must be an object");
   Napi::Object o = info[0].As<Napi::Object>();
   ModelSpec spec{stringOption(o, "model", "resnet18"), static_cast<int64_t>(numberOption(o, "classes", 10)),
-                 static_cast<uint64_t>(numberOption(o, "seed", 0))};
+                 static_cast<uint64_t>(numberOption(o, "seed", 0)), static_cast<int64_t>(numberOption(o, "hidden", 650)),
+                 static_cast<int64_t>(numberOption(o, "layers", 2)), static_cast<float>(numberOption(o, "dropout", 0.4))};
   SgdOptions sgd{numberOption(o, "learningRate", 0.1), numberOption(o, "momentum", 0.9), numberOption(o, "weightDecay", 1e-4),
                  boolOption(o, "nesterov", true)};
   ReducerOptions reducer;
@@ -252,6 +256,59 @@ Napi::Value EngineWrap::gradientNorms(const Napi::CallbackInfo& info) {
   return schedule<std::vector<double>>(
       info.Env(), worker(info.Env()), [self] { return self->session().reducer().takeGradientNorms(); },
       [](Napi::Env env, std::vector<double>& v) -> Napi::Value { return float64Array(env, v); }, {info.This()});
+}
+
+// Token windows of the language model: (T, B) time-major Int32Arrays of inputs and targets.
+static void tokenArgs(const Napi::CallbackInfo& info, const int32_t*& inputs, const int32_t*& targets, int64_t& steps, int64_t& batch) {
+  Napi::Env env = info.Env();
+  for (size_t i : {0, 1})
+    if (!info[i].IsTypedArray() || info[i].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
+      throw typeError(env, i == 0 ? "inputs must be an Int32Array" : "targets must be an Int32Array");
+  steps = info[2].As<Napi::Number>().Int64Value();
+  batch = info[3].As<Napi::Number>().Int64Value();
+  auto in = info[0].As<Napi::Int32Array>(), out = info[1].As<Napi::Int32Array>();
+  if (steps <= 0 || batch <= 0 || static_cast<int64_t>(in.ElementLength()) != steps * batch ||
+      static_cast<int64_t>(out.ElementLength()) != steps * batch)
+    throw typeError(env, "inputs and targets must hold steps × batch token ids");
+  inputs = in.Data();
+  targets = out.Data();
+}
+
+// trainTokens(inputs, targets, steps, batch, clipNorm) → Promise<StepResult>
+Napi::Value EngineWrap::trainTokens(const Napi::CallbackInfo& info) {
+  const int32_t *inputs, *targets;
+  int64_t steps, batch;
+  tokenArgs(info, inputs, targets, steps, batch);
+  const double clip = info.Length() > 4 && info[4].IsNumber() ? info[4].As<Napi::Number>().DoubleValue() : 0.0;
+  EngineWrap* self = this;
+  return schedule<StepResult>(
+      info.Env(), worker(info.Env()),
+      [self, inputs, targets, steps, batch, clip] { return self->session().trainTokens(inputs, targets, steps, batch, clip); },
+      [](Napi::Env env, StepResult& r) -> Napi::Value { return stepResultValue(env, r); }, {info.This(), info[0], info[1]});
+}
+
+// evaluateTokens(inputs, targets, steps, batch) → Promise<StepResult>
+Napi::Value EngineWrap::evaluateTokens(const Napi::CallbackInfo& info) {
+  const int32_t *inputs, *targets;
+  int64_t steps, batch;
+  tokenArgs(info, inputs, targets, steps, batch);
+  EngineWrap* self = this;
+  return schedule<StepResult>(
+      info.Env(), worker(info.Env()),
+      [self, inputs, targets, steps, batch] { return self->session().evaluateTokens(inputs, targets, steps, batch); },
+      [](Napi::Env env, StepResult& r) -> Napi::Value { return stepResultValue(env, r); }, {info.This(), info[0], info[1]});
+}
+
+// resetState() → Promise<void>: zeroes the language model's carried hidden and cell states.
+Napi::Value EngineWrap::resetState(const Napi::CallbackInfo& info) {
+  EngineWrap* self = this;
+  return schedule<bool>(
+      info.Env(), worker(info.Env()),
+      [self] {
+        if (LanguageModel* lm = self->session().model().language()) lm->resetState();
+        return true;
+      },
+      [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
 }
 
 // broadcastState(root) → Promise<void>: every parameter and buffer (running statistics) takes rank

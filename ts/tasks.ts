@@ -1,0 +1,145 @@
+/**
+ * What a training run iterates over, behind one interface so the trainer's epoch loop, Accordion,
+ * checkpoints and metrics serve every model: images through the native batcher (ResNet-18,
+ * VGG-19bn), or token windows of a text corpus by truncated backpropagation through time (LSTM).
+ */
+import type { Model } from './model.js';
+import type { StepResult } from './native.js';
+import { Batcher } from './batcher.js';
+import type { ImageDataset } from './data/datasets.js';
+import { batchify, bpttWindows, shardForRank, type Corpus } from './data/wikitext.js';
+
+export interface EvaluationSums {
+  /** Summed over the samples (tokens for a language model) of this worker's shard. */
+  lossSum: number;
+  correct: number;
+  samples: number;
+}
+
+export interface TrainingTask {
+  readonly kind: 'image' | 'language';
+  /** Output classes (the vocabulary for a language model). */
+  readonly classes: number;
+  readonly trainSamples: number;
+  readonly testSamples: number;
+  /** The evaluation splits, reported every epoch. */
+  readonly splits: readonly ('valid' | 'test')[];
+  /** Prepares an epoch; returns its number of optimiser steps. */
+  startEpoch(model: Model, epoch: number, microBatches: number): Promise<number>;
+  step(model: Model, microBatches: number): Promise<StepResult | null>;
+  evaluate(model: Model, split: 'valid' | 'test'): Promise<EvaluationSums>;
+}
+
+export class ImageTask implements TrainingTask {
+  readonly kind = 'image';
+  readonly splits = ['test'] as const;
+  private readonly train: Batcher;
+  private readonly test: Batcher;
+
+  constructor(
+    readonly dataset: ImageDataset,
+    options: { batchSize: number; evalBatchSize: number; seed: number; rank: number; worldSize: number },
+  ) {
+    const common = { mean: dataset.mean, std: dataset.std, seed: options.seed, rank: options.rank, worldSize: options.worldSize };
+    this.train = new Batcher(dataset.train, { ...common, batchSize: options.batchSize, shuffle: true, augment: true });
+    this.test = new Batcher(dataset.test, { ...common, batchSize: options.evalBatchSize, shuffle: false, augment: false, padShards: false });
+  }
+
+  get classes(): number {
+    return this.dataset.classes;
+  }
+  get trainSamples(): number {
+    return this.dataset.train.count;
+  }
+  get testSamples(): number {
+    return this.dataset.test.count;
+  }
+
+  async startEpoch(_model: Model, epoch: number, microBatches: number): Promise<number> {
+    this.train.startEpoch(epoch);
+    return Math.ceil(this.train.batchesPerEpoch / microBatches);
+  }
+
+  step(model: Model, microBatches: number): Promise<StepResult | null> {
+    return model.trainStep(this.train, microBatches);
+  }
+
+  async evaluate(model: Model): Promise<EvaluationSums> {
+    this.test.startEpoch(0);
+    const r = await model.evaluate(this.test);
+    return { lossSum: r.loss * r.samples, correct: r.correct, samples: r.samples };
+  }
+}
+
+/**
+ * Word-level language modelling: each worker takes a contiguous slice of the training stream,
+ * batchified into `batchSize` columns, and steps through windows of `bptt` rows with the hidden
+ * state carried between windows (reset at each epoch and each evaluation).
+ */
+export class LanguageTask implements TrainingTask {
+  readonly kind = 'language';
+  readonly splits = ['valid', 'test'] as const;
+  private readonly train: ReturnType<typeof batchify>;
+  private readonly windows: { start: number; length: number }[];
+  private readonly evalData: Record<'valid' | 'test', ReturnType<typeof batchify>>;
+  private next = 0;
+
+  constructor(
+    readonly corpus: Corpus,
+    private readonly options: { batchSize: number; evalBatchSize: number; bptt: number; clip: number; rank: number; worldSize: number },
+  ) {
+    this.train = batchify(shardForRank(corpus.train, options.rank, options.worldSize), options.batchSize);
+    this.windows = bpttWindows(this.train.rows, options.bptt);
+    this.evalData = {
+      valid: batchify(shardForRank(corpus.valid, options.rank, options.worldSize), options.evalBatchSize),
+      test: batchify(shardForRank(corpus.test, options.rank, options.worldSize), options.evalBatchSize),
+    };
+  }
+
+  get classes(): number {
+    return this.corpus.vocabulary.length;
+  }
+  get trainSamples(): number {
+    return this.corpus.train.length;
+  }
+  get testSamples(): number {
+    return this.corpus.test.length;
+  }
+
+  async startEpoch(model: Model): Promise<number> {
+    this.next = 0;
+    await model.resetState();
+    return this.windows.length;
+  }
+
+  async step(model: Model): Promise<StepResult | null> {
+    const window = this.windows[this.next++];
+    if (!window) return null;
+    const { inputs, targets } = slice(this.train, window);
+    return model.trainTokens(inputs, targets, window.length, this.train.columns, this.options.clip);
+  }
+
+  async evaluate(model: Model, split: 'valid' | 'test'): Promise<EvaluationSums> {
+    const data = this.evalData[split];
+    await model.resetState();
+    const sums: EvaluationSums = { lossSum: 0, correct: 0, samples: 0 };
+    for (const window of bpttWindows(data.rows, this.options.bptt)) {
+      const { inputs, targets } = slice(data, window);
+      const r = await model.evaluateTokens(inputs, targets, window.length, data.columns);
+      sums.lossSum += r.loss * r.samples;
+      sums.correct += r.correct;
+      sums.samples += r.samples;
+    }
+    await model.resetState();
+    return sums;
+  }
+}
+
+/** Rows [start, start + length) as inputs and the rows one further as targets (views, no copies). */
+function slice(data: ReturnType<typeof batchify>, window: { start: number; length: number }) {
+  const { columns } = data;
+  return {
+    inputs: data.data.subarray(window.start * columns, (window.start + window.length) * columns),
+    targets: data.data.subarray((window.start + 1) * columns, (window.start + 1 + window.length) * columns),
+  };
+}
