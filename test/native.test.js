@@ -40,6 +40,11 @@ describe('native addon', function () {
     });
   });
 
+  it('reports whether NCCL can be loaded, with the reason when it cannot', function () {
+    const { nccl } = buildInfo().cuda;
+    if (nccl !== true) expect(nccl).to.match(/NCCL|nccl/);
+  });
+
   it('explains a CUDA call on a machine without CUDA', function () {
     if (deviceQuery().count > 0) this.skip();
     expect(() => binding.cudaRelu(new Float32Array(4), new Float32Array(4))).to.throw(/CUDA/);

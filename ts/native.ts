@@ -11,7 +11,8 @@ export interface BuildInfo {
   dnnl: string;
   openblas: string;
   threads: number;
-  cuda: { built: boolean; architectures: string; runtimeVersion: number };
+  /** `nccl`: true when libnccl.so.2 loads, else the reason it does not. */
+  cuda: { built: boolean; architectures: string; runtimeVersion: number; nccl: true | string };
   models: string[];
 }
 

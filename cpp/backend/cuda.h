@@ -24,6 +24,8 @@ bool built();
 std::string compiledArchitectures();  // e.g. "sm_80,sm_90", empty when not built
 int runtimeVersion();                 // CUDART_VERSION the addon was built with, 0 when not built
 DeviceQuery queryDevices();           // never throws
+// Empty when NCCL (libnccl.so.2, loaded with dlopen) is usable, else why not.
+std::string ncclStatus();
 
 // Element-wise ReLU on device 0: y = max(x, 0) and dx = dy·[y > 0], host buffers in and out.
 // Throws EngineError when CUDA is not built or no device is usable.

@@ -15,6 +15,8 @@ DeviceQuery queryDevices() {
   return q;
 }
 
+std::string ncclStatus() { return "the addon was built without CUDA, so without NCCL"; }
+
 void reluForwardBackward(const float*, const float*, float*, float*, int64_t) {
   throw EngineError("ERR_NO_CUDA", "the addon was built without CUDA (rebuild with nvcc on the PATH)");
 }
