@@ -8,7 +8,7 @@ describe('native addon', function () {
     expect(info.dnnl).to.match(/^\d+\.\d+\.\d+$/);
     expect(info.openblas).to.match(/OpenBLAS/);
     expect(info.threads).to.be.at.least(1);
-    expect(info.models).to.deep.equal(['resnet18', 'vgg19bn']);
+    expect(info.models).to.deep.equal(['resnet18', 'vgg19bn', 'lstm']);
     expect(info.cuda.built).to.be.a('boolean');
     if (info.cuda.built) expect(info.cuda.architectures).to.equal('sm_80,sm_90');
     else expect(info.cuda.architectures).to.equal('');
