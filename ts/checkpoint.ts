@@ -12,6 +12,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors.js';
 import { CheckpointError } from './errors.js';
+import { writeFileAtomic } from './files.js';
 import type { Model } from './model.js';
 import type { ProcessGroup } from './dist/group.js';
 
@@ -38,14 +39,6 @@ function epochDirName(epoch: number): string {
   return `epoch-${String(epoch).padStart(4, '0')}`;
 }
 
-function writeFileAtomic(file: string, text: string): void {
-  const tmp = `${file}.tmp-${process.pid}`;
-  fs.writeFileSync(tmp, text);
-  const fd = fs.openSync(tmp, 'r');
-  fs.fsyncSync(fd);
-  fs.closeSync(fd);
-  fs.renameSync(tmp, file);
-}
 
 function trainerFile(rank: number): string {
   return rank === 0 ? 'trainer.safetensors' : `trainer-rank${rank}.safetensors`;
@@ -95,7 +88,7 @@ export async function saveCheckpoint(runDir: string, model: Model, position: Tra
     attempt(() => {
       fs.rmSync(final, { recursive: true, force: true });
       fs.renameSync(tmp, final);
-      writeFileAtomic(path.join(root, 'latest'), name + '\n');
+      writeFileAtomic(path.join(root, 'latest'), [name + '\n'], CheckpointError);
     });
   if (failure || failed[0]! > 0) {
     if (rank === 0) fs.rmSync(tmp, { recursive: true, force: true });

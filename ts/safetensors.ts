@@ -11,8 +11,8 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { randomBytes } from 'node:crypto';
 import { CheckpointError } from './errors.js';
+import { writeFileAtomic } from './files.js';
 
 export type Dtype = 'F32' | 'F64' | 'I64' | 'I32' | 'U8';
 
@@ -118,23 +118,7 @@ function encodeHeader(tensors: NamedTensor[], metadata: Record<string, string> |
   return header;
 }
 
-function writeAll(fd: number, bytes: Uint8Array): void {
-  let off = 0;
-  while (off < bytes.byteLength) off += fs.writeSync(fd, bytes, off, bytes.byteLength - off);
-}
 
-/** Makes the rename itself durable. Best effort: some platforms (Windows) cannot fsync a directory. */
-function fsyncDir(dir: string): void {
-  let fd: number | undefined;
-  try {
-    fd = fs.openSync(dir, 'r');
-    fs.fsyncSync(fd);
-  } catch {
-    /* the file is already in place; failing here would misreport a successful write */
-  } finally {
-    if (fd !== undefined) fs.closeSync(fd);
-  }
-}
 
 /**
  * Writes `tensors` (laid out in the given order, without gaps) to `file`
@@ -145,32 +129,7 @@ export function writeSafetensors(file: string, tensors: NamedTensor[], metadata?
   validateForWrite(file, tensors, metadata);
   const header = encodeHeader(tensors, metadata);
 
-  const tmp = `${file}.tmp-${process.pid}-${randomBytes(6).toString('hex')}`;
-  let fd: number | undefined;
-  try {
-    fd = fs.openSync(tmp, 'wx');
-    writeAll(fd, header);
-    for (const t of tensors) writeAll(fd, t.data);
-    fs.fsyncSync(fd);
-    fs.closeSync(fd);
-    fd = undefined;
-    fs.renameSync(tmp, file);
-  } catch (err) {
-    if (fd !== undefined) {
-      try {
-        fs.closeSync(fd);
-      } catch {
-        /* already failing; report the original error */
-      }
-    }
-    try {
-      fs.rmSync(tmp, { force: true });
-    } catch {
-      /* nothing more we can do; the original error matters more */
-    }
-    throw new CheckpointError(`cannot write ${file}: ${(err as Error).message}`);
-  }
-  fsyncDir(path.dirname(path.resolve(file)));
+  writeFileAtomic(file, [header, ...tensors.map((t) => t.data)], CheckpointError);
 }
 
 // ---------------------------------------------------------------------------

@@ -327,25 +327,8 @@ Napi::Value EngineWrap::broadcastState(const Napi::CallbackInfo& info) {
 
 // dispose() → Promise<void>: frees the model once queued work has finished; later calls fail.
 Napi::Value EngineWrap::dispose(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (!worker_) {
-    auto done = Napi::Promise::Deferred::New(env);
-    done.Resolve(env.Undefined());
-    return done.Promise();
-  }
-  auto retiring = std::make_shared<std::shared_ptr<WorkerThread>>(std::move(worker_));
   EngineWrap* self = this;
-  return schedule<bool>(
-      env, **retiring,
-      [self] {
-        self->session_.reset();
-        return true;
-      },
-      [retiring](Napi::Env env, bool&) -> Napi::Value {
-        retiring->reset();  // joins the thread here, on the JS thread, unless a process group still shares it
-        return env.Undefined();
-      },
-      {info.This()});
+  return retire(info.Env(), worker_, [self] { self->session_.reset(); }, info.This());
 }
 
 }  // namespace accordion::napi

@@ -147,25 +147,8 @@ Napi::Value ProcessGroupWrap::barrier(const Napi::CallbackInfo& info) {
 
 // dispose() → Promise<void>: closes the connections once queued collectives have run.
 Napi::Value ProcessGroupWrap::dispose(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (!worker_) {
-    auto done = Napi::Promise::Deferred::New(env);
-    done.Resolve(env.Undefined());
-    return done.Promise();
-  }
-  auto retiring = std::make_shared<std::shared_ptr<WorkerThread>>(std::move(worker_));
   ProcessGroupWrap* self = this;
-  return schedule<bool>(
-      env, **retiring,
-      [self] {
-        self->group_.reset();
-        return true;
-      },
-      [retiring](Napi::Env env, bool&) -> Napi::Value {
-        retiring->reset();  // joins the thread here, on the JS thread, unless an engine still shares it
-        return env.Undefined();
-      },
-      {info.This()});
+  return retire(info.Env(), worker_, [self] { self->group_.reset(); }, info.This());
 }
 
 }  // namespace accordion::napi

@@ -115,4 +115,27 @@ Napi::Promise schedule(Napi::Env env, WorkerThread& worker, std::function<Result
   return promise;
 }
 
+// Disposes an object that owns (or shares) `worker`: runs `release` as its last job, then drops
+// this owner's reference to the thread on the JS thread, which joins it there unless another
+// owner still shares it. Later calls find `worker` empty. A second dispose resolves at once.
+inline Napi::Promise retire(Napi::Env env, std::shared_ptr<WorkerThread>& worker, std::function<void()> release, Napi::Value self) {
+  if (!worker) {
+    auto done = Napi::Promise::Deferred::New(env);
+    done.Resolve(env.Undefined());
+    return done.Promise();
+  }
+  auto retiring = std::make_shared<std::shared_ptr<WorkerThread>>(std::move(worker));
+  return schedule<bool>(
+      env, **retiring,
+      [release] {
+        release();
+        return true;
+      },
+      [retiring](Napi::Env env, bool&) -> Napi::Value {
+        retiring->reset();
+        return env.Undefined();
+      },
+      {self});
+}
+
 }  // namespace accordion::napi

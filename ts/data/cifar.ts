@@ -10,6 +10,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { DataError } from '../errors.js';
+import { statOrNull } from '../files.js';
 
 export const CIFAR_HEIGHT = 32;
 export const CIFAR_WIDTH = 32;
@@ -106,17 +107,9 @@ interface SourceFile {
   size: number;
 }
 
-function statOrNull(p: string): fs.Stats | null {
-  try {
-    return fs.statSync(p);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
-    throw new DataError(`cannot access ${p}: ${(err as Error).message}`);
-  }
-}
 
 function locateFiles(fmt: Format, dir: string, split: Split): SourceFile[] {
-  const dirStat = statOrNull(dir);
+  const dirStat = statOrNull(dir, DataError);
   if (dirStat === null) throw new DataError(`data directory not found: ${dir}`);
   if (!dirStat.isDirectory()) throw new DataError(`data directory is not a directory: ${dir}`);
 
@@ -125,7 +118,7 @@ function locateFiles(fmt: Format, dir: string, split: Split): SourceFile[] {
   const missing: string[] = [];
   for (const name of expected) {
     const p = path.join(dir, name);
-    const st = statOrNull(p);
+    const st = statOrNull(p, DataError);
     if (st === null) {
       missing.push(name);
       continue;
@@ -141,7 +134,7 @@ function locateFiles(fmt: Format, dir: string, split: Split): SourceFile[] {
       : missing.join(', ');
     // Pointing at the parent of the extracted archive is the most common mistake.
     const nested = path.join(dir, fmt.archiveDir);
-    const hint = statOrNull(nested)?.isDirectory() ? ` (did you mean ${nested}?)` : '';
+    const hint = statOrNull(nested, DataError)?.isDirectory() ? ` (did you mean ${nested}?)` : '';
     throw new DataError(`${fmt.title} ${split} split: missing ${want} in ${dir}${hint}`);
   }
   return found;

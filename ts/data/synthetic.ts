@@ -14,9 +14,9 @@
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { randomBytes } from 'node:crypto';
 import { UsageError, DataError } from '../errors.js';
 import { CIFAR_IMAGE_BYTES, cifarFileNames } from './cifar.js';
+import { writeFileAtomic } from '../files.js';
 
 export interface SyntheticOptions {
   train: number;
@@ -233,32 +233,6 @@ function resolveOptions(opts: SyntheticOptions): ResolvedOptions {
   return { train, test, seed, classes };
 }
 
-/** temp file + fsync + rename, so readers never observe a partially written file. */
-function writeAtomic(file: string, chunks: Uint8Array[]): void {
-  const tmp = `${file}.tmp-${process.pid}-${randomBytes(6).toString('hex')}`;
-  let fd: number | undefined;
-  try {
-    fd = fs.openSync(tmp, 'wx');
-    for (const chunk of chunks) {
-      let off = 0;
-      while (off < chunk.byteLength) off += fs.writeSync(fd, chunk, off, chunk.byteLength - off);
-    }
-    fs.fsyncSync(fd);
-    fs.closeSync(fd);
-    fd = undefined;
-    fs.renameSync(tmp, file);
-  } catch (err) {
-    if (fd !== undefined) {
-      try {
-        fs.closeSync(fd);
-      } catch {
-        /* already failing; the original error is the useful one */
-      }
-    }
-    fs.rmSync(tmp, { force: true });
-    throw new DataError(`cannot write ${file}: ${(err as Error).message}`);
-  }
-}
 
 /**
  * Writes data_batch_1..5.bin, test_batch.bin and batches.meta.txt into an
@@ -274,15 +248,15 @@ export function writeSyntheticCifar10(dir: string, opts: SyntheticOptions): void
   let record = 0;
   TRAIN_FILES.forEach((name, k) => {
     const n = perFile + (k < extra ? 1 : 0);
-    writeAtomic(path.join(dir, name), [train.subarray(record * RECORD_BYTES, (record + n) * RECORD_BYTES)]);
+    writeFileAtomic(path.join(dir, name), [train.subarray(record * RECORD_BYTES, (record + n) * RECORD_BYTES)], DataError);
     record += n;
   });
 
   const test = generateSplit(o.test, specs, new Rng(o.seed, STREAM_TEST));
-  writeAtomic(path.join(dir, TEST_FILE), [test]);
+  writeFileAtomic(path.join(dir, TEST_FILE), [test], DataError);
 
   const meta = specs.map((s) => `${s.name}\n`).join('');
-  writeAtomic(path.join(dir, META_FILE), [Buffer.from(meta, 'utf8')]);
+  writeFileAtomic(path.join(dir, META_FILE), [meta], DataError);
 }
 
 interface Stamp {
@@ -348,6 +322,6 @@ export function ensureSyntheticCifar10(dir: string, opts: SyntheticOptions): str
   // and new files must not be mistaken for a complete set next time.
   fs.rmSync(path.join(dir, STAMP_FILE), { force: true });
   writeSyntheticCifar10(dir, o);
-  writeAtomic(path.join(dir, STAMP_FILE), [Buffer.from(`${JSON.stringify(makeStamp(o), null, 2)}\n`, 'utf8')]);
+  writeFileAtomic(path.join(dir, STAMP_FILE), [`${JSON.stringify(makeStamp(o), null, 2)}\n`], DataError);
   return dir;
 }

@@ -14,10 +14,10 @@
  * so evaluation words never get ids the model was not trained on.
  */
 
-import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { DataError, UsageError } from '../errors.js';
+import { statOrNull, writeFileAtomic } from '../files.js';
 
 export const WIKITEXT_FILES = {
   train: 'wiki.train.tokens',
@@ -90,14 +90,6 @@ class IdBuffer {
   }
 }
 
-function statOrNull(p: string): fs.Stats | null {
-  try {
-    return fs.statSync(p);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
-    throw new DataError(`cannot access ${p}: ${(err as Error).message}`);
-  }
-}
 
 /** Byte offset of the first malformed UTF-8 sequence; only called once a strict decode has failed. */
 function firstInvalidUtf8(bytes: Uint8Array): number {
@@ -144,7 +136,7 @@ function lineOfByte(bytes: Uint8Array, offset: number): number {
 
 function readSplitText(dir: string, name: string): { file: string; text: string } {
   const file = path.join(dir, name);
-  const st = statOrNull(file);
+  const st = statOrNull(file, DataError);
   if (st === null) throw new DataError(`WikiText file not found: ${file} (expected ${name} in ${dir})`);
   if (!st.isFile()) throw new DataError(`WikiText file is not a regular file: ${file}`);
   let bytes: Buffer;
@@ -260,7 +252,7 @@ function quote(word: string): string {
  * of first appearance (so ids are deterministic) and always contains '<eos>'.
  */
 export function readWikiText(dir: string): Corpus {
-  const st = statOrNull(dir);
+  const st = statOrNull(dir, DataError);
   if (st === null) throw new DataError(`WikiText directory not found: ${dir}`);
   if (!st.isDirectory()) throw new DataError(`WikiText directory is not a directory: ${dir}`);
 
@@ -268,7 +260,7 @@ export function readWikiText(dir: string): Corpus {
   const names = [WIKITEXT_FILES.train, WIKITEXT_FILES.valid, WIKITEXT_FILES.test];
   for (const name of names) {
     const p = path.join(dir, name);
-    if (statOrNull(p) === null) throw new DataError(`WikiText file not found: ${p} (expected ${name} in ${dir})`);
+    if (statOrNull(p, DataError) === null) throw new DataError(`WikiText file not found: ${p} (expected ${name} in ${dir})`);
   }
 
   const vocabulary: string[] = [];
@@ -365,30 +357,6 @@ export function bpttWindows(rows: number, bptt: number): { start: number; length
 // ---------------------------------------------------------------------------------------------
 // Writing
 
-/** temp file + fsync + rename, so a reader never sees a half-written split. */
-function writeAtomic(file: string, bytes: Uint8Array): void {
-  const tmp = `${file}.tmp-${process.pid}-${randomBytes(6).toString('hex')}`;
-  let fd: number | undefined;
-  try {
-    fd = fs.openSync(tmp, 'wx');
-    let off = 0;
-    while (off < bytes.byteLength) off += fs.writeSync(fd, bytes, off, bytes.byteLength - off);
-    fs.fsyncSync(fd);
-    fs.closeSync(fd);
-    fd = undefined;
-    fs.renameSync(tmp, file);
-  } catch (err) {
-    if (fd !== undefined) {
-      try {
-        fs.closeSync(fd);
-      } catch {
-        /* already failing; the original error is the useful one */
-      }
-    }
-    fs.rmSync(tmp, { force: true });
-    throw new DataError(`cannot write ${file}: ${(err as Error).message}`);
-  }
-}
 
 /** str.split() with no arguments, on one line. */
 function splitWords(line: string): string[] {
@@ -490,7 +458,7 @@ export function splitTextIntoWikiText(
   ];
   for (const [name, part] of parts) {
     const body = part.length === 0 ? '' : part.join('\n') + '\n';
-    writeAtomic(path.join(dir, name), Buffer.from(body, 'utf8'));
+    writeFileAtomic(path.join(dir, name), [body], DataError);
   }
 }
 

@@ -12,6 +12,7 @@ import * as path from 'node:path';
 import { createRequire } from 'node:module';
 import { readMetrics, type MetricsEvent } from '../metrics.js';
 import { UsageError } from '../errors.js';
+import { writeFileAtomic } from '../files.js';
 
 export interface RunSeries {
   name: string;
@@ -158,8 +159,6 @@ window.reportCharts = charts;
 export function writeReport(runDirs: string[], out?: string): string {
   const runs = runDirs.map(loadRun);
   const file = out ?? path.join(runDirs[0]!, 'report.html');
-  const tmp = `${file}.tmp-${process.pid}`;
-  fs.writeFileSync(tmp, renderReport(runs));
-  fs.renameSync(tmp, file);
+  writeFileAtomic(file, [renderReport(runs)], UsageError);
   return file;
 }

@@ -1,0 +1,60 @@
+/** File helpers shared by the writers of datasets, checkpoints, metrics and reports. */
+import { randomBytes } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+
+/**
+ * Writes `chunks` to `file` atomically: a temporary file beside it is written, flushed to disk and
+ * renamed over `file`, so afterwards either the complete new file is in place or the old contents
+ * are untouched and no temporary file remains. Failures are thrown as `Failure` (e.g. DataError).
+ */
+export function writeFileAtomic(file: string, chunks: (Uint8Array | string)[], Failure: new (message: string) => Error): void {
+  const tmp = `${file}.tmp-${process.pid}-${randomBytes(6).toString('hex')}`;
+  let fd: number | undefined;
+  try {
+    fd = fs.openSync(tmp, 'wx');
+    for (const chunk of chunks) {
+      const bytes = typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : chunk;
+      let off = 0;
+      while (off < bytes.byteLength) off += fs.writeSync(fd, bytes, off, bytes.byteLength - off);
+    }
+    fs.fsyncSync(fd);
+    fs.closeSync(fd);
+    fd = undefined;
+    fs.renameSync(tmp, file);
+  } catch (err) {
+    if (fd !== undefined) {
+      try {
+        fs.closeSync(fd);
+      } catch {
+        /* already failing; the original error is the useful one */
+      }
+    }
+    fs.rmSync(tmp, { force: true });
+    throw new Failure(`cannot write ${file}: ${(err as Error).message}`);
+  }
+  fsyncDirectory(path.dirname(path.resolve(file)));
+}
+
+/** Makes a rename durable. Best effort: some platforms cannot fsync a directory. */
+function fsyncDirectory(dir: string): void {
+  let fd: number | undefined;
+  try {
+    fd = fs.openSync(dir, 'r');
+    fs.fsyncSync(fd);
+  } catch {
+    /* the file is already in place; failing here would misreport a successful write */
+  } finally {
+    if (fd !== undefined) fs.closeSync(fd);
+  }
+}
+
+/** fs.statSync, or null when the path does not exist; other failures are thrown as `Failure`. */
+export function statOrNull(p: string, Failure: new (message: string) => Error): fs.Stats | null {
+  try {
+    return fs.statSync(p);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw new Failure(`cannot access ${p}: ${(err as Error).message}`);
+  }
+}
