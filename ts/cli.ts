@@ -28,7 +28,7 @@ interface OptionSpec {
 const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--model', key: 'model', kind: 'string', choices: ARCHITECTURES, help: 'model architecture (required)' },
   { flag: '--dataset', key: 'dataset', kind: 'string', choices: ['synthetic', 'cifar10', 'cifar100', 'wikitext2'], help: 'dataset; cifar10 when --data is given (wikitext2 for lstm)' },
-  { flag: '--data', key: 'dataDir', kind: 'string', help: 'directory of the CIFAR binary files' },
+  { flag: '--data', key: 'dataDir', kind: 'string', help: 'directory of the CIFAR binary files, or of wiki.{train,valid,test}.tokens for lstm' },
   { flag: '--epochs', key: 'epochs', kind: 'int', help: 'epochs to train (6 on synthetic data)' },
   { flag: '--batch-size', key: 'batchSize', kind: 'int', help: 'batch size per worker (64 on synthetic data)' },
   { flag: '--eval-batch-size', key: 'evalBatchSize', kind: 'int', help: 'batch size for evaluation' },
@@ -154,7 +154,7 @@ function trainHelp(): string {
     const choices = o.choices ? ` [${o.choices.join('|')}]` : '';
     return `  ${(o.flag + value).padEnd(26)} ${o.help}${choices}${shown}`;
   });
-  return ['Usage: accordion train --model resnet18|vgg19bn [options]', '', 'Options:', ...lines].join('\n');
+  return ['Usage: accordion train --model resnet18|vgg19bn|lstm [options]', '', 'Options:', ...lines].join('\n');
 }
 
 const USAGE = `Usage: accordion <command> [options]
