@@ -31,6 +31,13 @@ const SUITES = [
     args: [],
     quick: ['--quick'],
   },
+  {
+    name: 'lstm',
+    script: 'lstm.js',
+    description: 'LSTM language-model training step (2×650, V 33,278, BPTT 35, batch 20), engine vs PyTorch',
+    args: [],
+    quick: ['--quick'],
+  },
 ];
 
 const USAGE = `usage: node bench/run.js [--quick] [--only NAME[,NAME]]

@@ -1,0 +1,376 @@
+#!/usr/bin/env node
+// One training step of the word-level LSTM language model (2 layers, 650 units, tied decoder,
+// dropout 0.4, WikiText-2's 33,278 words, BPTT 35, batch 20), engine against PyTorch on the same
+// machine and thread count. A step is forward over the (35, 20) window, cross-entropy over the
+// vocabulary, backward, global-norm clip 0.25 and SGD (lr 2.5, momentum 0.9 Nesterov); the hidden
+// state is carried into the next window. Forward-only windows (evaluation mode, loss included) are
+// timed as well on both sides, so the gap can be split into forward and backward + update.
+//
+//   node bench/lstm.js [--threads N] [--steps 5] [--warmup 2] [--rounds 2] [--vocab 33278]
+//                      [--omp-wait-policy passive|active|inherit] [--quick] [--json FILE] [--markdown]
+import { execFile } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import {
+  BENCH_DIR, PYTHON, ROOT, defaultThreads, fmt, formatTable, machineInfo, median, positiveInt, probeTorch,
+} from './common.js';
+
+const TORCH_LSTM = join(BENCH_DIR, 'peers', 'torch_lstm.py');
+
+const USAGE = `usage: node bench/lstm.js [options]
+  --threads N    native threads for both peers (default OMP_NUM_THREADS or 2)
+  --steps N      timed training steps per run, and as many timed forward-only windows (default 5)
+  --warmup N     untimed training steps before them (default 2)
+  --rounds N     runs of each peer, interleaved (default 2)
+  --vocab N      vocabulary size (default 33278, WikiText-2)
+  --hidden N     embedding = hidden size (default 650)
+  --layers N     LSTM layers (default 2)
+  --bptt N       window length (default 35)
+  --batch N      streams per window (default 20)
+  --omp-wait-policy P
+                 OMP_WAIT_POLICY for both peers: passive (default), active, or inherit (leave the
+                 environment's); libgomp's spinning threads starve PyTorch's OpenBLAS threads here
+  --quick        1 warmup + 2 timed steps, 1 round: a smoke run, not figures to quote
+  --json FILE    also write every timing and the machine facts to FILE
+  --markdown     print the result table as Markdown (for BENCHMARKS.md)`;
+
+function options(argv) {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      threads: { type: 'string' },
+      steps: { type: 'string' },
+      warmup: { type: 'string' },
+      rounds: { type: 'string' },
+      vocab: { type: 'string', default: '33278' },
+      hidden: { type: 'string', default: '650' },
+      layers: { type: 'string', default: '2' },
+      bptt: { type: 'string', default: '35' },
+      batch: { type: 'string', default: '20' },
+      'omp-wait-policy': { type: 'string', default: 'passive' },
+      quick: { type: 'boolean', default: false },
+      json: { type: 'string' },
+      markdown: { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  if (values.help) {
+    console.log(USAGE);
+    process.exit(0);
+  }
+  const waitPolicy = values['omp-wait-policy'];
+  if (!['passive', 'active', 'inherit'].includes(waitPolicy))
+    throw new Error(`--omp-wait-policy must be passive, active or inherit, got '${waitPolicy}'`);
+  // Explicit counts win over --quick, so a quick run can still be stretched one way.
+  const pick = (name, quick, normal) => values[name] ?? (values.quick ? quick : normal);
+  return {
+    threads: values.threads === undefined ? defaultThreads() : positiveInt('--threads', values.threads),
+    steps: positiveInt('--steps', pick('steps', '2', '5')),
+    warmup: positiveInt('--warmup', pick('warmup', '1', '2'), { min: 0 }),
+    rounds: positiveInt('--rounds', pick('rounds', '1', '2')),
+    vocab: positiveInt('--vocab', values.vocab, { min: 2 }),
+    hidden: positiveInt('--hidden', values.hidden),
+    layers: positiveInt('--layers', values.layers),
+    bptt: positiveInt('--bptt', values.bptt),
+    batch: positiveInt('--batch', values.batch),
+    waitPolicy,
+    clip: 0.25,
+    dropout: 0.4,
+    learningRate: 2.5,
+    quick: values.quick,
+    json: values.json,
+    markdown: values.markdown,
+  };
+}
+
+/**
+ * V·(H + 1) for the tied embedding/decoder and the decoder bias, plus per layer two 4H×H matrices and
+ * two 4H biases (every layer's input is H wide because embedding = hidden).
+ */
+function expectedParameters({ vocab, hidden, layers }) {
+  return vocab * (hidden + 1) + layers * (8 * hidden * hidden + 8 * hidden);
+}
+
+// A random token stream batchified like the trainer does (time-major rows of `batch` columns), so
+// every step reads a fresh window and the embedding rows it touches change as in real training.
+// Fixed seed: the same windows in every round and run.
+function randomStream(rows, columns, vocab, seed) {
+  let s = seed >>> 0 || 1;
+  const next = () => {
+    s ^= s << 13; s >>>= 0;
+    s ^= s >>> 17;
+    s ^= s << 5; s >>>= 0;
+    return s;
+  };
+  const tokens = new Int32Array(rows * columns);
+  for (let i = 0; i < tokens.length; i++) tokens[i] = next() % vocab;
+  return tokens;
+}
+
+async function timeOurs(lib, opts, stream, windows) {
+  const { Model } = lib;
+  const model = await Model.create({
+    architecture: 'lstm', classes: opts.vocab, hidden: opts.hidden, layers: opts.layers, dropout: opts.dropout,
+    seed: 0, learningRate: opts.learningRate, momentum: 0.9, nesterov: true, weightDecay: 0,
+  });
+  const perWindow = opts.bptt * opts.batch;
+  // Views, not copies, as the trainer passes them: targets are the inputs one row later.
+  const window = (i) => {
+    const start = (i % windows) * perWindow;
+    return [stream.subarray(start, start + perWindow), stream.subarray(start + opts.batch, start + opts.batch + perWindow)];
+  };
+  try {
+    const parameters = model.parameterCount();
+    const times = [];
+    const computeMs = [];
+    const reduceMs = [];
+    let last;
+    for (let i = 0; i < opts.warmup + opts.steps; i++) {
+      const [inputs, targets] = window(i);
+      const t0 = performance.now();
+      last = await model.trainTokens(inputs, targets, opts.bptt, opts.batch, opts.clip);
+      const ms = performance.now() - t0;
+      if (i >= opts.warmup) {
+        times.push(ms);
+        // computeSeconds covers forward, backward, clip and the SGD update; compressionSeconds the
+        // (identity) gradient exchange's NaN/Inf check. What is left is the addon's call overhead.
+        computeMs.push(last.computeSeconds * 1e3);
+        reduceMs.push(last.compressionSeconds * 1e3);
+      }
+    }
+    if (!Number.isFinite(last.loss)) console.warn(`  warning: LSTM loss is ${last.loss}`);
+    const forward = [];
+    for (let i = 0; i < opts.steps; i++) {
+      const [inputs, targets] = window(opts.warmup + i);
+      const t0 = performance.now();
+      await model.evaluateTokens(inputs, targets, opts.bptt, opts.batch);
+      forward.push(performance.now() - t0);
+    }
+    return {
+      parameters,
+      loss: last.loss,
+      step_ms_median: median(times),
+      step_ms_min: Math.min(...times),
+      step_ms_all: times,
+      compute_ms_median: median(computeMs),
+      reduce_ms_median: median(reduceMs),
+      forward_ms_median: median(forward),
+      forward_ms_all: forward,
+    };
+  } finally {
+    await model.dispose();
+  }
+}
+
+function runTorchLstm(opts) {
+  const args = [TORCH_LSTM, '--vocab', opts.vocab, '--hidden', opts.hidden, '--layers', opts.layers,
+    '--dropout', opts.dropout, '--bptt', opts.bptt, '--batch', opts.batch, '--clip', opts.clip,
+    '--lr', opts.learningRate, '--threads', opts.threads, '--warmup', opts.warmup, '--steps', opts.steps].map(String);
+  return new Promise((resolve, reject) => {
+    execFile(PYTHON, args, {
+      cwd: ROOT,
+      // OpenMP sizes its pool from this when torch is imported.
+      env: { ...process.env, OMP_NUM_THREADS: String(opts.threads) },
+      maxBuffer: 16 << 20,
+    }, (err, stdout, stderr) => {
+      if (err) {
+        const tail = (stderr || '').trim().split('\n').slice(-3).join('\n');
+        reject(new Error(`torch_lstm.py failed (${err.code ?? err.signal}): ${tail || err.message}`));
+        return;
+      }
+      if (stderr.trim()) process.stderr.write(stderr.replace(/^/gm, '  [torch] '));
+      const last = stdout.trim().split('\n').pop();
+      try {
+        const rec = JSON.parse(last);
+        if (!Number.isFinite(rec.step_ms_median)) throw new Error('no step_ms_median');
+        resolve(rec);
+      } catch (e) {
+        reject(new Error(`torch_lstm.py printed no usable JSON (${e.message}): ${last}`));
+      }
+    });
+  });
+}
+
+const round3 = (x) => Math.round(x * 1000) / 1000;
+const pct = (x) => (Number.isFinite(x) ? `${x.toFixed(0)}%` : 'n/a');
+const spread = (xs) => (xs.length > 1 ? (Math.max(...xs) - Math.min(...xs)) / median(xs) * 100 : NaN);
+const fastest = (xs) => (xs.length ? Math.min(...xs) : NaN);
+
+async function main() {
+  const started = new Date();
+  let opts;
+  try {
+    opts = options(process.argv.slice(2));
+  } catch (err) {
+    console.error(`bench/lstm.js: ${err.message}\n${USAGE}`);
+    process.exit(2);
+  }
+  // OpenMP sizes its pool from the environment when the addon loads, hence the late import.
+  process.env.OMP_NUM_THREADS = String(opts.threads);
+  // Debian's torch runs its element-wise ops on libgomp threads and its matrix products on
+  // OpenBLAS's own pthreads. libgomp's threads spin for a while after every parallel region, and
+  // the LSTM's hundreds of small per-time-step ops leave them spinning on the cores OpenBLAS needs:
+  // with the default policy a PyTorch step took about twice as long on 2 cores (2.0 s, against
+  // 1.0 s passive). Passive is therefore PyTorch's best setting here; the engine's time does not
+  // depend on it, and both processes get the same value so neither is favoured.
+  if (opts.waitPolicy !== 'inherit') process.env.OMP_WAIT_POLICY = opts.waitPolicy;
+  let lib;
+  try {
+    lib = await import('../lib/index.js');
+  } catch (err) {
+    console.error(`bench/lstm.js: cannot load the engine (${err.message.split('\n')[0]}).\n` +
+      'Build it first: npm run build (or npx tsc -p tsconfig.json if the addon is already built).');
+    process.exit(1);
+  }
+  lib.setThreads(opts.threads);
+
+  const machine = machineInfo(lib.buildInfo());
+  const torch = probeTorch();
+  const tokens = opts.bptt * opts.batch;
+  console.log(`lstm bench: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, ` +
+    `OpenBLAS ${machine.openblas?.split(' ')[1] ?? '?'}, torch ${torch.ok ? torch.version : 'unavailable'}`);
+  console.log(`LSTM ${opts.layers}×${opts.hidden}, vocabulary ${opts.vocab}, window ${opts.bptt}×${opts.batch} ` +
+    `(${tokens} tokens), ${opts.threads} threads, ${opts.warmup} warmup + ${opts.steps} timed steps, ` +
+    `${opts.rounds} round(s), OMP_WAIT_POLICY ${process.env.OMP_WAIT_POLICY ?? 'unset'}` +
+    `${opts.quick ? ' (quick: smoke figures only)' : ''}`);
+  if (!torch.ok) console.log(`note: PyTorch column skipped: ${torch.reason}`);
+
+  const windows = opts.warmup + opts.steps;
+  const stream = randomStream(windows * opts.bptt + 1, opts.batch, opts.vocab, 12345);
+  const ours = [];
+  const peer = [];
+  const torchErrors = [];
+
+  async function runPeer(round) {
+    try {
+      const rec = await runTorchLstm(opts);
+      peer.push(rec);
+      return `PyTorch ${fmt(rec.step_ms_median)} ms (forward ${fmt(rec.forward_ms_median)})`;
+    } catch (err) {
+      torchErrors.push(err.message);
+      return `PyTorch failed in round ${round}: ${err.message}`;
+    }
+  }
+  async function runOurs() {
+    const rec = await timeOurs(lib, opts, stream, windows);
+    ours.push(rec);
+    return `ours ${fmt(rec.step_ms_median)} ms (forward ${fmt(rec.forward_ms_median)})`;
+  }
+
+  // The peers alternate, and which goes first alternates too, so a busy spell on the shared
+  // machine and any warm-cache advantage of going second fall on both.
+  for (let round = 1; round <= opts.rounds; round++) {
+    const parts = [];
+    const oursFirst = round % 2 === 1;
+    if (oursFirst || !torch.ok) parts.push(await runOurs());
+    if (torch.ok) parts.push(await runPeer(round));
+    if (!oursFirst && torch.ok) parts.push(await runOurs());
+    console.log(`round ${round}: ${parts.join(', ')}`);
+  }
+
+  const phase = (name, pick) => {
+    const o = ours.map(pick);
+    const p = peer.map(pick).filter(Number.isFinite);
+    const oMs = median(o);
+    const pMs = median(p);
+    return {
+      phase: name,
+      ours_ms: oMs,
+      torch_ms: pMs,
+      ratio: oMs / pMs,
+      tokens_per_s: tokens * 1000 / oMs,
+      torch_tokens_per_s: tokens * 1000 / pMs,
+      // Noise on a shared machine only ever adds time, so the fastest rounds are a second,
+      // less disturbed estimate to set beside the median.
+      best_ratio: fastest(o) / fastest(p),
+      ours_spread_pct: spread(o),
+      torch_spread_pct: spread(p),
+      ours_rounds: o,
+      torch_rounds: p,
+    };
+  };
+  const rows = [
+    phase('train step', (r) => r.step_ms_median),
+    phase('forward only (eval)', (r) => r.forward_ms_median),
+    // Derived per round, not measured: the training step's forward also draws dropout masks, so
+    // this slightly overstates backward + clip + update on both sides alike.
+    { ...phase('rest: train − forward', (r) => r.step_ms_median - r.forward_ms_median), derived: true },
+  ];
+
+  const columns = [
+    { key: 'phase', title: 'phase', align: 'left' },
+    { key: 'ours', title: 'ours ms' },
+    { key: 'torch', title: 'PyTorch ms' },
+    { key: 'ratio', title: 'ours/PyTorch' },
+    { key: 'tps', title: 'ours tokens/s' },
+    { key: 'ttps', title: 'PyTorch tokens/s' },
+    { key: 'best', title: 'best-round ratio' },
+    { key: 'spread', title: 'round spread ours/PyTorch' },
+  ];
+  const cells = rows.map((r) => ({
+    phase: r.phase,
+    ours: fmt(r.ours_ms), torch: fmt(r.torch_ms), ratio: fmt(r.ratio, 2),
+    // A rate only means something for work that processes the window on its own.
+    tps: r.derived ? '' : fmt(r.tokens_per_s, 0), ttps: r.derived ? '' : fmt(r.torch_tokens_per_s, 0),
+    best: fmt(r.best_ratio, 2),
+    spread: `${pct(r.ours_spread_pct)} / ${pct(r.torch_spread_pct)}`,
+  }));
+  console.log('');
+  console.log(formatTable(columns, cells, { markdown: opts.markdown }));
+  console.log(`(ms: median over rounds of each run's median; ${tokens} tokens per window; ratio < 1 means the engine is faster)`);
+  console.log('(best-round ratio: fastest round of ours / fastest round of PyTorch; ' +
+    'round spread: (max − min) / median of the rounds\' medians)');
+  console.log(`(ours, inside the step: compute ${fmt(median(ours.map((r) => r.compute_ms_median)))} ms ` +
+    `(forward, backward, clip, update), gradient check ${fmt(median(ours.map((r) => r.reduce_ms_median)), 2)} ms)`);
+
+  // The ratio only means something if both peers train the same model.
+  const expected = expectedParameters(opts);
+  const oursCount = ours[0].parameters;
+  const torchCounts = [...new Set(peer.map((r) => r.parameters))];
+  const countsAgree = oursCount === expected && torchCounts.every((c) => c === expected);
+  console.log(`parameters: ours ${oursCount.toLocaleString('en-US')}, PyTorch ` +
+    `${torchCounts.length ? torchCounts.map((c) => c.toLocaleString('en-US')).join('/') : 'n/a'}, ` +
+    `expected V·(H+1) + L·(8H² + 8H) = ${expected.toLocaleString('en-US')}: ${countsAgree ? 'identical' : 'MISMATCH'}`);
+
+  if (!torch.ok) console.log(`note: no PyTorch figures: ${torch.reason}`);
+  const worst = Math.max(...[rows[0].ours_spread_pct, rows[0].torch_spread_pct].filter(Number.isFinite));
+  if (worst > 25) {
+    console.log(`note: rounds differ by up to ${worst.toFixed(0)}%: the machine was busy; ` +
+      'rerun with more --rounds before quoting the ratio');
+  }
+  if (torchErrors.length) console.log(`note: PyTorch failed in ${torchErrors.length} round(s)`);
+
+  if (opts.json) {
+    const report = {
+      suite: 'lstm',
+      date: started.toISOString(),
+      command: `node bench/lstm.js ${process.argv.slice(2).join(' ')}`.trim(),
+      options: { ...opts, json: undefined, markdown: undefined },
+      machine,
+      torchNote: torch.ok ? undefined : torch.reason,
+      parameters: { ours: oursCount, torch: torchCounts, expected, identical: countsAgree },
+      results: rows,
+      ours_rounds: ours.map((r) => ({
+        ...r, step_ms_all: r.step_ms_all.map(round3), forward_ms_all: r.forward_ms_all.map(round3),
+      })),
+      torch_rounds: peer,
+      torch_errors: torchErrors,
+    };
+    writeFileSync(opts.json, `${JSON.stringify(report, null, 2)}\n`);
+    console.log(`wrote ${opts.json}`);
+  }
+  if (!countsAgree) {
+    console.error('bench/lstm.js: the two models differ in size, so their times are not comparable');
+    return 1;
+  }
+  return 0;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err) => {
+    console.error(`bench/lstm.js: ${err.stack ?? err}`);
+    process.exit(1);
+  },
+);

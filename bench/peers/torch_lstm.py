@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""Time one PyTorch training step of the word-level LSTM language model, the
+peer baseline for the engine's `lstm` bench suite.
+
+The model is PyTorch's examples/word_language_model RNNModel with tied
+weights: Embedding(V, H), Dropout, LSTM(H, H, layers, dropout), Dropout,
+Linear(H, V) sharing the embedding's weight. A step is: detach the carried
+hidden state, zero_grad, forward over a (bptt, batch) window, cross-entropy
+over the vocabulary, backward, clip_grad_norm_ to `--clip`, SGD (lr 2.5,
+momentum 0.9, Nesterov, weight decay 0). After the timed steps the same
+number of forward-only windows (eval mode, no_grad, loss included) are timed
+too, so the suite can split a step into forward and the rest for both peers.
+Prints one JSON line to stdout; diagnostics go to stderr.
+
+    OMP_NUM_THREADS=2 /usr/bin/python3 bench/peers/torch_lstm.py \
+        --vocab 33278 --hidden 650 --layers 2 --bptt 35 --batch 20 \
+        --threads 2 --warmup 2 --steps 5
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+# OpenMP reads OMP_NUM_THREADS when torch is loaded, so it must be set before
+# the import: set_num_threads alone would leave the pool sized by the shell.
+_OMP = os.environ.get('OMP_NUM_THREADS')
+if not _OMP:
+    sys.exit('torch_lstm.py: OMP_NUM_THREADS must be set (e.g. OMP_NUM_THREADS=2)')
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+
+class RNNModel(nn.Module):
+    """word_language_model's RNNModel, LSTM flavour, tied weights."""
+
+    def __init__(self, vocab, hidden, layers, dropout):
+        super().__init__()
+        self.drop = nn.Dropout(dropout)
+        self.encoder = nn.Embedding(vocab, hidden)
+        self.rnn = nn.LSTM(hidden, hidden, layers, dropout=dropout)
+        self.decoder = nn.Linear(hidden, vocab)
+        self.decoder.weight = self.encoder.weight
+        self.vocab, self.hidden, self.layers = vocab, hidden, layers
+        # The example's init: U(-0.1, 0.1) for the (shared) weight, zero decoder bias.
+        nn.init.uniform_(self.encoder.weight, -0.1, 0.1)
+        nn.init.zeros_(self.decoder.bias)
+
+    def forward(self, tokens, hidden):
+        emb = self.drop(self.encoder(tokens))
+        out, hidden = self.rnn(emb, hidden)
+        out = self.drop(out)
+        return self.decoder(out).view(-1, self.vocab), hidden
+
+    def init_hidden(self, batch):
+        z = torch.zeros(self.layers, batch, self.hidden)
+        return (z, z.clone())
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description='Time a PyTorch LSTM language-model training step.')
+    p.add_argument('--vocab', type=int, default=33278)
+    p.add_argument('--hidden', type=int, default=650)
+    p.add_argument('--layers', type=int, default=2)
+    p.add_argument('--dropout', type=float, default=0.4)
+    p.add_argument('--bptt', type=int, default=35)
+    p.add_argument('--batch', type=int, default=20)
+    p.add_argument('--clip', type=float, default=0.25)
+    p.add_argument('--lr', type=float, default=2.5)
+    p.add_argument('--threads', type=int, default=None,
+                   help='torch.set_num_threads value (default: OMP_NUM_THREADS)')
+    p.add_argument('--warmup', type=int, default=2)
+    p.add_argument('--steps', type=int, default=5)
+    p.add_argument('--forward-steps', type=int, default=None,
+                   help='timed forward-only windows (default: --steps; 0 skips them)')
+    p.add_argument('--seed', type=int, default=0)
+    args = p.parse_args(argv)
+    if args.threads is None:
+        try:
+            args.threads = int(_OMP)
+        except ValueError:
+            p.error(f'OMP_NUM_THREADS={_OMP!r} is not an integer; pass --threads')
+    if args.forward_steps is None:
+        args.forward_steps = args.steps
+    if min(args.threads, args.batch, args.steps, args.bptt, args.hidden, args.layers) < 1 \
+            or args.vocab < 2 or args.warmup < 0 or args.forward_steps < 0:
+        p.error('--threads, --batch, --steps, --bptt, --hidden, --layers must be >= 1, '
+                '--vocab >= 2, --warmup and --forward-steps >= 0')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if _OMP != str(args.threads):
+        print(f'warning: OMP_NUM_THREADS={_OMP} but --threads={args.threads}; '
+              'the OpenMP pool and torch may disagree', file=sys.stderr)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    model = RNNModel(args.vocab, args.hidden, args.layers, args.dropout)
+    # parameters() yields the tied weight once, which is what the engine counts.
+    params = list(model.parameters())
+    param_count = sum(p.numel() for p in params)
+    opt = torch.optim.SGD(params, lr=args.lr, momentum=0.9, nesterov=True, weight_decay=0)
+    criterion = nn.CrossEntropyLoss()
+
+    # A random token stream batchified like the example (column = one stream, time-major), one
+    # fresh window per step: the embedding rows touched change from step to step as in training.
+    windows = args.warmup + max(args.steps, args.forward_steps)
+    stream = torch.randint(0, args.vocab, (windows * args.bptt + 1, args.batch))
+
+    def window(i):
+        s = (i % windows) * args.bptt
+        return stream[s:s + args.bptt], stream[s + 1:s + 1 + args.bptt].reshape(-1)
+
+    hidden = model.init_hidden(args.batch)
+
+    def train_step(i):
+        nonlocal hidden
+        x, y = window(i)
+        # Truncated BPTT: the state crosses windows, its graph does not.
+        hidden = tuple(h.detach() for h in hidden)
+        opt.zero_grad(set_to_none=True)
+        out, hidden = model(x, hidden)
+        loss = criterion(out, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, args.clip)
+        opt.step()
+        return loss
+
+    model.train()
+    for i in range(args.warmup):
+        train_step(i)
+    times = []
+    for i in range(args.steps):
+        t0 = time.perf_counter()
+        loss = train_step(args.warmup + i)
+        times.append((time.perf_counter() - t0) * 1e3)
+    # A diverging run would mean the step is not doing what the engine does.
+    if not torch.isfinite(loss):
+        print(f'warning: non-finite loss {loss.item()}', file=sys.stderr)
+
+    forward_times = []
+    model.eval()
+    with torch.no_grad():
+        for i in range(args.forward_steps):
+            x, y = window(args.warmup + i)
+            t0 = time.perf_counter()
+            out, hidden = model(x, hidden)
+            criterion(out, y).item()
+            forward_times.append((time.perf_counter() - t0) * 1e3)
+
+    print(json.dumps({
+        'peer': 'pytorch',
+        'torch': torch.__version__,
+        'model': 'lstm',
+        'vocab': args.vocab,
+        'hidden': args.hidden,
+        'layers': args.layers,
+        'bptt': args.bptt,
+        'batch': args.batch,
+        'threads': args.threads,
+        'warmup': args.warmup,
+        'steps': args.steps,
+        'parameters': param_count,
+        'loss': round(loss.item(), 4),
+        'step_ms_median': round(statistics.median(times), 3),
+        'step_ms_min': round(min(times), 3),
+        'step_ms_all': [round(t, 3) for t in times],
+        'forward_ms_median': round(statistics.median(forward_times), 3) if forward_times else None,
+        'forward_ms_all': [round(t, 3) for t in forward_times],
+        'mkldnn': torch.backends.mkldnn.is_available(),
+    }))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
