@@ -8,10 +8,9 @@
 //   node bench/collectives.js [--workers 2,4] [--quick] [--json FILE]
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
-import * as net from 'node:net';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { BENCH_DIR, PYTHON, ROOT, fmt, formatTable, probeTorch } from './common.js';
+import { BENCH_DIR, PYTHON, ROOT, fmt, formatTable, freePort, probeTorch } from './common.js';
 
 const { values: opts } = parseArgs({
   options: { workers: { type: 'string', default: '2,4' }, quick: { type: 'boolean', default: false }, json: { type: 'string' } },
@@ -19,14 +18,6 @@ const { values: opts } = parseArgs({
 const worldSizes = opts.workers.split(',').map(Number);
 const sizes = (opts.quick ? [4, 1024, 16384] : [4, 64, 1024, 4096, 16384, 65536]).map((kb) => kb * 1024);
 const spec = { sizes, warmup: 3, budgetBytes: opts.quick ? 64 << 20 : 512 << 20, minIterations: opts.quick ? 3 : 5, maxIterations: opts.quick ? 20 : 50 };
-
-async function freePort() {
-  const server = net.createServer();
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 /** Starts one job of `world` processes running `command`; resolves with rank 0's JSON. */
 async function runJob(world, command) {

@@ -4,11 +4,11 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
-import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
+import { freePort } from './helpers/ports.js';
 import { Batcher, Model, ensureSyntheticCifar10, loadCheckpoint, readMetrics } from '../lib/index.js';
 import { endOfEpoch, initialState, normChangeRatio, wholeModelNorm } from '../lib/accordion.js';
 import { learningRateForEpoch } from '../lib/schedule.js';
@@ -23,16 +23,6 @@ const WORKER = fileURLToPath(new URL('./helpers/accordion-worker.js', import.met
 
 const live = new Set();
 
-async function freePort() {
-  const server = net.createServer();
-  await new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', resolve);
-  });
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 function startRank(spec, env) {
   const child = spawn(process.execPath, [WORKER, JSON.stringify(spec)], {

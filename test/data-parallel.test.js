@@ -5,11 +5,11 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
-import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
+import { freePort } from './helpers/ports.js';
 import { binding } from '../lib/native.js';
 import { Trainer, loadCheckpoint } from '../lib/index.js';
 import { decode, gradientFor, numel } from './helpers/reducer-worker.js';
@@ -32,16 +32,6 @@ function newToken() {
   return token;
 }
 
-async function freePort() {
-  const server = net.createServer();
-  await new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', resolve);
-  });
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 /** Processes whose environment carries `token`, as { pid, ppid, rank } (rank undefined for the launcher). */
 function jobProcesses(token) {

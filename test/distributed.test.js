@@ -1,8 +1,8 @@
 // Collectives and rendezvous failures between real worker processes on 127.0.0.1.
 import { spawn } from 'node:child_process';
-import * as net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
+import { freePort } from './helpers/ports.js';
 import { RendezvousError, StoreClient, StoreServer } from '../lib/dist/store.js';
 import { dataFor } from './helpers/collective-worker.js';
 
@@ -11,16 +11,6 @@ const WORKER = fileURLToPath(new URL('./helpers/collective-worker.js', import.me
 /** Children still running; afterEach kills them so a failed test never leaves a job behind. */
 const live = new Set();
 
-async function freePort() {
-  const server = net.createServer();
-  await new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', resolve);
-  });
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 /**
  * Starts one worker; resolves with its exit status and output once it exits. A worker still
