@@ -3,7 +3,7 @@ import { execFile, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import * as net from 'node:net';
 import os from 'node:os';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const BENCH_DIR = dirname(fileURLToPath(import.meta.url));
@@ -58,25 +58,23 @@ export function probeTorch() {
 }
 
 /**
- * Runs bench/peers/torch_step.py once and returns its JSON record. OMP_NUM_THREADS is set to the
- * same thread count because OpenMP sizes its pool from it when torch is imported.
+ * Runs a PyTorch peer script once and returns the JSON record on its last stdout line (warnings on
+ * stderr are passed on). OMP_NUM_THREADS is set to the same thread count because OpenMP sizes its
+ * pool from it when torch is imported.
  */
-export function runTorchStep({ model, batch, threads, warmup, steps, classes = 10, channelsLast = false }) {
-  const args = [TORCH_STEP, '--model', model, '--batch', String(batch), '--threads', String(threads),
-    '--warmup', String(warmup), '--steps', String(steps), '--classes', String(classes)];
-  if (channelsLast) args.push('--channels-last');
+export function runTorchPeer(script, args, threads) {
+  const name = basename(script);
   return new Promise((resolve, reject) => {
-    execFile(PYTHON, args, {
+    execFile(PYTHON, [script, ...args.map(String)], {
       cwd: ROOT,
       env: { ...process.env, OMP_NUM_THREADS: String(threads) },
       maxBuffer: 16 << 20,
     }, (err, stdout, stderr) => {
       if (err) {
         const tail = (stderr || '').trim().split('\n').slice(-3).join('\n');
-        reject(new Error(`torch_step.py failed (${err.code ?? err.signal}): ${tail || err.message}`));
+        reject(new Error(`${name} failed (${err.code ?? err.signal}): ${tail || err.message}`));
         return;
       }
-      // Only stdout's last line is the record; warnings go to stderr and are passed on.
       if (stderr.trim()) process.stderr.write(stderr.replace(/^/gm, '  [torch] '));
       const last = stdout.trim().split('\n').pop();
       try {
@@ -84,11 +82,24 @@ export function runTorchStep({ model, batch, threads, warmup, steps, classes = 1
         if (!Number.isFinite(rec.step_ms_median)) throw new Error('no step_ms_median');
         resolve(rec);
       } catch (e) {
-        reject(new Error(`torch_step.py printed no usable JSON (${e.message}): ${last}`));
+        reject(new Error(`${name} printed no usable JSON (${e.message}): ${last}`));
       }
     });
   });
 }
+
+/** One training step of a CNN in PyTorch (bench/peers/torch_step.py). */
+export function runTorchStep({ model, batch, threads, warmup, steps, classes = 10, channelsLast = false }) {
+  const args = ['--model', model, '--batch', batch, '--threads', threads, '--warmup', warmup, '--steps', steps, '--classes', classes];
+  if (channelsLast) args.push('--channels-last');
+  return runTorchPeer(TORCH_STEP, args, threads);
+}
+
+/** Statistics over the rounds' medians, shared by the step suites. */
+export const round3 = (x) => Math.round(x * 1000) / 1000;
+export const pct = (x) => (Number.isFinite(x) ? `${x.toFixed(0)}%` : 'n/a');
+export const spread = (xs) => (xs.length > 1 ? ((Math.max(...xs) - Math.min(...xs)) / median(xs)) * 100 : NaN);
+export const fastest = (xs) => (xs.length ? Math.min(...xs) : NaN);
 
 function cpuModel() {
   try {

@@ -8,12 +8,11 @@
 //
 //   node bench/lstm.js [--threads N] [--steps 5] [--warmup 2] [--rounds 2] [--vocab 33278]
 //                      [--omp-wait-policy passive|active|inherit] [--quick] [--json FILE] [--markdown]
-import { execFile } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import {
-  BENCH_DIR, PYTHON, ROOT, defaultThreads, fmt, formatTable, machineInfo, median, positiveInt, probeTorch,
+  BENCH_DIR, defaultThreads, fastest, fmt, formatTable, machineInfo, median, pct, positiveInt, probeTorch, round3, runTorchPeer, spread,
 } from './common.js';
 
 const TORCH_LSTM = join(BENCH_DIR, 'peers', 'torch_lstm.py');
@@ -164,38 +163,11 @@ async function timeOurs(lib, opts, stream, windows) {
 }
 
 function runTorchLstm(opts) {
-  const args = [TORCH_LSTM, '--vocab', opts.vocab, '--hidden', opts.hidden, '--layers', opts.layers,
-    '--dropout', opts.dropout, '--bptt', opts.bptt, '--batch', opts.batch, '--clip', opts.clip,
-    '--lr', opts.learningRate, '--threads', opts.threads, '--warmup', opts.warmup, '--steps', opts.steps].map(String);
-  return new Promise((resolve, reject) => {
-    execFile(PYTHON, args, {
-      cwd: ROOT,
-      // OpenMP sizes its pool from this when torch is imported.
-      env: { ...process.env, OMP_NUM_THREADS: String(opts.threads) },
-      maxBuffer: 16 << 20,
-    }, (err, stdout, stderr) => {
-      if (err) {
-        const tail = (stderr || '').trim().split('\n').slice(-3).join('\n');
-        reject(new Error(`torch_lstm.py failed (${err.code ?? err.signal}): ${tail || err.message}`));
-        return;
-      }
-      if (stderr.trim()) process.stderr.write(stderr.replace(/^/gm, '  [torch] '));
-      const last = stdout.trim().split('\n').pop();
-      try {
-        const rec = JSON.parse(last);
-        if (!Number.isFinite(rec.step_ms_median)) throw new Error('no step_ms_median');
-        resolve(rec);
-      } catch (e) {
-        reject(new Error(`torch_lstm.py printed no usable JSON (${e.message}): ${last}`));
-      }
-    });
-  });
+  const args = ['--vocab', opts.vocab, '--hidden', opts.hidden, '--layers', opts.layers, '--dropout', opts.dropout,
+    '--bptt', opts.bptt, '--batch', opts.batch, '--clip', opts.clip, '--lr', opts.learningRate, '--threads', opts.threads,
+    '--warmup', opts.warmup, '--steps', opts.steps];
+  return runTorchPeer(TORCH_LSTM, args, opts.threads);
 }
-
-const round3 = (x) => Math.round(x * 1000) / 1000;
-const pct = (x) => (Number.isFinite(x) ? `${x.toFixed(0)}%` : 'n/a');
-const spread = (xs) => (xs.length > 1 ? (Math.max(...xs) - Math.min(...xs)) / median(xs) * 100 : NaN);
-const fastest = (xs) => (xs.length ? Math.min(...xs) : NaN);
 
 async function main() {
   const started = new Date();

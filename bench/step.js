@@ -6,7 +6,7 @@
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import {
-  defaultThreads, fmt, formatTable, machineInfo, median, positiveInt, probeTorch, runTorchStep,
+  defaultThreads, fastest, fmt, formatTable, machineInfo, median, pct, positiveInt, probeTorch, round3, runTorchStep, spread,
 } from './common.js';
 
 const USAGE = `usage: node bench/step.js [options]
@@ -101,8 +101,6 @@ async function timeOurs(lib, opts, architecture, data) {
   }
 }
 
-const round3 = (x) => Math.round(x * 1000) / 1000;
-const pct = (x) => (Number.isFinite(x) ? `${x.toFixed(0)}%` : 'n/a');
 
 async function main() {
   const started = new Date();
@@ -172,8 +170,6 @@ async function main() {
     const ours = median(r.ours.map((x) => x.step_ms_median));
     const peer = median(r.torch.map((x) => x.step_ms_median));
     // Spread between rounds; a large one means the machine was busy and the ratio is soft.
-    const spread = (xs) => (xs.length > 1 ? (Math.max(...xs) - Math.min(...xs)) / median(xs) * 100 : NaN);
-    const fastest = (xs) => (xs.length ? Math.min(...xs) : NaN);
     return {
       model, batch: opts.batch, threads: opts.threads,
       ours_ms: ours, torch_ms: peer, ratio: ours / peer, samples_per_s: opts.batch * 1000 / ours,

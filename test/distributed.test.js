@@ -2,7 +2,7 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
-import { freePort } from './helpers/ports.js';
+import { freePort } from '../bench/common.js';
 import { RendezvousError, StoreClient, StoreServer } from '../lib/dist/store.js';
 import { dataFor } from './helpers/collective-worker.js';
 
