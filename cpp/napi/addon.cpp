@@ -4,8 +4,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "backend/cuda.h"
-#include "compression.h"
+#include "core/cuda.h"
+#include "compress/cpu_kernels.h"
 #include "napi/classes.h"
 
 namespace accordion::napi {
@@ -15,6 +15,16 @@ struct AddonData {
 };
 
 namespace {
+
+// { loaded, path, version, error } of a library loaded at run time.
+Napi::Object libraryValue(Napi::Env env, const cuda::LibraryStatus& s) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("loaded", s.loaded);
+  o.Set("path", s.path);
+  o.Set("version", s.version);
+  o.Set("error", s.error);
+  return o;
+}
 
 Napi::Value buildInfo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -36,7 +46,8 @@ Napi::Value buildInfo(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// { count, errorCode, error, devices: [{ name, computeCapability, memoryBytes }] }; never throws.
+// { count, errorCode, error, devices: [{ name, computeCapability, memoryBytes }], cudnn, cublas }:
+// the devices the driver reports and whether NVIDIA's libraries load; never throws.
 Napi::Value deviceQuery(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   cuda::DeviceQuery q = cuda::queryDevices();
@@ -53,23 +64,8 @@ Napi::Value deviceQuery(const Napi::CallbackInfo& info) {
     devices.Set(static_cast<uint32_t>(i), d);
   }
   o.Set("devices", devices);
-  return o;
-}
-
-// cudaRelu(x, dy) → { y, dx } computed on device 0 (for GPU tests).
-Napi::Value cudaRelu(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Napi::Float32Array x = float32Arg(info, 0, "x"), dy = float32Arg(info, 1, "dy");
-  if (x.ElementLength() != dy.ElementLength()) throw typeError(env, "x and dy must have the same length");
-  Napi::Float32Array y = Napi::Float32Array::New(env, x.ElementLength()), dx = Napi::Float32Array::New(env, x.ElementLength());
-  try {
-    cuda::reluForwardBackward(x.Data(), dy.Data(), y.Data(), dx.Data(), static_cast<int64_t>(x.ElementLength()));
-  } catch (const EngineError& e) {
-    throw makeError(env, e.code(), e.what());
-  }
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("y", y);
-  o.Set("dx", dx);
+  o.Set("cudnn", libraryValue(env, cuda::cudnnStatus()));
+  o.Set("cublas", libraryValue(env, cuda::cublasStatus()));
   return o;
 }
 
@@ -81,18 +77,17 @@ Napi::Value crossEntropy(const Napi::CallbackInfo& info) {
   if (!info[3].IsTypedArray() || info[3].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
       static_cast<int64_t>(info[3].As<Napi::Int32Array>().ElementLength()) != n)
     throw typeError(env, "labels must be an Int32Array of length n");
-  Tensor z = fromJs(logits, {n, k}, env), grad;
-  int64_t correct = 0;
-  double loss;
+  Tensor z = fromJs(logits, {n, k}, env), grad({n, k});
+  double stats[2];
   try {
-    loss = softmaxCrossEntropy(z, info[3].As<Napi::Int32Array>().Data(), grad, &correct);
+    CpuBackend().softmaxCrossEntropy(z.data(), info[3].As<Napi::Int32Array>().Data(), n, k, grad.data(), stats);
   } catch (const EngineError& e) {
     throw makeError(env, e.code(), e.what());
   }
   Napi::Object o = Napi::Object::New(env);
-  o.Set("loss", loss);
+  o.Set("loss", stats[0]);
   o.Set("grad", toJs(env, grad));
-  o.Set("correct", static_cast<double>(correct));
+  o.Set("correct", stats[1]);
   return o;
 }
 
@@ -140,7 +135,6 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   exports.Set("ReducerProbe", ReducerProbeWrap::define(env));
   exports.Set("buildInfo", Napi::Function::New(env, buildInfo));
   exports.Set("deviceQuery", Napi::Function::New(env, deviceQuery));
-  exports.Set("cudaRelu", Napi::Function::New(env, cudaRelu));
   exports.Set("crossEntropy", Napi::Function::New(env, crossEntropy));
   exports.Set("setThreads", Napi::Function::New(env, setThreads));
   exports.Set("orthogonalize", Napi::Function::New(env, orthogonalize));

@@ -35,6 +35,14 @@ BatcherWrap::BatcherWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Batc
   options.rank = static_cast<int64_t>(numberOption(o, "rank", 0));
   options.worldSize = static_cast<int64_t>(numberOption(o, "worldSize", 1));
   options.padShards = boolOption(o, "padShards", true);
+  // Batches in the layout and memory of the model's device.
+  try {
+    const Device device = parseDevice(stringOption(o, "device", "cpu"));
+    options.channelsLast = device.isCpu();
+    options.pinned = !device.isCpu();
+  } catch (const EngineError& e) {
+    throw makeError(env, e.code(), e.what());
+  }
   for (const char* key : {"mean", "std"}) {
     Napi::Value v = o.Get(key);
     if (v.IsUndefined()) continue;
@@ -73,9 +81,9 @@ Napi::Value BatcherWrap::next(const Napi::CallbackInfo& info) {
       [](Napi::Env env, std::optional<Batch>& batch) -> Napi::Value {
         if (!batch) return env.Null();
         Napi::Object o = Napi::Object::New(env);
-        o.Set("images", toJs(env, batch->images));
+        o.Set("images", toJs(env, batch->images, batch->channelsLast));
         Napi::Int32Array labels = Napi::Int32Array::New(env, batch->labels.size());
-        std::copy(batch->labels.begin(), batch->labels.end(), labels.Data());
+        std::copy(batch->labels.data(), batch->labels.data() + batch->labels.size(), labels.Data());
         o.Set("labels", labels);
         return o;
       },

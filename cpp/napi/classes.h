@@ -4,12 +4,12 @@
 
 #include <memory>
 
-#include "batcher.h"
-#include "layers.h"
+#include "data/batcher.h"
+#include "models/layers.h"
 #include "napi/convert.h"
 #include "napi/worker.h"
-#include "gloo_group.h"
-#include "session.h"
+#include "comm/gloo_group.h"
+#include "train/session.h"
 
 namespace accordion::napi {
 
@@ -87,6 +87,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   Napi::Value trainTokens(const Napi::CallbackInfo& info);
   Napi::Value evaluateTokens(const Napi::CallbackInfo& info);
   Napi::Value resetState(const Napi::CallbackInfo& info);
+  Napi::Value memoryStats(const Napi::CallbackInfo& info);
 
   std::unique_ptr<Session> session_;  // built and used on the engine's thread
   std::shared_ptr<WorkerThread> worker_;  // the process group's thread when the engine has one
@@ -105,6 +106,7 @@ class LayerProbeWrap : public Napi::ObjectWrap<LayerProbeWrap> {
   Napi::Value backward(const Napi::CallbackInfo& info);
   Napi::Value state(const Napi::CallbackInfo& info);
   Napi::Value setValue(const Napi::CallbackInfo& info);
+  std::unique_ptr<Backend> backend_;  // the CPU's
   std::unique_ptr<Module> layer_;
   StateRefs refs_;
   Shape outputShape_;
@@ -132,6 +134,7 @@ class ReducerProbeWrap : public Napi::ObjectWrap<ReducerProbeWrap> {
   GradientReducer& reducer(const Napi::CallbackInfo& info, size_t workerArg);
   size_t parameterArg(const Napi::CallbackInfo& info, size_t index);
 
+  std::vector<std::unique_ptr<Backend>> backends_;  // the CPU's, one per worker
   std::unique_ptr<InProcessGroup> group_;
   std::shared_ptr<ProcessGroup> processGroup_;        // a real group: one worker in this process
   std::vector<std::vector<Parameter>> parameters_;  // per worker

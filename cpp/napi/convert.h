@@ -5,8 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "session.h"
-#include "tensor.h"
+#include "core/tensor.h"
+#include "ops/cpu_backend.h"
+#include "train/session.h"
 
 namespace accordion::napi {
 
@@ -63,11 +64,12 @@ inline std::string stringOption(Napi::Object o, const char* key, const std::stri
   return v.As<Napi::String>().Utf8Value();
 }
 
-// A copy of `t` as a JS Float32Array. 4-D activations (stored channels-last) are returned in
-// PyTorch's NCHW layout; parameters (`activation` false) already have PyTorch's layout.
-inline Napi::Float32Array toJs(Napi::Env env, const Tensor& t, bool activation = true) {
+// A copy of host tensor `t` as a JS Float32Array. 4-D channels-last activations are returned in
+// PyTorch's NCHW layout; parameters and channels-first activations (`channelsLast` false) already
+// have PyTorch's layout.
+inline Napi::Float32Array toJs(Napi::Env env, const Tensor& t, bool channelsLast = true) {
   Napi::Float32Array out = Napi::Float32Array::New(env, static_cast<size_t>(t.numel()));
-  if (activation && t.rank() == 4)
+  if (channelsLast && t.rank() == 4)
     nhwcToNchw(t.data(), out.Data(), t.dim(0), t.dim(1), t.dim(2), t.dim(3));
   else if (t.numel())
     std::memcpy(out.Data(), t.data(), t.numel() * sizeof(float));

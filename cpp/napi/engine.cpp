@@ -17,10 +17,11 @@ Napi::Function EngineWrap::define(Napi::Env env) {
                       InstanceMethod("trainTokens", &EngineWrap::trainTokens),
                       InstanceMethod("evaluateTokens", &EngineWrap::evaluateTokens),
                       InstanceMethod("resetState", &EngineWrap::resetState),
+                      InstanceMethod("memoryStats", &EngineWrap::memoryStats),
                       InstanceMethod("dispose", &EngineWrap::dispose)});
 }
 
-// new Engine({ model, classes, seed, learningRate, momentum, weightDecay, nesterov,
+// new Engine({ model, classes, seed, device, learningRate, momentum, weightDecay, nesterov,
 //              compressor, level, compressionSeed, minCompressionRate, accumulateNorms, group })
 // With `group` (a ProcessGroup) gradients are exchanged with the other workers and the engine's work
 // runs on the group's thread.
@@ -34,8 +35,10 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine
   SgdOptions sgd{numberOption(o, "learningRate", 0.1), numberOption(o, "momentum", 0.9), numberOption(o, "weightDecay", 1e-4),
                  boolOption(o, "nesterov", true)};
   ReducerOptions reducer;
+  Device device;
   try {
     reducer.compressor = parseCompressor(stringOption(o, "compressor", "none"));
+    device = parseDevice(stringOption(o, "device", "cpu"));
   } catch (const EngineError& e) {
     throw makeError(env, e.code(), e.what());
   }
@@ -62,13 +65,13 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine
   ready_ = std::make_unique<Napi::ObjectReference>(Napi::Persistent(
       schedule<std::vector<std::pair<std::string, Shape>>>(
           env, *worker_,
-          [self, spec, sgd, reducer, groupWrap, frozenBatchNorm] {
+          [self, spec, sgd, reducer, groupWrap, frozenBatchNorm, device] {
             std::shared_ptr<ProcessGroup> group;
             if (groupWrap) {
               group = groupWrap->group();  // connected by the earlier job on this thread, if it succeeded
               if (!group) throw EngineError("ERR_NOT_READY", "the engine's process group is not connected");
             }
-            self->session_ = std::make_unique<Session>(spec, sgd, reducer, group);
+            self->session_ = std::make_unique<Session>(spec, sgd, reducer, group, device);
             if (frozenBatchNorm) self->session_->model().freezeBatchNorm(true);
             std::vector<std::pair<std::string, Shape>> params;
             for (const Parameter* p : self->session_->model().parameters()) params.emplace_back(p->name, p->value.shape());
@@ -323,6 +326,23 @@ Napi::Value EngineWrap::broadcastState(const Napi::CallbackInfo& info) {
         return true;
       },
       [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
+}
+
+// memoryStats() → Promise<{ device, allocated, peak }>: bytes of device memory the model's tensors hold
+// now and held at most (0 on the CPU, whose memory is not counted).
+Napi::Value EngineWrap::memoryStats(const Napi::CallbackInfo& info) {
+  EngineWrap* self = this;
+  return schedule<std::pair<std::string, Backend::MemoryStats>>(
+      info.Env(), worker(info.Env()),
+      [self] { return std::make_pair(self->session().backend().device().name(), self->session().backend().memoryStats()); },
+      [](Napi::Env env, std::pair<std::string, Backend::MemoryStats>& stats) -> Napi::Value {
+        Napi::Object o = Napi::Object::New(env);
+        o.Set("device", stats.first);
+        o.Set("allocated", static_cast<double>(stats.second.allocated));
+        o.Set("peak", static_cast<double>(stats.second.peak));
+        return o;
+      },
+      {info.This()});
 }
 
 // dispose() → Promise<void>: frees the model once queued work has finished; later calls fail.

@@ -19,26 +19,28 @@ LayerProbeWrap::LayerProbeWrap(const Napi::CallbackInfo& info) : Napi::ObjectWra
   Napi::Object o = info.Length() > 1 && info[1].IsObject() ? info[1].As<Napi::Object>() : Napi::Object::New(env);
   auto n = [&](const char* key, double fallback) { return static_cast<int64_t>(numberOption(o, key, fallback)); };
   Random rng(static_cast<uint64_t>(numberOption(o, "seed", 0)));
+  backend_ = std::make_unique<CpuBackend>();
+  Backend& ops = *backend_;
   try {
     if (kind == "conv2d")
-      layer_ = std::make_unique<Conv2d>(n("inChannels", 1), n("outChannels", 1), n("kernel", 3), n("stride", 1), n("padding", 0),
+      layer_ = std::make_unique<Conv2d>(ops, n("inChannels", 1), n("outChannels", 1), n("kernel", 3), n("stride", 1), n("padding", 0),
                                         boolOption(o, "bias", true), rng);
     else if (kind == "batchnorm2d")
-      layer_ = std::make_unique<BatchNorm2d>(n("channels", 1));
+      layer_ = std::make_unique<BatchNorm2d>(ops, n("channels", 1));
     else if (kind == "relu")
-      layer_ = std::make_unique<ReLU>(false);
+      layer_ = std::make_unique<ReLU>(ops, false);
     else if (kind == "maxpool2d")
-      layer_ = std::make_unique<MaxPool2d>(n("kernel", 2), n("stride", 2), n("padding", 0));
+      layer_ = std::make_unique<MaxPool2d>(ops, n("kernel", 2), n("stride", 2), n("padding", 0));
     else if (kind == "globalavgpool")
-      layer_ = std::make_unique<GlobalAvgPool>();
+      layer_ = std::make_unique<GlobalAvgPool>(ops);
     else if (kind == "flatten")
-      layer_ = std::make_unique<Flatten>();
+      layer_ = std::make_unique<Flatten>(ops);
     else if (kind == "linear")
-      layer_ = std::make_unique<Linear>(n("inFeatures", 1), n("outFeatures", 1), rng);
+      layer_ = std::make_unique<Linear>(ops, n("inFeatures", 1), n("outFeatures", 1), rng);
     else if (kind == "dropout")
-      layer_ = std::make_unique<Dropout>(static_cast<float>(numberOption(o, "p", 0.5)), static_cast<uint64_t>(n("seed", 0)));
+      layer_ = std::make_unique<Dropout>(ops, static_cast<float>(numberOption(o, "p", 0.5)), static_cast<uint64_t>(n("seed", 0)));
     else if (kind == "basicblock")
-      layer_ = std::make_unique<BasicBlock>(n("inPlanes", 1), n("planes", 1), n("stride", 1), rng);
+      layer_ = std::make_unique<BasicBlock>(ops, n("inPlanes", 1), n("planes", 1), n("stride", 1), rng);
     else
       throw invalidArgument("unknown layer kind '" + kind + "'");
   } catch (const EngineError& e) {

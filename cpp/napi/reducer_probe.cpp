@@ -50,6 +50,7 @@ ReducerProbeWrap::ReducerProbeWrap(const Napi::CallbackInfo& info) : Napi::Objec
     group_ = std::make_unique<InProcessGroup>(workers);
     parameters_.resize(workers);
     for (int w = 0; w < workers; ++w) {
+      backends_.push_back(std::make_unique<CpuBackend>());  // one per worker thread
       for (uint32_t i = 0; i < shapes.Length(); ++i) {
         Shape shape = shapeArg(env, shapes.Get(i), "shape");
         parameters_[w].push_back(Parameter{"p" + std::to_string(i), Tensor::zeros(shape), Tensor::zeros(shape)});
@@ -57,7 +58,7 @@ ReducerProbeWrap::ReducerProbeWrap(const Napi::CallbackInfo& info) : Napi::Objec
       std::vector<Parameter*> pointers;
       for (auto& p : parameters_[w]) pointers.push_back(&p);
       reducers_.push_back(
-          std::make_unique<GradientReducer>(pointers, options, processGroup_ ? *processGroup_ : group_->member(w)));
+          std::make_unique<GradientReducer>(pointers, options, processGroup_ ? *processGroup_ : group_->member(w), *backends_[w]));
     }
     return env.Undefined();
   });

@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "errors.h"
+#include "core/errors.h"
 
 namespace accordion::napi {
 

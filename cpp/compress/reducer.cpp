@@ -1,0 +1,247 @@
+#include "compress/reducer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace accordion {
+
+Compressor parseCompressor(const std::string& name) {
+  if (name == "none") return Compressor::None;
+  if (name == "powersgd") return Compressor::PowerSgd;
+  if (name == "topk") return Compressor::TopK;
+  throw invalidArgument("unknown compressor '" + name + "' (known: none, powersgd, topk)");
+}
+
+const char* compressorName(Compressor c) {
+  switch (c) {
+    case Compressor::PowerSgd: return "powersgd";
+    case Compressor::TopK: return "topk";
+    default: return "none";
+  }
+}
+
+static uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x2545F4914F6CDD1Dull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+GradientReducer::GradientReducer(std::vector<Parameter*> parameters, const ReducerOptions& options, ProcessGroup& group,
+                                 Backend& backend)
+    : options_(options), group_(group), backend_(backend), kernels_(backend.compression()), finiteFlag_(1, backend) {
+  if (options.compressor != Compressor::None) checkLevel(options.level, "initial level");
+  for (Parameter* p : parameters) {
+    Slot s;
+    s.parameter = p;
+    const Shape& shape = p->value.shape();
+    s.matrix = shape.size() > 1;
+    s.rows = shape.empty() ? 1 : shape[0];
+    s.cols = s.rows ? p->value.numel() / s.rows : 0;
+    if (s.matrix && options.compressor != Compressor::None) {
+      s.level = options.level;
+      s.memory = backend.zeros(shape);
+    }
+    if (options.accumulateNorms) s.normSum = backend.zeros(shape);
+    slots_.push_back(std::move(s));
+  }
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (options_.compressor == Compressor::PowerSgd && slots_[i].matrix) drawQ(i);
+}
+
+void GradientReducer::checkLevel(double level, const std::string& where) const {
+  if (options_.compressor == Compressor::PowerSgd) {
+    if (!std::isfinite(level) || level < 1 || level != std::floor(level))
+      throw invalidArgument(where + ": a PowerSGD rank must be a positive integer, got " + std::to_string(level));
+  } else if (options_.compressor == Compressor::TopK) {
+    if (!(level > 0 && level <= 1))
+      throw invalidArgument(where + ": a TopK ratio must lie in (0, 1], got " + std::to_string(level));
+  } else {
+    throw invalidArgument(where + ": no compressor is active, so there are no levels to set");
+  }
+}
+
+void GradientReducer::setLevel(size_t index, double level) {
+  Slot& s = slots_.at(index);
+  const std::string where = "level of '" + s.parameter->name + "'";
+  checkLevel(level, where);
+  if (!s.matrix) throw invalidArgument(where + ": the parameter is 1-D and always sent dense");
+  if (level == s.level) return;  // keeps PowerSGD's warm-started Q
+  s.level = level;
+  if (options_.compressor == Compressor::PowerSgd) drawQ(index);
+}
+
+int64_t GradientReducer::rankOf(const Slot& s) const {
+  return std::min<int64_t>({s.rows, s.cols, static_cast<int64_t>(s.level)});
+}
+
+bool GradientReducer::compressed(const Slot& s) const {
+  if (!s.matrix || options_.compressor == Compressor::None) return false;
+  if (options_.compressor == Compressor::TopK) return true;
+  const double r = static_cast<double>(rankOf(s));
+  return options_.minCompressionRate <= 0 ||
+         (static_cast<double>(s.rows + s.cols) * r * options_.minCompressionRate < static_cast<double>(s.rows * s.cols));
+}
+
+bool GradientReducer::isCompressed(size_t index) const { return compressed(slots_.at(index)); }
+
+// Q is drawn on the host from the shared seed, so every worker and every device starts alike.
+void GradientReducer::drawQ(size_t index) {
+  Slot& s = slots_[index];
+  Tensor q({s.cols, rankOf(s)});
+  Random rng(mix(options_.seed, index));
+  for (int64_t i = 0; i < q.numel(); ++i) q.data()[i] = rng.normal();
+  s.q = backend_.toDevice(q);
+}
+
+static int64_t topKCount(double ratio, int64_t numel) {
+  return std::max<int64_t>(1, static_cast<int64_t>(std::floor(ratio * static_cast<double>(numel))));
+}
+
+int64_t GradientReducer::floatsPerStep() const {
+  int64_t total = 0;
+  for (const Slot& s : slots_) {
+    const int64_t numel = s.parameter->value.numel();
+    if (!compressed(s))
+      total += numel;
+    else if (options_.compressor == Compressor::PowerSgd)
+      total += (s.rows + s.cols) * rankOf(s);
+    else
+      total += 2 * topKCount(s.level, numel) * group_.size();
+  }
+  return total;
+}
+
+void GradientReducer::checkFinite(double* firstBad) {
+  std::vector<ConstSpan> grads;
+  for (const Slot& s : slots_) grads.push_back({s.parameter->grad.data(), s.parameter->grad.numel()});
+  backend_.findNonFinite(grads, firstBad);
+}
+
+ReduceResult GradientReducer::reduce() {
+  checkFinite(finiteFlag_.data());
+  double firstBad = 0;
+  backend_.download(&firstBad, finiteFlag_.data(), sizeof(double));
+  backend_.synchronize();
+  return reduce(static_cast<int64_t>(firstBad));
+}
+
+ReduceResult GradientReducer::reduce(int64_t firstBad) {
+  // Workers agree before any memory, sum or weight changes, so a NaN on one worker stops the step
+  // on all of them instead of leaving the others in a collective. Each publishes its result in its
+  // own slot.
+  std::vector<float> badIndex(group_.size(), 0.0f);
+  badIndex[group_.rank()] = static_cast<float>(firstBad);
+  communicationSeconds_ = 0;
+  if (group_.size() > 1) communicate([&] { group_.allReduceSum(badIndex.data(), group_.size()); });
+  for (int r = 0; r < group_.size(); ++r)
+    if (badIndex[r] > 0)
+      throw numericalError("the gradient of '" + slots_[static_cast<size_t>(badIndex[r]) - 1].parameter->name +
+                           "' contains NaN or Inf on rank " + std::to_string(r) + "; the step was skipped on every worker");
+  if (options_.accumulateNorms) {
+    std::vector<Span> sums;
+    std::vector<ConstSpan> grads;
+    for (Slot& s : slots_) {
+      sums.push_back({s.normSum.data(), s.normSum.numel()});
+      grads.push_back({s.parameter->grad.data(), s.parameter->grad.numel()});
+    }
+    backend_.accumulate(sums, grads);
+  }
+  std::vector<size_t> dense, powerSgd, topK;
+  for (size_t i = 0; i < slots_.size(); ++i)
+    (compressed(slots_[i]) ? (options_.compressor == Compressor::PowerSgd ? powerSgd : topK) : dense).push_back(i);
+  ReduceResult result;
+  for (size_t i : dense) result.floatsSent += slots_[i].parameter->grad.numel();
+  if (!powerSgd.empty()) {
+    reducePowerSgd(powerSgd);
+    for (size_t i : powerSgd) result.floatsSent += (slots_[i].rows + slots_[i].cols) * rankOf(slots_[i]);
+  }
+  if (!topK.empty()) reduceTopK(topK, result);
+  reduceDense(dense);
+  result.communicationSeconds = communicationSeconds_;
+  return result;
+}
+
+template <typename Fn>
+void GradientReducer::communicate(Fn&& collective) {
+  const auto start = std::chrono::steady_clock::now();
+  collective();
+  communicationSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+float* GradientReducer::scratch(Tensor& buffer, int64_t n) {
+  if (buffer.numel() < n) buffer = backend_.empty({n});
+  return buffer.data();
+}
+
+void GradientReducer::reduceDense(const std::vector<size_t>& slots) {
+  if (group_.size() == 1 || slots.empty()) return;
+  std::vector<Span> grads;
+  int64_t total = 0;
+  for (size_t i : slots) {
+    grads.push_back({slots_[i].parameter->grad.data(), slots_[i].parameter->grad.numel()});
+    total += grads.back().size;
+  }
+  float* buffer = scratch(denseBuffer_, total);
+  kernels_.pack(grads, buffer);
+  communicate([&] { group_.allReduceSum(buffer, total); });
+  kernels_.unpack(buffer, grads, 1.0f / static_cast<float>(group_.size()));
+}
+
+void GradientReducer::reducePowerSgd(const std::vector<size_t>& slots) {
+  int64_t pTotal = 0, qTotal = 0;
+  for (size_t i : slots) {
+    const int64_t r = rankOf(slots_[i]);
+    pTotal += slots_[i].rows * r;
+    qTotal += slots_[i].cols * r;
+  }
+  float* p = scratch(pBuffer_, pTotal);
+  float* qt = scratch(qBuffer_, qTotal);  // holds Qᵀ per matrix while it travels
+  std::vector<PowerSgdMatrix> matrices;
+  for (size_t i : slots) {
+    Slot& s = slots_[i];
+    const int64_t r = rankOf(s);
+    matrices.push_back({s.parameter->grad.data(), s.memory.data(), s.q.data(), p, qt, s.rows, s.cols, r});
+    p += s.rows * r;
+    qt += s.cols * r;
+  }
+  // M = g + e and P = M·Q for every matrix, then one all-reduce of all P's.
+  kernels_.powerSgdProject(matrices);
+  communicate([&] { group_.allReduceSum(pBuffer_.data(), pTotal); });
+  // Orthogonalise, Qᵀ = P̂ᵀ·M, then one all-reduce of all Q's.
+  kernels_.powerSgdProjectBack(matrices, options_.orthogonalizationEps);
+  communicate([&] { group_.allReduceSum(qBuffer_.data(), qTotal); });
+  // out = P̂·Qᵀ becomes the gradient; the memory keeps M − out; Q is kept for the next step.
+  kernels_.powerSgdDecompress(matrices, 1.0f / static_cast<float>(group_.size()));
+}
+
+void GradientReducer::reduceTopK(const std::vector<size_t>& slots, ReduceResult& result) {
+  const int world = group_.size();
+  std::vector<TopKTensor> tensors;
+  int64_t perWorker = 0;
+  for (size_t i : slots) {
+    const int64_t n = slots_[i].parameter->grad.numel(), count = topKCount(slots_[i].level, n);
+    tensors.push_back({slots_[i].parameter->grad.data(), slots_[i].memory.data(), nullptr, n, count, perWorker});
+    perWorker += 2 * count;
+    result.floatsSent += 2 * count * world;
+  }
+  float* send = scratch(sendBuffer_, perWorker);
+  for (TopKTensor& t : tensors) t.send = send + t.offset;
+  kernels_.topKSelect(tensors);
+  float* gathered = scratch(receiveBuffer_, perWorker * world);
+  communicate([&] { group_.allGather(send, perWorker, gathered); });
+  kernels_.topKCombine(tensors, gathered, world, perWorker, 1.0f / static_cast<float>(world));
+}
+
+std::vector<double> GradientReducer::takeGradientNorms() {
+  if (!options_.accumulateNorms) throw invalidArgument("gradient norms are not being accumulated");
+  std::vector<ConstSpan> sums;
+  for (const Slot& s : slots_) sums.push_back({s.normSum.data(), s.normSum.numel()});
+  std::vector<double> norms = backend_.sumsOfSquares(sums);
+  for (double& n : norms) n = std::sqrt(n);
+  for (Slot& s : slots_) backend_.fill(s.normSum.data(), s.normSum.numel(), 0.0f);
+  return norms;
+}
+
+}  // namespace accordion

@@ -1,0 +1,119 @@
+// Gradient compression with error feedback, and the exchange of gradients between workers.
+//
+// After backward, GradientReducer::reduce() turns each parameter's local gradient into the
+// gradient averaged over the workers, compressing each parameter by its current level:
+//   dense    all-reduce and divide by W                                   floats sent: numel
+//   PowerSGD M = g + e viewed as (n, m) = (out, in·kh·kw); P = M·Q; all-reduce P; orthogonalise P
+//            (modified Gram-Schmidt, eps); Q = Mᵀ·P̂; all-reduce Q, divide by W; out = P̂·Qᵀ;
+//            e = M − out; Q is kept for the next step (warm start)          floats sent: (n + m)·r
+//   TopK     a = g + e; the s = max(1, ⌊K·numel⌋) entries of largest |a| (ties: lowest index);
+//            e = a − sparse(a); all-gather (index, value); out = Σ_w sparse_w / W
+//                                                                         floats sent: 2·s·W
+// 1-D tensors are always dense. All matrices' P (and Q) travel in one all-reduce, all TopK pairs
+// in one all-gather and all dense tensors in one all-reduce.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "core/random.h"
+#include "core/tensor.h"
+#include "ops/backend.h"
+
+namespace accordion {
+
+enum class Compressor { None, PowerSgd, TopK };
+
+Compressor parseCompressor(const std::string& name);
+const char* compressorName(Compressor c);
+
+struct ReducerOptions {
+  Compressor compressor = Compressor::None;
+  // Initial level of every compressible parameter: the rank for PowerSGD, the ratio K for TopK.
+  double level = 1;
+  // Seed of PowerSGD's initial Q; identical on every worker.
+  uint64_t seed = 42;
+  // PowerSGD leaves a matrix dense unless (n + m)·r·rate < n·m (PyTorch's min_compression_rate);
+  // 0 compresses every matrix.
+  double minCompressionRate = 1.0;
+  float orthogonalizationEps = 1e-8f;
+  // Keep Σ_t g_t per parameter over the epoch (Accordion's norms).
+  bool accumulateNorms = false;
+};
+
+struct ReduceResult {
+  int64_t floatsSent = 0;
+  double communicationSeconds = 0;  // inside collectives; the rest of reduce() is compression
+};
+
+// Orchestrates the exchange: levels, buffers, collectives and accounting. The arithmetic runs in
+// the backend's CompressionKernels and ops, on the device where the gradients are.
+class GradientReducer {
+ public:
+  GradientReducer(std::vector<Parameter*> parameters, const ReducerOptions& options, ProcessGroup& group, Backend& backend);
+
+  // Enqueues the NaN/Inf check of the local gradients: *firstBad (on the backend's device) becomes
+  // 1 + the index of the first parameter whose gradient is not finite, or 0.
+  void checkFinite(double* firstBad);
+  // Replaces every parameter's `grad` by the averaged (decompressed) gradient, given this worker's
+  // checkFinite result. The workers first agree on it: a NaN or Inf on any worker throws on every
+  // worker, naming the parameter and rank, before any state is touched.
+  ReduceResult reduce(int64_t firstBad);
+  // The same, running the check itself (and waiting for it).
+  ReduceResult reduce();
+
+  Compressor compressor() const { return options_.compressor; }
+  // Levels: PowerSGD rank (a positive integer) or TopK ratio in (0, 1]; 0 for dense parameters.
+  double level(size_t index) const { return slots_.at(index).level; }
+  // Changing a level keeps the error-feedback memory and re-draws PowerSGD's Q from the shared seed;
+  // setting the current level again changes nothing.
+  void setLevel(size_t index, double level);
+  // Whether the parameter is compressed at its current level (PowerSGD's rate test may leave it dense).
+  bool isCompressed(size_t index) const;
+  // Floats this worker sends per step at the current levels.
+  int64_t floatsPerStep() const;
+
+  // ‖Σ_t g_t‖₂ per parameter since the last call (raw local gradients), then restarts the sums.
+  std::vector<double> takeGradientNorms();
+
+  size_t size() const { return slots_.size(); }
+  const Parameter& parameter(size_t index) const { return *slots_.at(index).parameter; }
+  // On the backend's device.
+  Tensor& errorMemory(size_t index) { return slots_.at(index).memory; }
+  Tensor& powerSgdQ(size_t index) { return slots_.at(index).q; }
+  // Validates a level for this reducer's compressor, throwing a clear error.
+  void checkLevel(double level, const std::string& where) const;
+
+ private:
+  struct Slot {
+    Parameter* parameter;
+    int64_t rows = 0, cols = 0;  // matrix view (shape[0], numel / shape[0])
+    bool matrix = false;          // more than one dimension
+    double level = 0;
+    Tensor memory;                // error feedback (PyTorch layout of the parameter)
+    Tensor q;                     // PowerSGD (cols, r), row-major
+    Tensor normSum;
+  };
+  int64_t rankOf(const Slot& s) const;
+  bool compressed(const Slot& s) const;
+  void drawQ(size_t index);
+  void reducePowerSgd(const std::vector<size_t>& slots);
+  void reduceTopK(const std::vector<size_t>& slots, ReduceResult& result);
+  void reduceDense(const std::vector<size_t>& slots);
+  // A buffer of at least `n` floats on the backend's device, reused between steps.
+  float* scratch(Tensor& buffer, int64_t n);
+  // Runs a collective, adding its duration to the step's communication time.
+  template <typename Fn>
+  void communicate(Fn&& collective);
+
+  ReducerOptions options_;
+  ProcessGroup& group_;
+  Backend& backend_;
+  CompressionKernels& kernels_;
+  std::vector<Slot> slots_;
+  Tensor pBuffer_, qBuffer_, sendBuffer_, receiveBuffer_, denseBuffer_;
+  Array<double> finiteFlag_;
+  double communicationSeconds_ = 0;
+};
+
+}  // namespace accordion

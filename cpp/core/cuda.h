@@ -1,0 +1,58 @@
+// The seam to the CUDA half of the engine. cuda/ implements it when nvcc is available; otherwise
+// cpp/core/cuda_absent.cpp does, so the addon builds and loads everywhere: on a machine without a
+// GPU, a driver or NVIDIA's libraries, each call reports why instead of failing at load time.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace accordion {
+class Backend;
+}
+
+namespace accordion::cuda {
+
+struct DeviceInfo {
+  std::string name;
+  int major = 0, minor = 0;  // compute capability
+  uint64_t memoryBytes = 0;
+};
+
+struct DeviceQuery {
+  int count = 0;
+  int errorCode = 0;   // the CUDA runtime's error code when the query failed (e.g. no driver), else 0
+  std::string error;   // its description
+  std::vector<DeviceInfo> devices;
+};
+
+bool built();
+std::string compiledArchitectures();  // e.g. "sm_80,sm_90", empty when not built
+int runtimeVersion();                 // CUDART_VERSION the addon was built with, 0 when not built
+DeviceQuery queryDevices();           // never throws
+
+// A library loaded at run time with dlopen: whether it loaded, its version, and otherwise why not,
+// naming every path tried.
+struct LibraryStatus {
+  bool loaded = false;
+  std::string path;     // the file that loaded
+  std::string version;  // e.g. "9.10.2"
+  std::string error;
+};
+LibraryStatus cudnnStatus();
+LibraryStatus cublasStatus();
+// Empty when NCCL (libnccl.so.2) is usable, else why not.
+std::string ncclStatus();
+
+// The ops of device `device` for one model: its own stream, cuDNN and cuBLAS handles and memory
+// pool. Throws EngineError naming the cause when the device or the libraries are not usable:
+// ERR_NO_CUDA (not built), ERR_NO_CUDA_DEVICE (no driver or no such device), ERR_CUDA_LIBRARY
+// (cuDNN or cuBLAS not found, with the paths tried).
+std::unique_ptr<Backend> makeBackend(int device);
+
+// Page-locked host memory that a GPU copies from asynchronously; freed blocks are kept for reuse.
+Allocator& pinnedAllocator();
+
+}  // namespace accordion::cuda

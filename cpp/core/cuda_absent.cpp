@@ -1,0 +1,38 @@
+// CPU-only builds: the CUDA seam reports that nothing was built.
+#include "core/cuda.h"
+
+#include "ops/backend.h"
+
+namespace accordion::cuda {
+
+namespace {
+
+const char* kNotBuilt = "the addon was built without CUDA (rebuild with nvcc on the PATH)";
+
+LibraryStatus notBuilt() {
+  LibraryStatus s;
+  s.error = kNotBuilt;
+  return s;
+}
+
+}  // namespace
+
+bool built() { return false; }
+std::string compiledArchitectures() { return ""; }
+int runtimeVersion() { return 0; }
+
+DeviceQuery queryDevices() {
+  DeviceQuery q;
+  q.error = kNotBuilt;
+  return q;
+}
+
+LibraryStatus cudnnStatus() { return notBuilt(); }
+LibraryStatus cublasStatus() { return notBuilt(); }
+std::string ncclStatus() { return "the addon was built without CUDA, so without NCCL"; }
+
+std::unique_ptr<Backend> makeBackend(int) { throw EngineError("ERR_NO_CUDA", kNotBuilt); }
+
+Allocator& pinnedAllocator() { throw EngineError("ERR_NO_CUDA", std::string("pinned memory: ") + kNotBuilt); }
+
+}  // namespace accordion::cuda

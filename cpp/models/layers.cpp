@@ -1,0 +1,359 @@
+#include "models/layers.h"
+
+#include <cmath>
+
+namespace accordion {
+
+void initUniformFanIn(Tensor& t, int64_t fanIn, Random& rng) {
+  const float bound = 1.0f / std::sqrt(static_cast<float>(fanIn));
+  float* p = t.data();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = rng.uniform(-bound, bound);
+}
+
+void placeState(StateRefs& refs, Backend& backend) {
+  for (Parameter* p : refs.parameters) {
+    p->value = backend.toDevice(p->value);
+    p->grad = backend.zeros(p->value.shape());
+  }
+  for (Buffer* b : refs.buffers) b->value = backend.toDevice(b->value);
+}
+
+static void requireActivation(const Tensor& x, int64_t channels, const char* layer) {
+  if (x.rank() != 4 || (channels > 0 && x.dim(1) != channels))
+    throw invalidArgument(std::string(layer) + " expects input (N, " + (channels > 0 ? std::to_string(channels) : "C") +
+                          ", H, W), got " + shapeString(x.shape()));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Conv2d::Conv2d(Backend& ops, int64_t inChannels, int64_t outChannels, int64_t kernel, int64_t stride, int64_t padding, bool bias,
+               Random& rng)
+    : Module(ops) {
+  spec_.inChannels = inChannels;
+  spec_.outChannels = outChannels;
+  spec_.kernel = kernel;
+  spec_.stride = stride;
+  spec_.padding = padding;
+  spec_.bias = bias;
+  weight.value = Tensor({outChannels, inChannels, kernel, kernel});
+  weight.grad = Tensor::zeros(weight.value.shape());
+  const int64_t fanIn = inChannels * kernel * kernel;
+  initUniformFanIn(weight.value, fanIn, rng);
+  if (bias) {
+    this->bias.value = Tensor({outChannels});
+    this->bias.grad = Tensor::zeros({outChannels});
+    initUniformFanIn(this->bias.value, fanIn, rng);
+  }
+}
+
+void Conv2d::collectState(const std::string& prefix, StateRefs& refs) {
+  weight.name = prefix + "weight";
+  refs.add(&weight);
+  if (spec_.bias) {
+    bias.name = prefix + "bias";
+    refs.add(&bias);
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& input) {
+  requireActivation(input, spec_.inChannels, "Conv2d");
+  if (!op_ || spec_.inputShape() != input.shape()) {
+    Conv2dSpec spec = spec_;
+    spec.batch = input.dim(0), spec.height = input.dim(2), spec.width = input.dim(3);
+    if (spec.outHeight() <= 0 || spec.outWidth() <= 0)
+      throw invalidArgument("Conv2d input " + shapeString(input.shape()) + " is smaller than the kernel");
+    op_ = &prepared_.get(input.shape(), [&] { return ops_.conv2d(spec); });
+    spec_ = spec;
+  }
+  input_ = input;
+  ensureShape(output_, spec_.outputShape(), ops_);
+  op_->forward(input.data(), weight.value.data(), spec_.bias ? bias.value.data() : nullptr, output_.data());
+  return output_;
+}
+
+Tensor Conv2d::backward(const Tensor& gradOutput) {
+  if (!skipInputGradient_) ensureShape(gradInput_, spec_.inputShape(), ops_);
+  op_->backward(input_.data(), weight.value.data(), gradOutput.data(), skipInputGradient_ ? nullptr : gradInput_.data(),
+                weight.grad.data(), spec_.bias ? bias.grad.data() : nullptr);
+  return gradInput_;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+BatchNorm2d::BatchNorm2d(Backend& ops, int64_t channels, float momentum, float eps) : Module(ops) {
+  spec_.channels = channels;
+  spec_.momentum = momentum;
+  spec_.eps = eps;
+  weight.value = Tensor({channels});
+  weight.value.fill(1.0f);
+  weight.grad = Tensor::zeros({channels});
+  bias.value = Tensor::zeros({channels});
+  bias.grad = Tensor::zeros({channels});
+  runningMean.value = Tensor::zeros({channels});
+  runningVar.value = Tensor({channels});
+  runningVar.value.fill(1.0f);
+}
+
+void BatchNorm2d::collectState(const std::string& prefix, StateRefs& refs) {
+  weight.name = prefix + "weight";
+  bias.name = prefix + "bias";
+  runningMean.name = prefix + "running_mean";
+  runningVar.name = prefix + "running_var";
+  refs.add(&weight);
+  refs.add(&bias);
+  refs.add(&runningMean);
+  refs.add(&runningVar);
+  refs.add(Counter{prefix + "num_batches_tracked", &batchesTracked});
+}
+
+Tensor BatchNorm2d::forward(const Tensor& input) {
+  requireActivation(input, spec_.channels, "BatchNorm2d");
+  if (!op_ || spec_.shape() != input.shape()) {
+    spec_.batch = input.dim(0), spec_.height = input.dim(2), spec_.width = input.dim(3);
+    op_ = &prepared_.get(input.shape(), [&] { return ops_.batchNorm2d(spec_); });
+  }
+  input_ = input;
+  forwardWasTraining_ = training_;
+  ensureShape(output_, input.shape(), ops_);
+  if (training_) {
+    ensureShape(batchMean_, {spec_.channels}, ops_);
+    ensureShape(batchVar_, {spec_.channels}, ops_);
+    op_->forwardTraining(input.data(), weight.value.data(), bias.value.data(), output_.data(), batchMean_.data(), batchVar_.data(),
+                         runningMean.value.data(), runningVar.value.data());
+    ++batchesTracked;
+  } else {
+    op_->forwardInference(input.data(), weight.value.data(), bias.value.data(), runningMean.value.data(),
+                          runningVar.value.data(), output_.data());
+  }
+  return output_;
+}
+
+Tensor BatchNorm2d::backward(const Tensor& gradOutput) {
+  ensureShape(gradInput_, input_.shape(), ops_);
+  const Tensor& mean = forwardWasTraining_ ? batchMean_ : runningMean.value;
+  const Tensor& var = forwardWasTraining_ ? batchVar_ : runningVar.value;
+  op_->backward(input_.data(), gradOutput.data(), weight.value.data(), bias.value.data(), mean.data(), var.data(),
+                forwardWasTraining_, gradInput_.data(), weight.grad.data(), bias.grad.data());
+  return gradInput_;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Tensor ReLU::forward(const Tensor& input) {
+  if (inPlace_)
+    output_ = input;
+  else
+    ensureShape(output_, input.shape(), ops_);
+  ops_.reluForward(input.data(), output_.data(), input.numel());
+  return output_;
+}
+
+Tensor ReLU::backward(const Tensor& gradOutput) {
+  ensureShape(gradInput_, output_.shape(), ops_);
+  ops_.reluBackward(output_.data(), gradOutput.data(), gradInput_.data(), output_.numel());
+  return gradInput_;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+MaxPool2d::MaxPool2d(Backend& ops, int64_t kernel, int64_t stride, int64_t padding) : Module(ops) {
+  spec_.kernel = kernel;
+  spec_.stride = stride;
+  spec_.padding = padding;
+}
+
+Tensor MaxPool2d::forward(const Tensor& input) {
+  requireActivation(input, 0, "MaxPool2d");
+  if (!op_ || spec_.inputShape() != input.shape()) {
+    Pool2dSpec spec = spec_;
+    spec.batch = input.dim(0), spec.channels = input.dim(1), spec.height = input.dim(2), spec.width = input.dim(3);
+    if (spec.outHeight() <= 0 || spec.outWidth() <= 0)
+      throw invalidArgument("MaxPool2d input " + shapeString(input.shape()) + " is smaller than the window");
+    op_ = &prepared_.get(input.shape(), [&] { return ops_.maxPool2d(spec); });
+    spec_ = spec;
+  }
+  ensureShape(output_, spec_.outputShape(), ops_);
+  op_->forward(input.data(), output_.data());
+  return output_;
+}
+
+Tensor MaxPool2d::backward(const Tensor& gradOutput) {
+  ensureShape(gradInput_, spec_.inputShape(), ops_);
+  op_->backward(gradOutput.data(), gradInput_.data());
+  return gradInput_;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Tensor GlobalAvgPool::forward(const Tensor& input) {
+  requireActivation(input, 0, "GlobalAvgPool");
+  inputShape_ = input.shape();
+  const int64_t n = input.dim(0), c = input.dim(1);
+  ensureShape(output_, {n, c}, ops_);
+  ops_.globalAvgPoolForward(input.data(), output_.data(), n, c, input.dim(2), input.dim(3));
+  return output_;
+}
+
+Tensor GlobalAvgPool::backward(const Tensor& gradOutput) {
+  ensureShape(gradInput_, inputShape_, ops_);
+  ops_.globalAvgPoolBackward(gradOutput.data(), gradInput_.data(), inputShape_[0], inputShape_[1], inputShape_[2], inputShape_[3]);
+  return gradInput_;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Tensor Flatten::forward(const Tensor& input) {
+  requireActivation(input, 0, "Flatten");
+  inputShape_ = input.shape();
+  const int64_t n = input.dim(0), c = input.dim(1), h = input.dim(2), w = input.dim(3);
+  if (h * w == 1) return input.reshaped({n, c});  // the same order in every layout
+  ensureShape(output_, {n, c * h * w}, ops_);
+  ops_.flattenForward(input.data(), output_.data(), n, c, h, w);
+  return output_;
+}
+
+Tensor Flatten::backward(const Tensor& gradOutput) {
+  const int64_t n = inputShape_[0], c = inputShape_[1], h = inputShape_[2], w = inputShape_[3];
+  if (h * w == 1) return gradOutput.reshaped(inputShape_);
+  ensureShape(gradInput_, inputShape_, ops_);
+  ops_.flattenBackward(gradOutput.data(), gradInput_.data(), n, c, h, w);
+  return gradInput_;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Linear::Linear(Backend& ops, int64_t inFeatures, int64_t outFeatures, Random& rng) : Module(ops), in_(inFeatures), out_(outFeatures) {
+  weight.value = Tensor({outFeatures, inFeatures});
+  weight.grad = Tensor::zeros({outFeatures, inFeatures});
+  bias.value = Tensor({outFeatures});
+  bias.grad = Tensor::zeros({outFeatures});
+  initUniformFanIn(weight.value, inFeatures, rng);
+  initUniformFanIn(bias.value, inFeatures, rng);
+}
+
+void Linear::collectState(const std::string& prefix, StateRefs& refs) {
+  weight.name = prefix + "weight";
+  bias.name = prefix + "bias";
+  refs.add(&weight);
+  refs.add(&bias);
+}
+
+Tensor Linear::forward(const Tensor& input) {
+  if (input.rank() != 2 || input.dim(1) != in_)
+    throw invalidArgument("Linear expects input (N, " + std::to_string(in_) + "), got " + shapeString(input.shape()));
+  const int64_t n = input.dim(0);
+  input_ = input;
+  ensureShape(output_, {n, out_}, ops_);
+  ops_.linearForward(input.data(), weight.value.data(), bias.value.data(), output_.data(), n, in_, out_);
+  return output_;
+}
+
+Tensor Linear::backward(const Tensor& gradOutput) {
+  const int64_t n = input_.dim(0);
+  ensureShape(gradInput_, {n, in_}, ops_);
+  ops_.linearBackward(input_.data(), weight.value.data(), gradOutput.data(), gradInput_.data(), weight.grad.data(),
+                      bias.grad.data(), n, in_, out_);
+  return gradInput_;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Tensor Dropout::forward(const Tensor& input) {
+  if (!training_ || p_ == 0.0f) return input;
+  const int64_t n = input.numel();
+  ensureShape(output_, input.shape(), ops_);
+  ensureSize(hostKeep_, n);
+  for (int64_t i = 0; i < n; ++i) hostKeep_[i] = rng_.uniform() >= p_;
+  ensureSize(keep_, n, ops_);
+  ops_.upload(keep_.data(), hostKeep_.data(), hostKeep_.bytes());
+  ops_.dropoutForward(input.data(), keep_.data(), output_.data(), n, 1.0f / (1.0f - p_));
+  return output_;
+}
+
+Tensor Dropout::backward(const Tensor& gradOutput) {
+  if (!training_ || p_ == 0.0f) return gradOutput;
+  ensureShape(gradInput_, gradOutput.shape(), ops_);
+  ops_.dropoutBackward(gradOutput.data(), keep_.data(), gradInput_.data(), gradOutput.numel(), 1.0f / (1.0f - p_));
+  return gradInput_;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Sequential& Sequential::add(std::string name, std::unique_ptr<Module> module) {
+  children_.emplace_back(std::move(name), std::move(module));
+  return *this;
+}
+
+Tensor Sequential::forward(const Tensor& input) {
+  Tensor x = input;
+  for (auto& [name, child] : children_) x = child->forward(x);
+  return x;
+}
+
+Tensor Sequential::backward(const Tensor& gradOutput) {
+  Tensor g = gradOutput;
+  for (auto it = children_.rbegin(); it != children_.rend(); ++it) g = it->second->backward(g);
+  return g;
+}
+
+void Sequential::collectState(const std::string& prefix, StateRefs& refs) {
+  for (auto& [name, child] : children_) child->collectState(prefix + name + ".", refs);
+}
+
+void Sequential::setTraining(bool training) {
+  training_ = training;
+  for (auto& [name, child] : children_) child->setTraining(training);
+}
+
+void Sequential::freezeBatchNorm(bool frozen) {
+  for (auto& [name, child] : children_) child->freezeBatchNorm(frozen);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+BasicBlock::BasicBlock(Backend& ops, int64_t inPlanes, int64_t planes, int64_t stride, Random& rng)
+    : Module(ops), main_(ops), shortcut_(ops), outRelu_(ops, true) {
+  main_.add("conv1", std::make_unique<Conv2d>(ops, inPlanes, planes, 3, stride, 1, false, rng))
+      .add("bn1", std::make_unique<BatchNorm2d>(ops, planes))
+      .add("relu", std::make_unique<ReLU>(ops, true))
+      .add("conv2", std::make_unique<Conv2d>(ops, planes, planes, 3, 1, 1, false, rng))
+      .add("bn2", std::make_unique<BatchNorm2d>(ops, planes));
+  if (stride != 1 || inPlanes != planes) {
+    shortcut_.add("0", std::make_unique<Conv2d>(ops, inPlanes, planes, 1, stride, 0, false, rng))
+        .add("1", std::make_unique<BatchNorm2d>(ops, planes));
+  }
+}
+
+void BasicBlock::collectState(const std::string& prefix, StateRefs& refs) {
+  main_.collectState(prefix, refs);  // conv1, bn1, conv2, bn2 directly under the block's prefix
+  shortcut_.collectState(prefix + "shortcut.", refs);
+}
+
+void BasicBlock::setTraining(bool training) {
+  training_ = training;
+  main_.setTraining(training);
+  shortcut_.setTraining(training);
+}
+
+void BasicBlock::freezeBatchNorm(bool frozen) {
+  main_.freezeBatchNorm(frozen);
+  shortcut_.freezeBatchNorm(frozen);
+}
+
+Tensor BasicBlock::forward(const Tensor& input) {
+  Tensor sum = main_.forward(input);  // bn2's output buffer, which bn2's backward does not need
+  Tensor skip = shortcut_.empty() ? input : shortcut_.forward(input);
+  ops_.addInPlace(sum.data(), skip.data(), sum.numel());
+  return outRelu_.forward(sum);
+}
+
+Tensor BasicBlock::backward(const Tensor& gradOutput) {
+  Tensor gradSum = outRelu_.backward(gradOutput);
+  Tensor gradMain = main_.backward(gradSum);
+  Tensor gradSkip = shortcut_.empty() ? gradSum : shortcut_.backward(gradSum);
+  ensureShape(gradInput_, gradMain.shape(), ops_);
+  ops_.add(gradMain.data(), gradSkip.data(), gradInput_.data(), gradInput_.numel());
+  return gradInput_;
+}
+
+}  // namespace accordion

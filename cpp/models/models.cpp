@@ -1,0 +1,104 @@
+#include "models/models.h"
+
+#include <cmath>
+
+namespace accordion {
+
+std::vector<std::string> architectures() { return {"resnet18", "vgg19bn", "lstm"}; }
+
+// CIFAR ResNet-18: 3×3 stem without max-pool, BasicBlocks [2, 2, 2, 2], global average pool, linear.
+static std::unique_ptr<Sequential> buildResNet18(Backend& ops, int64_t classes, Random& rng) {
+  auto net = std::make_unique<Sequential>(ops);
+  auto stem = std::make_unique<Conv2d>(ops, 3, 64, 3, 1, 1, false, rng);
+  stem->skipInputGradient();
+  net->add("conv1", std::move(stem))
+      .add("bn1", std::make_unique<BatchNorm2d>(ops, 64))
+      .add("relu", std::make_unique<ReLU>(ops, true));
+  int64_t inPlanes = 64;
+  const int64_t planes[4] = {64, 128, 256, 512}, strides[4] = {1, 2, 2, 2};
+  for (int stage = 0; stage < 4; ++stage) {
+    auto layer = std::make_unique<Sequential>(ops);
+    for (int block = 0; block < 2; ++block) {
+      layer->add(std::to_string(block),
+                 std::make_unique<BasicBlock>(ops, inPlanes, planes[stage], block == 0 ? strides[stage] : 1, rng));
+      inPlanes = planes[stage];
+    }
+    net->add("layer" + std::to_string(stage + 1), std::move(layer));
+  }
+  net->add("pool", std::make_unique<GlobalAvgPool>(ops)).add("linear", std::make_unique<Linear>(ops, 512, classes, rng));
+  return net;
+}
+
+// VGG-19 with batch norm (configuration E), conv init N(0, √(2/(k·k·C_out))) with zero bias;
+// the CIFAR-10 classifier is 512→512→512→10, the CIFAR-100 one 512→4096→4096→100.
+static std::unique_ptr<Sequential> buildVgg19bn(Backend& ops, int64_t classes, Random& rng, uint64_t seed,
+                                                std::vector<Random*>& streams) {
+  const int cfg[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 256, 0, 512, 512, 512, 512, 0, 512, 512, 512, 512, 0};
+  auto features = std::make_unique<Sequential>(ops);
+  int64_t in = 3, index = 0;
+  for (int width : cfg) {
+    if (width == 0) {
+      features->add(std::to_string(index++), std::make_unique<MaxPool2d>(ops, 2, 2));
+      continue;
+    }
+    auto conv = std::make_unique<Conv2d>(ops, in, width, 3, 1, 1, true, rng);
+    if (index == 0) conv->skipInputGradient();
+    const float stddev = std::sqrt(2.0f / static_cast<float>(9 * width));
+    for (int64_t i = 0; i < conv->weight.value.numel(); ++i) conv->weight.value.data()[i] = stddev * rng.normal();
+    conv->bias.value.fill(0.0f);
+    features->add(std::to_string(index++), std::move(conv));
+    features->add(std::to_string(index++), std::make_unique<BatchNorm2d>(ops, width));
+    features->add(std::to_string(index++), std::make_unique<ReLU>(ops, true));
+    in = width;
+  }
+  auto classifier = std::make_unique<Sequential>(ops);
+  const int64_t hidden = classes > 10 ? 4096 : 512;
+  uint64_t dropoutSeed = seed * 1000003 + 17;
+  auto dropout = [&]() {
+    auto d = std::make_unique<Dropout>(ops, 0.5f, dropoutSeed++);
+    streams.push_back(&d->rng());
+    return d;
+  };
+  int64_t c = 0;
+  classifier->add(std::to_string(c++), dropout());
+  classifier->add(std::to_string(c++), std::make_unique<Linear>(ops, 512, hidden, rng));
+  classifier->add(std::to_string(c++), std::make_unique<ReLU>(ops, true));
+  classifier->add(std::to_string(c++), dropout());
+  classifier->add(std::to_string(c++), std::make_unique<Linear>(ops, hidden, hidden, rng));
+  classifier->add(std::to_string(c++), std::make_unique<ReLU>(ops, true));
+  if (classes > 10) classifier->add(std::to_string(c++), dropout());
+  classifier->add(std::to_string(c++), std::make_unique<Linear>(ops, hidden, classes, rng));
+
+  auto net = std::make_unique<Sequential>(ops);
+  net->add("features", std::move(features)).add("flatten", std::make_unique<Flatten>(ops)).add("classifier", std::move(classifier));
+  return net;
+}
+
+Model::Model(const ModelSpec& spec, Backend& backend) : spec_(spec) {
+  if (spec.classes < 2) throw invalidArgument("a model needs at least 2 classes, got " + std::to_string(spec.classes));
+  Random rng(spec.seed);
+  if (spec.architecture == "resnet18") {
+    root_ = buildResNet18(backend, spec.classes, rng);
+  } else if (spec.architecture == "vgg19bn") {
+    root_ = buildVgg19bn(backend, spec.classes, rng, spec.seed, randomStreams_);
+  } else if (spec.architecture == "lstm") {
+    if (!backend.device().isCpu())
+      throw EngineError("ERR_UNSUPPORTED", "the lstm model trains on the CPU only so far, not on " + backend.device().name());
+    language_ = std::make_unique<LanguageModel>(LanguageModelSpec{spec.classes, spec.hidden, spec.layers, spec.dropout, spec.seed}, backend);
+    state_ = language_->state();
+    randomStreams_.push_back(&language_->dropoutRandom());
+    return;
+  } else {
+    throw invalidArgument("unknown model '" + spec.architecture + "' (known: resnet18, vgg19bn, lstm)");
+  }
+  root_->collectState("", state_);
+  placeState(state_, backend);
+}
+
+int64_t Model::parameterCount() const {
+  int64_t total = 0;
+  for (const Parameter* p : state_.parameters) total += p->value.numel();
+  return total;
+}
+
+}  // namespace accordion

@@ -1,0 +1,144 @@
+// Every op of the engine, for one device: the CPU (ops/cpu_backend.h, oneDNN, OpenBLAS and OpenMP
+// loops) or a CUDA GPU (cuda/ops/, own kernels with cuDNN and cuBLAS). A model is built over one
+// Backend and never asks which device it runs on; each op has one signature, with its CPU
+// implementation in cpp/ops/<op>.cpp and its CUDA twin in cuda/ops/<op>.cu, and the kernel lab
+// (cuda/lab/) checks the twins against each other.
+//
+// A Backend serves one model: on a GPU it owns that model's stream, library handles and memory pool.
+// Work is enqueued in call order and may run asynchronously: read results on the host only after
+// download() and synchronize(). All pointers are on the backend's device unless named host.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "compress/kernels.h"
+#include "core/tensor.h"
+#include "ops/batchnorm2d.h"
+#include "ops/conv2d.h"
+#include "ops/maxpool2d.h"
+
+namespace accordion {
+
+// A read-only run of floats.
+struct ConstSpan {
+  const float* data;
+  int64_t size;
+};
+
+// One parameter of an SGD update.
+struct SgdSlot {
+  float* value;
+  const float* grad;
+  float* momentum;  // PyTorch's momentum buffer
+  int64_t size;
+};
+
+struct SgdHyper {
+  float learningRate, momentum, weightDecay;
+  bool nesterov;
+};
+
+class Backend : public Allocator {
+ public:
+  // ---- Memory and order -------------------------------------------------------------------
+  // Activations (N, C, H, W) are stored channels-last (NHWC) or channels-first (NCHW).
+  virtual bool channelsLast() const = 0;
+  // Host memory to the device, in order with the other work; the source may be reused at once.
+  virtual void upload(void* dst, const void* hostSrc, size_t bytes) = 0;
+  // To host memory, which holds the data once synchronize() returns.
+  virtual void download(void* hostDst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill(float* data, int64_t n, float value) = 0;
+  // Device storage holding a copy of host memory, copied so that it overlaps the work enqueued so
+  // far (on a GPU: a copy engine, from pinned memory); work enqueued afterwards sees the data.
+  // `hostOwner` keeps the host memory alive until the copy is done.
+  virtual std::shared_ptr<void> uploadAhead(const void* hostSrc, size_t bytes, std::shared_ptr<const void> hostOwner) = 0;
+  // Waits until everything enqueued so far has finished.
+  virtual void synchronize() = 0;
+  // Bytes of device memory held by this backend's tensors now, and at most so far.
+  struct MemoryStats {
+    int64_t allocated = 0, peak = 0;
+  };
+  virtual MemoryStats memoryStats() const = 0;
+
+  // ---- Element-wise ops (n elements) ---------------------------------------------------------
+  virtual void reluForward(const float* x, float* y, int64_t n) = 0;  // y may be x
+  virtual void reluBackward(const float* y, const float* dy, float* dx, int64_t n) = 0;
+  // The residual add (a += b) and its backward's fan-in (out = a + b).
+  virtual void addInPlace(float* a, const float* b, int64_t n) = 0;
+  virtual void add(const float* a, const float* b, float* out, int64_t n) = 0;
+  virtual void scale(const float* x, float* y, int64_t n, float s) = 0;  // y = s·x
+  // y = keep ? x·scale : 0, with keep drawn by the caller (so every device sees the same mask).
+  virtual void dropoutForward(const float* x, const uint8_t* keep, float* y, int64_t n, float scale) = 0;
+  virtual void dropoutBackward(const float* dy, const uint8_t* keep, float* dx, int64_t n, float scale) = 0;
+
+  // ---- Activation shape ops ------------------------------------------------------------------
+  // Average over H·W: (N, C, H, W) → (N, C).
+  virtual void globalAvgPoolForward(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w) = 0;
+  virtual void globalAvgPoolBackward(const float* dy, float* dx, int64_t n, int64_t c, int64_t h, int64_t w) = 0;
+  // (N, C, H, W) in the activation layout → (N, C·H·W) in PyTorch's channel-major order, and back.
+  virtual void flattenForward(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w) = 0;
+  virtual void flattenBackward(const float* dy, float* dx, int64_t n, int64_t c, int64_t h, int64_t w) = 0;
+  // Images given in NCHW host memory, into the activation layout on this device.
+  virtual void uploadImages(const float* hostNchw, float* images, int64_t n, int64_t c, int64_t h, int64_t w) = 0;
+
+  // ---- Linear: y (rows, out) = x (rows, in)·Wᵀ + b, W (out, in) -------------------------------
+  virtual void linearForward(const float* x, const float* weight, const float* bias, float* y, int64_t rows, int64_t in,
+                             int64_t out) = 0;
+  // dW = dyᵀ·x, db = Σ_rows dy, dx = dy·W.
+  virtual void linearBackward(const float* x, const float* weight, const float* dy, float* dx, float* dWeight, float* dBias,
+                              int64_t rows, int64_t in, int64_t out) = 0;
+
+  // ---- Loss ----------------------------------------------------------------------------------
+  // Mean softmax cross-entropy of (n, k) logits against labels in [0, k): dL/dlogits into
+  // gradLogits; stats[0] = the mean loss, stats[1] = rows whose arg-max equals the label.
+  virtual void softmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n, int64_t k, float* gradLogits,
+                                   double* stats) = 0;
+
+  // ---- Per-parameter lists, one call per step -------------------------------------------------
+  // torch.optim.SGD (dampening 0): d = g + wd·p; buf = d at the first step, else m·buf + d;
+  // step = d + m·buf (Nesterov) or buf; p −= lr·step.
+  virtual void sgdUpdate(const std::vector<SgdSlot>& slots, const SgdHyper& hyper, bool first) = 0;
+  // *firstBad = 1 + the index of the first tensor holding a NaN or Inf, or 0.
+  virtual void findNonFinite(const std::vector<ConstSpan>& tensors, double* firstBad) = 0;
+  // sums[i] += values[i], element-wise (the epoch sums of Accordion's gradient norms).
+  virtual void accumulate(const std::vector<Span>& sums, const std::vector<ConstSpan>& values) = 0;
+  // Σ x² of each tensor, in double, on the host (waits for the device).
+  virtual std::vector<double> sumsOfSquares(const std::vector<ConstSpan>& tensors) = 0;
+
+  // ---- Ops prepared once per shape -----------------------------------------------------------
+  virtual std::unique_ptr<Conv2dOp> conv2d(const Conv2dSpec& spec) = 0;
+  virtual std::unique_ptr<BatchNorm2dOp> batchNorm2d(const BatchNormSpec& spec) = 0;
+  virtual std::unique_ptr<MaxPool2dOp> maxPool2d(const Pool2dSpec& spec) = 0;
+
+  // ---- Gradient compression ------------------------------------------------------------------
+  virtual CompressionKernels& compression() = 0;
+
+  // ---- Tensors (built on the calls above) ----------------------------------------------------
+  Tensor empty(Shape shape) { return Tensor(std::move(shape), *this); }
+  Tensor zeros(Shape shape) {
+    Tensor t(std::move(shape), *this);
+    fill(t.data(), t.numel(), 0.0f);
+    return t;
+  }
+  // A copy of a host tensor on this device (the same tensor when this device is the host).
+  Tensor toDevice(const Tensor& host) {
+    if (host.device() == device()) return host;
+    Tensor t(host.shape(), *this);
+    upload(t.data(), host.data(), host.bytes());
+    return t;
+  }
+  // A host copy of a tensor on this device; waits for the device.
+  Tensor toHost(const Tensor& t) {
+    Tensor host(t.shape());
+    download(host.data(), t.data(), t.bytes());
+    synchronize();
+    return host;
+  }
+};
+
+// The CPU backend; cuda::makeBackend (core/cuda.h) makes a GPU one.
+std::unique_ptr<Backend> makeBackend(const Device& device);
+
+}  // namespace accordion

@@ -1,0 +1,14 @@
+// Dropout with a mask drawn by the caller: y = keep ? x·scale : 0, scale = 1/(1 − p).
+#include "ops/cpu_backend.h"
+
+namespace accordion {
+
+void CpuBackend::dropoutForward(const float* x, const uint8_t* keep, float* y, int64_t n, float scale) {
+  for (int64_t i = 0; i < n; ++i) y[i] = keep[i] ? x[i] * scale : 0.0f;
+}
+
+void CpuBackend::dropoutBackward(const float* dy, const uint8_t* keep, float* dx, int64_t n, float scale) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = keep[i] ? dy[i] * scale : 0.0f;
+}
+
+}  // namespace accordion

@@ -1,0 +1,331 @@
+#include "train/session.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+namespace accordion {
+
+Session::Session(const ModelSpec& model, const SgdOptions& optimizer, const ReducerOptions& reducer,
+                 std::shared_ptr<ProcessGroup> group, const Device& device)
+    : backend_(makeBackend(device)),
+      model_(model, *backend_),
+      optimizer_(model_.parameters(), optimizer, *backend_),
+      group_(group ? std::move(group) : std::make_shared<LocalGroup>()) {
+  if (!device.isCpu() && group_->size() > 1)
+    throw EngineError("ERR_UNSUPPORTED", "training on " + device.name() + " runs one worker so far: several workers on GPUs need NCCL, "
+                                         "which the trainer does not use yet");
+  if (!device.isCpu() && reducer.compressor != Compressor::None)
+    throw EngineError("ERR_UNSUPPORTED", std::string("gradient compression (") + compressorName(reducer.compressor) +
+                                             ") runs on the CPU only so far, not on " + device.name());
+  reducer_ = std::make_unique<GradientReducer>(model_.parameters(), reducer, *group_, *backend_);
+}
+
+std::pair<Tensor, Array<int32_t>> Session::onDevice(Batch& batch) {
+  if (batch.channelsLast != backend_->channelsLast())
+    throw invalidArgument(std::string("the batcher prepares ") + (batch.channelsLast ? "channels-last" : "channels-first") +
+                          " batches but the model runs on " + backend_->device().name() + "; create the Batcher with device '" +
+                          backend_->device().name() + "'");
+  if (batch.images.device() == backend_->device()) return {batch.images, batch.labels};
+  if (batch.stagedBy != backend_.get()) {
+    batch.deviceImages = Tensor::wrap(batch.images.shape(), backend_->device(),
+                                      backend_->uploadAhead(batch.images.data(), batch.images.bytes(), batch.images.storage()));
+    batch.deviceLabels = Array<int32_t>::wrap(batch.labels.size(), backend_->device(),
+                                              backend_->uploadAhead(batch.labels.data(), batch.labels.bytes(), batch.labels.storage()));
+    batch.stagedBy = backend_.get();
+  }
+  return {batch.deviceImages, batch.deviceLabels};
+}
+
+void Session::stageFollowing(Batcher& batcher) {
+  if (backend_->device().isCpu()) return;  // batches are assembled in host memory already
+  batcher.withNext([this](Batch& following) {
+    if (following.channelsLast == backend_->channelsLast()) onDevice(following);
+  });
+}
+
+Tensor Session::forwardLoss(Batch& batch, double* status) {
+  auto [images, labels] = onDevice(batch);
+  Tensor logits = model_.forward(images);
+  ensureShape(gradLogits_, logits.shape(), *backend_);
+  backend_->softmaxCrossEntropy(logits.data(), labels.data(), logits.dim(0), logits.dim(1), gradLogits_.data(), status);
+  return logits;
+}
+
+std::vector<double> Session::readStatus(int64_t count) {
+  std::vector<double> host(count);
+  backend_->download(host.data(), status_.data(), count * sizeof(double));
+  backend_->synchronize();
+  return host;
+}
+
+std::optional<StepResult> Session::trainStep(Batcher& batcher, int64_t microBatches) {
+  if (microBatches < 1) throw invalidArgument("a step needs at least one micro-batch, got " + std::to_string(microBatches));
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  model_.setTraining(true);
+  auto& params = model_.parameters();
+  ensureSize(status_, 2 * microBatches + 1, *backend_);
+  std::vector<int64_t> sizes;
+  Batch batch;
+  while (static_cast<int64_t>(sizes.size()) < microBatches && batcher.next(batch)) {
+    const int64_t taken = static_cast<int64_t>(sizes.size());
+    forwardLoss(batch, status_.data() + 2 * taken);
+    model_.backward(gradLogits_);
+    stageFollowing(batcher);
+    sizes.push_back(batch.size());
+    if (microBatches == 1) break;
+    // A large batch from micro-batches: sum their mean gradients, averaged below.
+    if (accumulated_.size() != params.size()) {
+      accumulated_.clear();
+      for (Parameter* p : params) accumulated_.push_back(backend_->empty(p->grad.shape()));
+    }
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (taken == 0)
+        backend_->copy(accumulated_[k].data(), params[k]->grad.data(), params[k]->grad.bytes());
+      else
+        backend_->addInPlace(accumulated_[k].data(), params[k]->grad.data(), params[k]->grad.numel());
+    }
+  }
+  const int64_t taken = static_cast<int64_t>(sizes.size());
+  if (taken == 0) return std::nullopt;
+  if (microBatches > 1) {
+    const float inv = 1.0f / static_cast<float>(taken);
+    for (size_t k = 0; k < params.size(); ++k)
+      backend_->scale(accumulated_[k].data(), params[k]->grad.data(), params[k]->grad.numel(), inv);
+  }
+  // The step's one wait for the device: the losses, and whether every gradient is finite.
+  reducer_->checkFinite(status_.data() + 2 * taken);
+  const std::vector<double> status = readStatus(2 * taken + 1);
+  StepResult result;
+  double lossSum = 0;
+  for (int64_t i = 0; i < taken; ++i) {
+    const double loss = status[2 * i];
+    if (!std::isfinite(loss))
+      throw numericalError("the training loss is " + std::to_string(loss) +
+                           "; the update was skipped (lower the learning rate or check the data)");
+    lossSum += loss * static_cast<double>(sizes[i]);
+    result.correct += static_cast<int64_t>(status[2 * i + 1]);
+    result.samples += sizes[i];
+  }
+  result.loss = lossSum / static_cast<double>(result.samples);
+  exchangeAndUpdate(result, std::chrono::duration<double>(Clock::now() - start).count(), static_cast<int64_t>(status[2 * taken]));
+  return result;
+}
+
+void Session::exchangeAndUpdate(StepResult& result, double computeSecondsSoFar, int64_t firstBad) {
+  using Clock = std::chrono::steady_clock;
+  const auto reduceStart = Clock::now();
+  const ReduceResult reduced = reducer_->reduce(firstBad);
+  const auto reduceEnd = Clock::now();
+  optimizer_.step();
+  result.floatsSent = reduced.floatsSent;
+  result.communicationSeconds = reduced.communicationSeconds;
+  result.compressionSeconds = std::chrono::duration<double>(reduceEnd - reduceStart).count() - reduced.communicationSeconds;
+  result.computeSeconds = computeSecondsSoFar + std::chrono::duration<double>(Clock::now() - reduceEnd).count();
+}
+
+LanguageModel& Session::language() {
+  if (!model_.language()) throw invalidArgument("model '" + model_.spec().architecture + "' trains on images, not token windows");
+  return *model_.language();
+}
+
+StepResult Session::trainTokens(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch, double clipNorm) {
+  const auto start = std::chrono::steady_clock::now();
+  LanguageModel& lm = language();
+  lm.setTraining(true);
+  StepResult result;
+  result.samples = steps * batch;
+  result.loss = lm.forwardBackward(inputs, targets, steps, batch, true, &result.correct);
+  if (!std::isfinite(result.loss))
+    throw numericalError("the training loss is " + std::to_string(result.loss) + "; the update was skipped (lower the learning rate)");
+  if (clipNorm > 0) {
+    // clip_grad_norm_: one norm over every local gradient, all scaled alike.
+    double total = 0;
+    for (Parameter* p : model_.parameters())
+      for (int64_t i = 0; i < p->grad.numel(); ++i) total += static_cast<double>(p->grad.data()[i]) * p->grad.data()[i];
+    const double norm = std::sqrt(total);
+    if (norm > clipNorm) {
+      const float scale = static_cast<float>(clipNorm / (norm + 1e-6));
+      for (Parameter* p : model_.parameters())
+        for (int64_t i = 0; i < p->grad.numel(); ++i) p->grad.data()[i] *= scale;
+    }
+  }
+  ensureSize(status_, 1, *backend_);
+  reducer_->checkFinite(status_.data());
+  const int64_t firstBad = static_cast<int64_t>(readStatus(1)[0]);
+  exchangeAndUpdate(result, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), firstBad);
+  return result;
+}
+
+StepResult Session::evaluateTokens(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch) {
+  LanguageModel& lm = language();
+  lm.setTraining(false);
+  StepResult result;
+  result.samples = steps * batch;
+  result.loss = lm.forwardBackward(inputs, targets, steps, batch, false, &result.correct);
+  lm.setTraining(true);
+  return result;
+}
+
+StepResult Session::evaluate(Batcher& batcher) {
+  model_.setTraining(false);
+  ensureSize(status_, 2 * batcher.batchesPerEpoch(), *backend_);
+  std::vector<int64_t> sizes;
+  Batch batch;
+  while (batcher.next(batch)) {
+    forwardLoss(batch, status_.data() + 2 * sizes.size());
+    stageFollowing(batcher);
+    sizes.push_back(batch.size());
+  }
+  model_.setTraining(true);
+  const std::vector<double> status = readStatus(2 * static_cast<int64_t>(sizes.size()));
+  StepResult total;
+  double lossSum = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    lossSum += status[2 * i] * static_cast<double>(sizes[i]);
+    total.correct += static_cast<int64_t>(status[2 * i + 1]);
+    total.samples += sizes[i];
+  }
+  total.loss = total.samples ? lossSum / static_cast<double>(total.samples) : 0.0;
+  return total;
+}
+
+Tensor Session::predict(const float* imagesNchw, int64_t n, int64_t height, int64_t width) {
+  Tensor images = backend_->empty({n, 3, height, width});
+  backend_->uploadImages(imagesNchw, images.data(), n, 3, height, width);
+  const bool wasTraining = model_.training();
+  model_.setTraining(false);
+  Tensor logits = backend_->toHost(model_.forward(images));
+  model_.setTraining(wasTraining);
+  return logits;
+}
+
+void Session::broadcastState(int root) {
+  auto& refs = model_.state();
+  for (Parameter* p : refs.parameters) group_->broadcast(p->value.data(), p->value.numel(), root);
+  for (Buffer* b : refs.buffers) group_->broadcast(b->value.data(), b->value.numel(), root);
+}
+
+static StateEntry int64Entry(const std::string& name, Shape shape, const int64_t* values) {
+  StateEntry e{name, "I64", shape, std::vector<uint8_t>(numelOf(shape) * sizeof(int64_t))};
+  std::memcpy(e.bytes.data(), values, e.bytes.size());
+  return e;
+}
+
+std::vector<StateEntry> Session::state(bool includeTrainer) {
+  auto& refs = model_.state();
+  // Tensors live on the backend's device: each is downloaded into its entry, all read after one wait.
+  auto floatEntry = [this](const std::string& name, const Tensor& t) {
+    StateEntry e{name, "F32", t.shape(), std::vector<uint8_t>(t.bytes())};
+    backend_->download(e.bytes.data(), t.data(), t.bytes());
+    return e;
+  };
+  std::vector<StateEntry> out;
+  for (auto [kind, index] : refs.order) {
+    if (kind == 0) out.push_back(floatEntry(refs.parameters[index]->name, refs.parameters[index]->value));
+    if (kind == 1) out.push_back(floatEntry(refs.buffers[index]->name, refs.buffers[index]->value));
+    if (kind == 2) out.push_back(int64Entry(refs.counters[index].name, {}, refs.counters[index].value));
+  }
+  if (includeTrainer) {
+    Sgd& opt = optimizer_;
+    for (size_t k = 0; k < refs.parameters.size(); ++k)
+      out.push_back(floatEntry("optimizer.momentum_buffer." + refs.parameters[k]->name, opt.momentumBuffers()[k]));
+    const int64_t started = opt.started() ? 1 : 0;
+    out.push_back(int64Entry("optimizer.started", {}, &started));
+    GradientReducer& reducer = *reducer_;
+    if (reducer.compressor() != Compressor::None) {
+      std::vector<double> levels(reducer.size());
+      for (size_t k = 0; k < reducer.size(); ++k) {
+        levels[k] = reducer.level(k);
+        const std::string& name = reducer.parameter(k).name;
+        if (reducer.errorMemory(k).defined()) out.push_back(floatEntry("compressor.memory." + name, reducer.errorMemory(k)));
+        if (reducer.powerSgdQ(k).defined()) out.push_back(floatEntry("compressor.q." + name, reducer.powerSgdQ(k)));
+      }
+      StateEntry e{"compressor.levels", "F64", {static_cast<int64_t>(levels.size())}, std::vector<uint8_t>(levels.size() * 8)};
+      std::memcpy(e.bytes.data(), levels.data(), e.bytes.size());
+      out.push_back(std::move(e));
+    }
+    auto streams = model_.randomStreams();
+    for (size_t i = 0; i < streams.size(); ++i) {
+      Random::State s = streams[i]->state();
+      out.push_back(int64Entry("rng.dropout." + std::to_string(i), {4}, reinterpret_cast<const int64_t*>(s.words)));
+    }
+  }
+  backend_->synchronize();
+  return out;
+}
+
+void Session::loadState(const std::vector<StateEntry>& entries) {
+  std::map<std::string, const StateEntry*> byName;
+  for (const auto& e : entries) byName[e.name] = &e;
+  auto find = [&](const std::string& name, const char* dtype, const Shape& shape, bool required) -> const StateEntry* {
+    auto it = byName.find(name);
+    if (it == byName.end()) {
+      if (required) throw EngineError("ERR_STATE_MISMATCH", "the state has no entry '" + name + "'");
+      return nullptr;
+    }
+    const StateEntry& e = *it->second;
+    if (e.dtype != dtype || e.shape != shape)
+      throw EngineError("ERR_STATE_MISMATCH", "entry '" + name + "' is " + e.dtype + " " + shapeString(e.shape) +
+                                                  " but the model expects " + dtype + " " + shapeString(shape));
+    return &e;
+  };
+  auto& refs = model_.state();
+  // Validate everything before changing anything, so a bad state leaves the session untouched.
+  // Tensors are uploaded to the backend's device; counters live on the host.
+  std::vector<std::pair<const StateEntry*, void*>> copies, hostCopies;
+  for (auto [kind, index] : refs.order) {
+    if (kind == 0) copies.emplace_back(find(refs.parameters[index]->name, "F32", refs.parameters[index]->value.shape(), true),
+                                       refs.parameters[index]->value.data());
+    if (kind == 1) copies.emplace_back(find(refs.buffers[index]->name, "F32", refs.buffers[index]->value.shape(), true),
+                                       refs.buffers[index]->value.data());
+    if (kind == 2) hostCopies.emplace_back(find(refs.counters[index].name, "I64", {}, true), refs.counters[index].value);
+  }
+  for (size_t k = 0; k < refs.parameters.size(); ++k) {
+    Tensor& buffer = optimizer_.momentumBuffers()[k];
+    if (auto e = find("optimizer.momentum_buffer." + refs.parameters[k]->name, "F32", buffer.shape(), false))
+      copies.emplace_back(e, buffer.data());
+  }
+  const StateEntry* started = find("optimizer.started", "I64", {}, false);
+  GradientReducer& reducer = *reducer_;
+  const StateEntry* levels = reducer.compressor() != Compressor::None
+                                 ? find("compressor.levels", "F64", {static_cast<int64_t>(reducer.size())}, false)
+                                 : nullptr;
+  if (levels) {
+    const double* v = reinterpret_cast<const double*>(levels->bytes.data());
+    for (size_t k = 0; k < reducer.size(); ++k)
+      if (reducer.errorMemory(k).defined()) reducer.checkLevel(v[k], "saved level of '" + reducer.parameter(k).name + "'");
+  }
+  std::vector<std::pair<const StateEntry*, Random*>> streams;
+  auto randomStreams = model_.randomStreams();
+  for (size_t i = 0; i < randomStreams.size(); ++i)
+    if (auto e = find("rng.dropout." + std::to_string(i), "I64", {4}, false)) streams.emplace_back(e, randomStreams[i]);
+
+  // Levels first: a level change re-draws Q, which the saved Q then overwrites.
+  if (levels) {
+    const double* v = reinterpret_cast<const double*>(levels->bytes.data());
+    for (size_t k = 0; k < reducer.size(); ++k)
+      if (reducer.errorMemory(k).defined()) reducer.setLevel(k, v[k]);
+  }
+  for (size_t k = 0; k < reducer.size(); ++k) {
+    const std::string& name = reducer.parameter(k).name;
+    if (reducer.errorMemory(k).defined())
+      if (auto e = find("compressor.memory." + name, "F32", reducer.errorMemory(k).shape(), false))
+        backend_->upload(reducer.errorMemory(k).data(), e->bytes.data(), e->bytes.size());
+    if (reducer.powerSgdQ(k).defined())
+      if (auto e = find("compressor.q." + name, "F32", reducer.powerSgdQ(k).shape(), false))
+        backend_->upload(reducer.powerSgdQ(k).data(), e->bytes.data(), e->bytes.size());
+  }
+  for (auto [entry, target] : copies) backend_->upload(target, entry->bytes.data(), entry->bytes.size());
+  for (auto [entry, target] : hostCopies) std::memcpy(target, entry->bytes.data(), entry->bytes.size());
+  if (started) optimizer_.setStarted(*reinterpret_cast<const int64_t*>(started->bytes.data()) != 0);
+  for (auto [entry, stream] : streams) {
+    Random::State s;
+    std::memcpy(s.words, entry->bytes.data(), sizeof(s.words));
+    stream->setState(s);
+  }
+}
+
+}  // namespace accordion

@@ -1,0 +1,97 @@
+// One process's training state: a model on its device, its optimiser and the step that joins them.
+// On a GPU a step enqueues its work on the model's stream and waits once, where the loss is read.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <memory>
+#include <optional>
+
+#include "compress/reducer.h"
+#include "data/batcher.h"
+#include "models/models.h"
+#include "ops/backend.h"
+#include "train/optimizer.h"
+
+namespace accordion {
+
+struct StepResult {
+  double loss = 0;  // mean over the samples
+  int64_t correct = 0;
+  int64_t samples = 0;
+  int64_t floatsSent = 0;  // by this worker in the gradient exchange
+  // Where the step's time went: forward, backward and update; compressing and decompressing;
+  // waiting in collectives.
+  double computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0;
+};
+
+// A named tensor of the session's state as raw little-endian bytes (F32 or I64).
+struct StateEntry {
+  std::string name;
+  std::string dtype;  // "F32" | "F64" | "I64"
+  Shape shape;
+  std::vector<uint8_t> bytes;
+};
+
+class Session {
+ public:
+  // `group` carries the gradient exchange; without one the session trains alone.
+  Session(const ModelSpec& model, const SgdOptions& optimizer, const ReducerOptions& reducer = {},
+          std::shared_ptr<ProcessGroup> group = nullptr, const Device& device = Device::cpu());
+
+  Backend& backend() { return *backend_; }
+  Model& model() { return model_; }
+  Sgd& optimizer() { return optimizer_; }
+  GradientReducer& reducer() { return *reducer_; }
+
+  // One optimiser step from the batcher's next `microBatches` batches: forward and backward for
+  // each, their mean gradient, the gradient exchange (with compression) and the update. A
+  // non-finite loss or gradient stops before anything is updated. Nullopt at the epoch's end.
+  std::optional<StepResult> trainStep(Batcher& batcher, int64_t microBatches = 1);
+  // Language model: one optimiser step on a (T, B) window of input and target token ids, with the
+  // local gradients clipped to a global norm of `clipNorm` (0: no clipping) before the exchange.
+  StepResult trainTokens(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch, double clipNorm);
+  // Language model: the loss of a window without any update (evaluation mode; states carried).
+  StepResult evaluateTokens(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch);
+  // One pass over the batcher's current epoch in evaluation mode (running statistics, no dropout).
+  StepResult evaluate(Batcher& batcher);
+  // Logits (N, classes) on the host for images given in PyTorch's layout (N, 3, H, W).
+  Tensor predict(const float* imagesNchw, int64_t n, int64_t height, int64_t width);
+
+  // The model's state_dict (names, shapes and dtypes as PyTorch's), optionally with the trainer's
+  // state: momentum buffers, compressor memories, Q and levels, random streams ("optimizer.",
+  // "compressor." and "rng." prefixes).
+  std::vector<StateEntry> state(bool includeTrainer);
+  // Copies rank `root`'s parameters and running statistics to every worker of the group.
+  void broadcastState(int root);
+  ProcessGroup& group() { return *group_; }
+
+  // Restores entries by name; every model entry must be present with the same shape and dtype.
+  void loadState(const std::vector<StateEntry>& entries);
+
+ private:
+  std::unique_ptr<Backend> backend_;  // first: every tensor below lives on it
+  Model model_;
+  Sgd optimizer_;
+  std::shared_ptr<ProcessGroup> group_;
+  std::unique_ptr<GradientReducer> reducer_;
+  LanguageModel& language();
+  // Gradient exchange and update after the local gradients are in place (`firstBad`: the result of
+  // the reducer's finite check); fills the step's timings.
+  void exchangeAndUpdate(StepResult& result, double computeSecondsSoFar, int64_t firstBad);
+  // The batch's images and labels on this session's device: the batch itself on the CPU, else its
+  // copy, uploaded now unless it was staged earlier.
+  std::pair<Tensor, Array<int32_t>> onDevice(Batch& batch);
+  // Starts uploading the batcher's following batch, so that the copy overlaps the work enqueued.
+  void stageFollowing(Batcher& batcher);
+  // Forward and loss of one batch: the mean loss and correct count go to status[0] and status[1].
+  Tensor forwardLoss(Batch& batch, double* status);
+  // The first `count` entries of the step's status array, on the host (waits for the device).
+  std::vector<double> readStatus(int64_t count);
+
+  Tensor gradLogits_;
+  std::vector<Tensor> accumulated_;  // micro-batch gradient sums
+  Array<double> status_;             // on the device: losses, correct counts and the finite check of a step
+};
+
+}  // namespace accordion
