@@ -4,9 +4,11 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/errors.h"
 #include "core/tensor.h"
 
 namespace accordion {
@@ -51,6 +53,9 @@ std::string ncclStatus();
 // ERR_NO_CUDA (not built), ERR_NO_CUDA_DEVICE (no driver or no such device), ERR_CUDA_LIBRARY
 // (cuDNN or cuBLAS not found, with the paths tried).
 std::unique_ptr<Backend> makeBackend(int device);
+// The error makeBackend(device) would throw for want of a driver, a device or a library, or nothing
+// when the device can run a model. Cheap, and never throws.
+std::optional<EngineError> unusable(int device);
 
 // Page-locked host memory that a GPU copies from asynchronously; freed blocks are kept for reuse.
 Allocator& pinnedAllocator();

@@ -32,6 +32,7 @@ LibraryStatus cublasStatus() { return notBuilt(); }
 std::string ncclStatus() { return "the addon was built without CUDA, so without NCCL"; }
 
 std::unique_ptr<Backend> makeBackend(int) { throw EngineError("ERR_NO_CUDA", kNotBuilt); }
+std::optional<EngineError> unusable(int) { return EngineError("ERR_NO_CUDA", kNotBuilt); }
 
 Allocator& pinnedAllocator() { throw EngineError("ERR_NO_CUDA", std::string("pinned memory: ") + kNotBuilt); }
 

@@ -102,6 +102,20 @@ Napi::Value orthogonalize(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// checkDevice("cpu" | "cuda" | "cuda:N"): throws, with the cause's code, unless a model can run there.
+Napi::Value checkDevice(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString()) throw typeError(env, "device must be a string");
+  try {
+    const Device device = parseDevice(info[0].As<Napi::String>().Utf8Value());
+    if (device.isCuda())
+      if (auto error = cuda::unusable(device.index)) throw *error;
+  } catch (const EngineError& e) {
+    throw makeError(env, e.code(), e.what());
+  }
+  return env.Undefined();
+}
+
 Napi::Value setThreads(const Napi::CallbackInfo& info) {
   const int n = info[0].As<Napi::Number>().Int32Value();
   if (n > 0) {
@@ -136,6 +150,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   exports.Set("buildInfo", Napi::Function::New(env, buildInfo));
   exports.Set("deviceQuery", Napi::Function::New(env, deviceQuery));
   exports.Set("crossEntropy", Napi::Function::New(env, crossEntropy));
+  exports.Set("checkDevice", Napi::Function::New(env, checkDevice));
   exports.Set("setThreads", Napi::Function::New(env, setThreads));
   exports.Set("orthogonalize", Napi::Function::New(env, orthogonalize));
   return exports;

@@ -1,93 +1,1363 @@
-// Checks every CUDA kernel against a dependency-free C++ reference on fresh random inputs, then
-// times it with CUDA events. Runs without Node (the GPU machines have none):
-//   build/Release/kernel_check [--iterations N]
-// Output: one line per kernel with the maximum relative error, the median time of N launches after
-// warm-up, and the achieved bandwidth from the bytes the kernel must move. Exit code 1 when a
-// kernel's error exceeds its tolerance or no device is usable.
+// The kernel lab: every CUDA op (cuda/ops/) checked against its CPU twin (cpp/ops/) on fresh random
+// inputs, then timed with CUDA events, in the manner of llm.c's dev/cuda. It needs no Node (the GPU
+// machines have none):
+//
+//   kernel_check [--iterations N] [--seed S] [--json FILE] [--only NAME[,NAME...]]
+//
+// Each check runs the same inputs through a CpuBackend and a CudaBackend(0) and compares every
+// output, the CPU's being the reference. Inputs are drawn in NCHW; the CPU keeps activations NHWC,
+// so they are converted on the way in and its results converted back before comparing. Outputs are
+// poisoned with NaN before every checked launch, so an element an op never writes fails, and the
+// error metric fails any NaN or Inf that is not on both sides alike. Then the GPU op alone is timed
+// on the backend's stream: the median of N launches after warm-up, with the bandwidth reached by
+// memory-bound ops (against a device-to-device copy's) and the arithmetic rate of compute-bound ones.
+//
+// Exit status: 0 when every check passes; 1 when one fails or no device is usable; 2 on bad usage.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
-#include "core/cuda.h"
+#include "core/check.h"
+#include "ops/cpu_backend.h"
+#include "ops/cuda_backend.h"
 
+namespace accordion {
 namespace {
 
-bool ok(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return true;
-  std::fprintf(stderr, "%s failed: %s\n", what, cudaGetErrorString(status));
-  return false;
+// ---- Tolerances: the largest max_i |got_i − want_i| / max_i |want_i| accepted for an output ---------
+// Exact where both devices do the same single float operation per element, or none: copies, fill,
+// ReLU, adds, scaling, dropout, flatten, the list scan and accumulation, max-pool values and the
+// routing of non-overlapping max-pool gradients.
+constexpr double kExact = 0;
+// One rounding apart: dy·(1/(H·W)) against dy/(H·W), or up to four overlapping max-pool gradients
+// summed in another order.
+constexpr double kOneRounding = 1e-6;
+// Global average pooling sums H·W floats in another order. The mean of random inputs shrinks like
+// 1/√(H·W) while the rounding of the sum does not, so relative to the largest mean the difference
+// grows like ε·√(H·W): the CPU's is 2.3e-6 from float64 at 64×64.
+constexpr double kPoolingSum = 1e-5;
+// Softmax cross-entropy, SGD and batch-norm inference: a few roundings per element (exp, fused
+// multiply-adds on the GPU only) and the softmax denominator summed in another order.
+constexpr double kFewRoundings = 1e-5;
+// Batch norm's reductions over N·H·W values per channel (the statistics, Σdy and Σdy·x̂). The CPU
+// reference (oneDNN) accumulates them in float per thread, so its own error grows with the values
+// each thread sums: against float64, at (128,64,32,32) its batch variance is off by 2.4e-5 with
+// one OpenMP thread, 4e-6 with 4 and 6e-7 with 16; at (256,64,64,64) by 6.7e-5 with 4 threads and
+// 8e-6 with 16. The GPU's tree reductions are far closer, so the CPU's error is what this must
+// cover (run the lab with all cores).
+constexpr double kBatchNorm = 1e-4;
+// Convolutions and linear layers: fp32 dot products of up to 4,608 terms, and weight gradients
+// summed over up to 131,072 positions, in another order and blocking (the CPU's conv weight
+// gradient is 2e-6 from float64 at (128,64,32,32)). TF32 must be off: it alone would differ by ~1e-3.
+constexpr double kMatmul = 1e-4;
+// Sums of squares are accumulated in double on both devices.
+constexpr double kDoubleSum = 1e-9;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// ---- Command line ----------------------------------------------------------------------------
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  int iterations = 50;
+  std::optional<uint64_t> seed;
+  std::string jsonPath;
+  std::vector<std::string> only;  // op families; empty: all
+  bool help = false;
+};
+
+uint64_t parseUnsigned(const std::string& flag, const std::string& text, uint64_t max) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || text[0] == '-' || *end != '\0' || errno == ERANGE || value > max)
+    throw UsageError(flag + " takes a whole number up to " + std::to_string(max) + ", not '" + text + "'");
+  return value;
 }
 
-double relativeError(const std::vector<float>& got, const std::vector<float>& want) {
-  double worst = 0, scale = 0;
-  for (float w : want) scale = std::max(scale, static_cast<double>(std::fabs(w)));
-  for (size_t i = 0; i < got.size(); ++i)
-    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]) / std::max(scale, 1e-30));
-  return worst;
-}
-
-// The bandwidth a device-to-device copy reaches: the yardstick for memory-bound kernels.
-double copyBandwidth(size_t bytes, int iterations) {
-  void *a = nullptr, *b = nullptr;
-  if (!ok(cudaMalloc(&a, bytes), "cudaMalloc") || !ok(cudaMalloc(&b, bytes), "cudaMalloc")) return 0;
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<float> times;
-  for (int i = 0; i < iterations + 3; ++i) {
-    cudaEventRecord(start);
-    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    if (i >= 3) times.push_back(ms);
+Options parseOptions(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      options.help = true;
+      continue;
+    }
+    if (flag != "--iterations" && flag != "--seed" && flag != "--json" && flag != "--only")
+      throw UsageError("unknown argument '" + flag + "'");
+    if (i + 1 >= argc) throw UsageError(flag + " needs a value");
+    const std::string value = argv[++i];
+    if (flag == "--iterations") {
+      options.iterations = static_cast<int>(parseUnsigned(flag, value, 100000));
+      if (options.iterations == 0) throw UsageError("--iterations must be at least 1");
+    } else if (flag == "--seed") {
+      options.seed = parseUnsigned(flag, value, (uint64_t{1} << 53) - 1);  // exact as a JSON number
+    } else if (flag == "--json") {
+      options.jsonPath = value;
+    } else {
+      size_t start = 0;
+      while (start <= value.size()) {
+        const size_t comma = std::min(value.find(',', start), value.size());
+        if (comma > start) options.only.push_back(value.substr(start, comma - start));
+        start = comma + 1;
+      }
+      if (options.only.empty()) throw UsageError("--only needs at least one name");
+    }
   }
-  std::sort(times.begin(), times.end());
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * bytes / (times[times.size() / 2] * 1e6);  // read + write, GB/s
+  return options;
+}
+
+// ---- Random inputs -----------------------------------------------------------------------------
+
+// Runs body(i) for every i in [0, count) on all cores (drawing large inputs on one would take seconds).
+void parallelFor(int64_t count, const std::function<void(int64_t)>& body) {
+  const int64_t threads = std::min<int64_t>(count, std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t i = next++; i < count; i = next++) body(i);
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+}
+
+uint64_t mix(uint64_t x) {  // SplitMix64's finaliser: nearby seeds give unrelated generators
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The inputs of one run, reproducible from its seed. Each draw is cut into chunks of a fixed size,
+// each from its own generator seeded by (seed, draw, chunk), so the numbers do not depend on how
+// many cores draw them.
+class RandomInputs {
+ public:
+  explicit RandomInputs(uint64_t seed) : seed_(seed) {}
+
+  std::vector<float> normal(int64_t n, float mean = 0.0f, float stddev = 1.0f) {
+    return draw<float>(n, std::normal_distribution<float>(mean, stddev));
+  }
+  // Variances: |N(0, 1)| + 0.5.
+  std::vector<float> positive(int64_t n) {
+    std::vector<float> v = normal(n);
+    for (float& x : v) x = std::fabs(x) + 0.5f;
+    return v;
+  }
+  std::vector<uint8_t> bernoulli(int64_t n, double p) { return draw<uint8_t>(n, std::bernoulli_distribution(p)); }
+  std::vector<int32_t> labels(int64_t n, int32_t classes) {
+    return draw<int32_t>(n, std::uniform_int_distribution<int32_t>(0, classes - 1));
+  }
+  int64_t index(int64_t n) { return draw<int64_t>(1, std::uniform_int_distribution<int64_t>(0, n - 1))[0]; }
+  float scalar() { return normal(1)[0]; }
+
+ private:
+  static constexpr int64_t kChunk = int64_t{1} << 20;
+
+  template <typename T, typename Distribution>
+  std::vector<T> draw(int64_t n, const Distribution& distribution) {
+    std::vector<T> out(static_cast<size_t>(n));
+    const uint64_t stream = mix(seed_ ^ mix(++draws_));
+    parallelFor((n + kChunk - 1) / kChunk, [&](int64_t chunk) {
+      std::mt19937_64 engine(mix(stream + static_cast<uint64_t>(chunk)));
+      Distribution d = distribution;
+      const int64_t end = std::min(n, (chunk + 1) * kChunk);
+      for (int64_t i = chunk * kChunk; i < end; ++i) out[static_cast<size_t>(i)] = static_cast<T>(d(engine));
+    });
+    return out;
+  }
+
+  uint64_t seed_, draws_ = 0;
+};
+
+// ---- Shapes --------------------------------------------------------------------------------------
+
+struct Dims {  // an activation (N, C, H, W)
+  int64_t n, c, h, w;
+  int64_t numel() const { return n * c * h * w; }
+  std::string label() const {
+    return "(" + std::to_string(n) + "," + std::to_string(c) + "," + std::to_string(h) + "," + std::to_string(w) + ")";
+  }
+};
+
+// Element counts: single elements, counts that are not multiples of 4 (the tails of vectorised
+// loops), primes, a ResNet-18 activation at batch 128, and 64 Mi floats (256 MiB, far beyond the
+// H100's 50 MB L2) for bandwidth.
+const std::vector<int64_t> kElementCounts = {1, 3, 4, 997, 65537, 128 * 64 * 32 * 32, int64_t{64} << 20};
+
+std::string countLabel(int64_t n) { return "n=" + std::to_string(n); }
+
+// The parameters of CIFAR ResNet-18 (models/models.cpp) in order: 62 tensors, 11,173,962 floats.
+std::vector<int64_t> resnet18ParameterSizes() {
+  std::vector<int64_t> sizes = {64 * 3 * 3 * 3};
+  auto batchNorm = [&](int64_t channels) { sizes.insert(sizes.end(), {channels, channels}); };
+  batchNorm(64);
+  int64_t in = 64;
+  for (int64_t planes : {64, 128, 256, 512})
+    for (int block = 0; block < 2; ++block) {
+      sizes.push_back(planes * in * 9);
+      batchNorm(planes);
+      sizes.push_back(planes * planes * 9);
+      batchNorm(planes);
+      if (in != planes) {  // the 1×1 shortcut of a stage's first block
+        sizes.push_back(planes * in);
+        batchNorm(planes);
+      }
+      in = planes;
+    }
+  sizes.insert(sizes.end(), {10 * 512, 10});
+  return sizes;
+}
+
+// The lists the per-parameter ops take: odd sizes, a real model's, and one tensor beyond L2.
+struct TensorList {
+  std::string label;
+  std::vector<int64_t> sizes;
+  int64_t total() const { return std::accumulate(sizes.begin(), sizes.end(), int64_t{0}); }
+};
+
+std::vector<TensorList> tensorLists() {
+  return {{"sizes 1,3,997,4,65537", {1, 3, 997, 4, 65537}},
+          {"ResNet-18 parameters (62 tensors, 11.2M)", resnet18ParameterSizes()},
+          {"one tensor of 64Mi", {int64_t{64} << 20}}};
+}
+
+// ---- Results -------------------------------------------------------------------------------------
+
+// One row of the report: an op on one shape, checked and timed.
+struct Check {
+  std::string op, shape;
+  double tolerance = 0;
+  double error = 0;  // the largest over the outputs compared
+  bool pass = true;
+  std::vector<std::string> failures;  // what failed, one line each
+  double medianUs = kNaN, gbPerS = kNaN, fractionOfCopy = kNaN, gflopPerS = kNaN;
+
+  void record(double outputError, double outputTolerance, const std::string& failure) {
+    error = std::max(error, outputError);
+    if (!(outputError <= outputTolerance)) fail(failure);
+  }
+  void fail(const std::string& why) {
+    pass = false;
+    failures.push_back(why);
+  }
+};
+
+// An element of an output, with as many digits as tell its type's values apart.
+std::string describe(const std::string& output, size_t index, double got, double want, int digits) {
+  char text[128];
+  std::snprintf(text, sizeof text, "[%zu]: got %.*g, want %.*g", index, digits, got, digits, want);
+  return output + text;
+}
+
+// max_i |got_i − want_i| / max(max_i |want_i|, tiny), where an element that is NaN or ±Inf on one
+// side only, or NaN on both, fails the output outright (poison left in place reads as NaN).
+template <typename T>
+void compare(Check& check, const std::string& output, const std::vector<T>& got, const std::vector<T>& want, double tolerance) {
+  if (got.size() != want.size()) {
+    check.record(INFINITY, tolerance, output + ": " + std::to_string(got.size()) + " values, want " + std::to_string(want.size()));
+    return;
+  }
+  double scale = std::numeric_limits<float>::min();
+  for (const T w : want)
+    if (std::isfinite(w)) scale = std::max(scale, std::fabs(static_cast<double>(w)));
+  double worst = 0;
+  size_t worstAt = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], w = want[i];
+    if (g == w) continue;  // infinities of the same sign included
+    if (!std::isfinite(g) || !std::isfinite(w)) {
+      check.record(INFINITY, tolerance,
+                   describe(output, i, g, w, std::numeric_limits<T>::max_digits10) + " (NaN or Inf: not written, or not finite)");
+      return;
+    }
+    const double e = std::fabs(g - w) / scale;
+    if (e > worst) worst = e, worstAt = i;
+  }
+  check.record(worst, tolerance, worst > 0 ? describe(output, worstAt, got[worstAt], want[worstAt], std::numeric_limits<T>::max_digits10)
+                                  : output);
+}
+
+void compare(Check& check, const std::string& output, double got, double want, double tolerance) {
+  compare(check, output, std::vector<double>{got}, std::vector<double>{want}, tolerance);
+}
+
+// What one timed launch must do, for the rates derived from its time.
+struct Work {
+  double deviceBytes = 0;  // read and written in device memory: memory-bound ops
+  double hostBytes = 0;    // between host and device: transfers
+  double flops = 0;        // compute-bound ops
+  static Work memory(double bytes) { return {bytes, 0, 0}; }
+  static Work transfer(double bytes) { return {0, bytes, 0}; }
+  static Work compute(double flops) { return {0, 0, flops}; }
+  static Work none() { return {}; }
+};
+
+// ---- The harness -----------------------------------------------------------------------------------
+
+// One buffer on both backends. An activation (N, C, H, W) is stored NHWC on the CPU and NCHW on the
+// GPU; anything else (parameters, (N, C) and (N, K) tensors, list entries) has one layout everywhere.
+// A twin of size 0 stands for an absent argument: both pointers are null.
+template <typename T>
+struct Twin {
+  Array<T> cpu, gpu;
+  std::optional<Dims> activation;
+  T* on(const Backend& backend) { return backend.device().isCuda() ? gpu.data() : cpu.data(); }
+  int64_t size() const { return cpu.size(); }
+  size_t bytes() const { return cpu.bytes(); }
+};
+
+// One prepared op (convolution, batch norm, pooling) on both backends.
+template <typename Op>
+struct TwinOp {
+  std::unique_ptr<Op> cpu, gpu;
+  Op& on(const Backend& backend) { return backend.device().isCuda() ? *gpu : *cpu; }
+};
+
+class Events {  // CUDA events that destroy themselves
+ public:
+  explicit Events(size_t count) : events_(count, nullptr) {
+    for (cudaEvent_t& e : events_) cuda::check(cudaEventCreate(&e), "cudaEventCreate");
+  }
+  ~Events() {
+    for (cudaEvent_t e : events_)
+      if (e) cudaEventDestroy(e);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  cudaEvent_t operator[](size_t i) const { return events_[i]; }
+
+ private:
+  std::vector<cudaEvent_t> events_;
+};
+
+std::string formatted(const char* pattern, double value) {
+  if (!std::isfinite(value)) return std::isnan(value) ? "-" : "inf";
+  char text[48];
+  std::snprintf(text, sizeof text, pattern, value);
+  return text;
+}
+
+void printHeader() {
+  std::printf("%-7s %9s %9s %11s %9s %7s %9s  %-29s %s\n", "result", "error", "tolerance", "median us", "GB/s", "% copy", "GFLOP/s",
+              "op", "shape");
+}
+
+void printRow(const Check& c) {
+  std::printf("%-7s %9s %9s %11s %9s %7s %9s  %-29s %s\n", c.pass ? "ok" : "FAILED", formatted("%.2e", c.error).c_str(),
+              c.tolerance == 0 ? "exact" : formatted("%.0e", c.tolerance).c_str(), formatted("%.1f", c.medianUs).c_str(),
+              formatted("%.1f", c.gbPerS).c_str(), formatted("%.1f%%", 100 * c.fractionOfCopy).c_str(),
+              formatted("%.1f", c.gflopPerS).c_str(), c.op.c_str(), c.shape.c_str());
+  for (const std::string& f : c.failures) std::printf("        -> %s\n", f.c_str());
+  std::fflush(stdout);
+}
+
+class Lab {
+ public:
+  Lab(CpuBackend& cpuBackend, cuda::CudaBackend& gpuBackend, uint64_t seed, int iterations)
+      : cpu(cpuBackend), gpu(gpuBackend), random(seed), iterations_(iterations) {}
+
+  CpuBackend& cpu;
+  cuda::CudaBackend& gpu;
+  RandomInputs random;
+  double copyGBs = kNaN;  // the yardstick for memory-bound ops, set once measured
+  std::vector<Check> results;
+
+  // Runs one check: `body` prepares inputs, runs both backends, compares and times. An exception
+  // (an op that throws, a CUDA error) fails the check; the lab goes on with the next.
+  void run(const std::string& op, const std::string& shape, double tolerance, const std::function<void(Check&)>& body) {
+    Check check;
+    check.op = op;
+    check.shape = shape;
+    check.tolerance = tolerance;
+    if (!lostContext_.empty()) {
+      check.error = kNaN;
+      check.fail("not run: the CUDA context was lost earlier (" + lostContext_ + ")");
+    } else {
+      try {
+        body(check);
+      } catch (const std::exception& e) {
+        check.error = kNaN;
+        check.fail(std::string("threw: ") + e.what());
+        // A fault in a kernel (an illegal address, say) breaks the CUDA context for good, and every
+        // later call would fail with it: the checks after this one are reported as not run.
+        cudaGetLastError();  // clears an error that does not outlive its call
+        const cudaError_t status = cudaDeviceSynchronize();
+        if (status != cudaSuccess) lostContext_ = cudaGetErrorString(status);
+      }
+    }
+    printRow(check);
+    results.push_back(std::move(check));
+  }
+
+  template <typename T>
+  Twin<T> empty(int64_t size, std::optional<Dims> activation = std::nullopt) {
+    return Twin<T>{Array<T>(size, cpu), Array<T>(size, gpu), activation};
+  }
+  Twin<float> activation(const Dims& d) { return empty<float>(d.numel(), d); }
+
+  // Host data (NCHW when an activation) on both backends, each in its own layout.
+  template <typename T>
+  Twin<T> input(const std::vector<T>& host, std::optional<Dims> activation = std::nullopt) {
+    Twin<T> t = empty<T>(static_cast<int64_t>(host.size()), activation);
+    if (t.size() == 0) return t;
+    if constexpr (std::is_same_v<T, float>) {
+      if (activation)
+        nchwToNhwc(host.data(), t.cpu.data(), activation->n, activation->c, activation->h, activation->w);
+      else
+        std::memcpy(t.cpu.data(), host.data(), t.bytes());
+    } else {
+      std::memcpy(t.cpu.data(), host.data(), t.bytes());
+    }
+    gpu.upload(t.gpu.data(), host.data(), t.bytes());
+    return t;
+  }
+
+  // 0xFF bytes are a quiet NaN both as float and as double: whatever an op leaves unwritten fails
+  // the comparison. Written with memset, not with the backends' fill, which is itself under test.
+  template <typename T>
+  void poison(Twin<T>& t) {
+    if (t.size() == 0) return;
+    std::memset(t.cpu.data(), 0xFF, t.bytes());
+    cuda::check(cudaMemsetAsync(t.gpu.data(), 0xFF, t.bytes(), gpu.stream()), "poisoning an output");
+  }
+
+  // Poisons the outputs, then runs `op` on the CPU (the reference) and on the GPU.
+  template <typename... Outputs>
+  void both(const std::function<void(Backend&)>& op, Twin<Outputs>&... outputs) {
+    (poison(outputs), ...);
+    op(cpu);
+    op(gpu);
+  }
+
+  // A twin's contents on the host, NCHW when an activation.
+  template <typename T>
+  std::vector<T> fromGpu(const Twin<T>& t) {
+    std::vector<T> host(static_cast<size_t>(t.size()));
+    gpu.download(host.data(), t.gpu.data(), t.bytes());
+    gpu.synchronize();
+    return host;
+  }
+  template <typename T>
+  std::vector<T> fromCpu(const Twin<T>& t) {
+    std::vector<T> host(static_cast<size_t>(t.size()));
+    if (t.size() == 0) return host;
+    if constexpr (std::is_same_v<T, float>) {
+      if (t.activation) {
+        nhwcToNchw(t.cpu.data(), host.data(), t.activation->n, t.activation->c, t.activation->h, t.activation->w);
+        return host;
+      }
+    }
+    std::memcpy(host.data(), t.cpu.data(), t.bytes());
+    return host;
+  }
+
+  // The GPU's output against the CPU's.
+  template <typename T>
+  void expect(Check& check, const std::string& output, const Twin<T>& t, double tolerance) {
+    compare(check, output, fromGpu(t), fromCpu(t), tolerance);
+  }
+  template <typename T>
+  void expect(Check& check, const std::string& output, const Twin<T>& t) {
+    expect(check, output, t, check.tolerance);
+  }
+
+  // Times `op` on the GPU and derives its rates from the work it must do.
+  void measure(Check& check, const std::function<void(Backend&)>& op, const Work& work) {
+    check.medianUs = medianUs([&] { op(gpu); });
+    const double perUs = 1.0 / (check.medianUs * 1e3);  // units per µs → G units per second
+    if (work.deviceBytes > 0) {
+      check.gbPerS = work.deviceBytes * perUs;
+      check.fractionOfCopy = check.gbPerS / copyGBs;
+    } else if (work.hostBytes > 0) {
+      check.gbPerS = work.hostBytes * perUs;
+    }
+    if (work.flops > 0) check.gflopPerS = work.flops * perUs;
+  }
+
+  // The median time of `launch` in µs between CUDA events on the backend's stream, after warm-up
+  // (which also lets the libraries pick their algorithms). Host work inside `launch` that the
+  // stream waits for (staged uploads, argument tables, results read back) counts: it is the op's.
+  double medianUs(const std::function<void()>& launch) {
+    const int warmUp = std::max(2, iterations_ / 10);
+    for (int i = 0; i < warmUp; ++i) launch();
+    gpu.synchronize();
+    const size_t n = static_cast<size_t>(iterations_);
+    Events events(2 * n);
+    for (size_t i = 0; i < n; ++i) {
+      cuda::check(cudaEventRecord(events[2 * i], gpu.stream()), "cudaEventRecord");
+      launch();
+      cuda::check(cudaEventRecord(events[2 * i + 1], gpu.stream()), "cudaEventRecord");
+    }
+    gpu.synchronize();  // also reports a fault in the timed launches
+    std::vector<double> us(n);
+    for (size_t i = 0; i < n; ++i) {
+      float ms = 0;
+      cuda::check(cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]), "cudaEventElapsedTime");
+      us[i] = 1e3 * ms;
+    }
+    std::sort(us.begin(), us.end());
+    return n % 2 ? us[n / 2] : (us[n / 2 - 1] + us[n / 2]) / 2;
+  }
+
+ private:
+  int iterations_;
+  std::string lostContext_;  // why, once the CUDA context is unusable
+};
+
+// Twins of host tensors, and the spans of a list on one backend.
+std::vector<Twin<float>> inputs(Lab& lab, const std::vector<std::vector<float>>& hosts) {
+  std::vector<Twin<float>> twins;
+  for (const std::vector<float>& host : hosts) twins.push_back(lab.input(host));
+  return twins;
+}
+
+std::vector<std::vector<float>> normals(Lab& lab, const std::vector<int64_t>& sizes) {
+  std::vector<std::vector<float>> hosts;
+  for (int64_t size : sizes) hosts.push_back(lab.random.normal(size));
+  return hosts;
+}
+
+std::vector<ConstSpan> constSpans(std::vector<Twin<float>>& list, const Backend& b) {
+  std::vector<ConstSpan> spans;
+  for (Twin<float>& t : list) spans.push_back({t.on(b), t.size()});
+  return spans;
+}
+
+std::vector<Span> spans(std::vector<Twin<float>>& list, const Backend& b) {
+  std::vector<Span> out;
+  for (Twin<float>& t : list) out.push_back({t.on(b), t.size()});
+  return out;
+}
+
+std::string indexed(const char* name, size_t i) { return std::string(name) + "[" + std::to_string(i) + "]"; }
+
+// ---- Memory ------------------------------------------------------------------------------------
+
+void checkMemory(Lab& lab) {
+  // Around CudaBackend's 4 MiB threshold between staged and direct uploads, and far beyond it.
+  for (int64_t n : {int64_t{997}, int64_t{1} << 20, (int64_t{1} << 20) + 3, int64_t{64} << 20}) {
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    lab.run("upload/download", countLabel(n), kExact, [&](Check& check) {
+      const std::vector<float> host = lab.random.normal(n);
+      Twin<float> data = lab.empty<float>(n);
+      auto op = [&](Backend& b) { b.upload(data.on(b), host.data(), bytes); };
+      lab.both(op, data);
+      lab.expect(check, "data", data);  // downloads the GPU's copy
+      lab.measure(check, op, Work::transfer(static_cast<double>(bytes)));  // the upload alone
+    });
+    lab.run("uploadAhead", countLabel(n), kExact, [&](Check& check) {
+      const auto host = std::make_shared<const std::vector<float>>(lab.random.normal(n));
+      auto roundTrip = [&](Backend& b) {
+        std::shared_ptr<void> stored = b.uploadAhead(host->data(), bytes, host);
+        std::vector<float> back(static_cast<size_t>(n), std::numeric_limits<float>::quiet_NaN());
+        b.download(back.data(), stored.get(), bytes);
+        b.synchronize();
+        return back;
+      };
+      compare(check, "data", roundTrip(lab.gpu), roundTrip(lab.cpu), kExact);
+      lab.measure(check, [&](Backend& b) { b.uploadAhead(host->data(), bytes, host); }, Work::transfer(static_cast<double>(bytes)));
+    });
+  }
+  for (int64_t n : kElementCounts)
+    lab.run("copy", countLabel(n), kExact, [&](Check& check) {
+      Twin<float> src = lab.input(lab.random.normal(n)), dst = lab.empty<float>(n);
+      auto op = [&](Backend& b) { b.copy(dst.on(b), src.on(b), src.bytes()); };
+      lab.both(op, dst);
+      lab.expect(check, "dst", dst);
+      lab.measure(check, op, Work::memory(8.0 * n));  // read n + write n floats
+    });
+  // A CIFAR batch, and odd sizes; the CPU converts to NHWC on the way.
+  for (const Dims& d : {Dims{128, 3, 32, 32}, Dims{1, 3, 5, 7}, Dims{3, 1, 1, 1}})
+    lab.run("uploadImages", d.label(), kExact, [&](Check& check) {
+      const std::vector<float> host = lab.random.normal(d.numel());
+      Twin<float> images = lab.activation(d);
+      auto op = [&](Backend& b) { b.uploadImages(host.data(), images.on(b), d.n, d.c, d.h, d.w); };
+      lab.both(op, images);
+      lab.expect(check, "images", images);
+      lab.measure(check, op, Work::transfer(4.0 * d.numel()));
+    });
+}
+
+// ---- Element-wise ops ----------------------------------------------------------------------------
+
+void checkFill(Lab& lab) {
+  for (int64_t n : kElementCounts)
+    lab.run("fill", countLabel(n), kExact, [&](Check& check) {
+      const float value = lab.random.scalar();
+      Twin<float> data = lab.empty<float>(n);
+      auto op = [&](Backend& b) { b.fill(data.on(b), n, value); };
+      lab.both(op, data);
+      lab.expect(check, "data", data);
+      lab.measure(check, op, Work::memory(4.0 * n));  // write n floats
+    });
+}
+
+void checkRelu(Lab& lab) {
+  for (int64_t n : kElementCounts) {
+    lab.run("relu.forward", countLabel(n), kExact, [&](Check& check) {
+      Twin<float> x = lab.input(lab.random.normal(n)), y = lab.empty<float>(n);
+      auto op = [&](Backend& b) { b.reluForward(x.on(b), y.on(b), n); };
+      lab.both(op, y);
+      lab.expect(check, "y", y);
+      lab.measure(check, op, Work::memory(8.0 * n));  // read x, write y
+    });
+    // The models' ReLUs run in place (y = x).
+    lab.run("relu.forward", countLabel(n) + ", in place", kExact, [&](Check& check) {
+      Twin<float> x = lab.input(lab.random.normal(n));
+      auto op = [&](Backend& b) { b.reluForward(x.on(b), x.on(b), n); };
+      lab.both(op);
+      lab.expect(check, "x", x);
+      lab.measure(check, op, Work::memory(8.0 * n));  // read x, write x
+    });
+    lab.run("relu.backward", countLabel(n), kExact, [&](Check& check) {
+      Twin<float> y = lab.input(lab.random.normal(n)), dy = lab.input(lab.random.normal(n)), dx = lab.empty<float>(n);
+      auto op = [&](Backend& b) { b.reluBackward(y.on(b), dy.on(b), dx.on(b), n); };
+      lab.both(op, dx);
+      lab.expect(check, "dx", dx);
+      lab.measure(check, op, Work::memory(12.0 * n));  // read y and dy, write dx
+    });
+  }
+}
+
+void checkAdd(Lab& lab) {
+  for (int64_t n : kElementCounts) {
+    lab.run("addInPlace", countLabel(n), kExact, [&](Check& check) {
+      Twin<float> a = lab.input(lab.random.normal(n)), b = lab.input(lab.random.normal(n));
+      auto op = [&](Backend& backend) { backend.addInPlace(a.on(backend), b.on(backend), n); };
+      lab.both(op);
+      lab.expect(check, "a", a);
+      lab.measure(check, op, Work::memory(12.0 * n));  // read a and b, write a
+    });
+    lab.run("add", countLabel(n), kExact, [&](Check& check) {
+      Twin<float> a = lab.input(lab.random.normal(n)), b = lab.input(lab.random.normal(n)), out = lab.empty<float>(n);
+      auto op = [&](Backend& backend) { backend.add(a.on(backend), b.on(backend), out.on(backend), n); };
+      lab.both(op, out);
+      lab.expect(check, "out", out);
+      lab.measure(check, op, Work::memory(12.0 * n));  // read a and b, write out
+    });
+  }
+}
+
+void checkScale(Lab& lab) {
+  for (int64_t n : kElementCounts)
+    lab.run("scale", countLabel(n), kExact, [&](Check& check) {
+      const float s = lab.random.scalar();
+      Twin<float> x = lab.input(lab.random.normal(n)), y = lab.empty<float>(n);
+      auto op = [&](Backend& b) { b.scale(x.on(b), y.on(b), n, s); };
+      lab.both(op, y);
+      lab.expect(check, "y", y);
+      lab.measure(check, op, Work::memory(8.0 * n));  // read x, write y
+    });
+}
+
+void checkDropout(Lab& lab) {
+  // VGG's dropout is p = 0.5 (scale 2, exact in any order); 0.3 gives a scale with a full mantissa.
+  const double drop = 0.3;
+  const float scale = static_cast<float>(1.0 / (1.0 - drop));
+  std::vector<int64_t> counts = kElementCounts;
+  counts.push_back(128 * 512);  // VGG's classifier input at batch 128
+  for (int64_t n : counts) {
+    lab.run("dropout.forward", countLabel(n), kExact, [&](Check& check) {
+      Twin<float> x = lab.input(lab.random.normal(n)), y = lab.empty<float>(n);
+      Twin<uint8_t> keep = lab.input(lab.random.bernoulli(n, 1.0 - drop));
+      auto op = [&](Backend& b) { b.dropoutForward(x.on(b), keep.on(b), y.on(b), n, scale); };
+      lab.both(op, y);
+      lab.expect(check, "y", y);
+      lab.measure(check, op, Work::memory(9.0 * n));  // read x and the byte mask, write y
+    });
+    lab.run("dropout.backward", countLabel(n), kExact, [&](Check& check) {
+      Twin<float> dy = lab.input(lab.random.normal(n)), dx = lab.empty<float>(n);
+      Twin<uint8_t> keep = lab.input(lab.random.bernoulli(n, 1.0 - drop));
+      auto op = [&](Backend& b) { b.dropoutBackward(dy.on(b), keep.on(b), dx.on(b), n, scale); };
+      lab.both(op, dx);
+      lab.expect(check, "dx", dx);
+      lab.measure(check, op, Work::memory(9.0 * n));  // read dy and the byte mask, write dx
+    });
+  }
+}
+
+// ---- Activation shape ops ------------------------------------------------------------------------
+
+void checkGlobalAvgPool(Lab& lab) {
+  // Odd shapes, ResNet-18's pool at batch 128, and 256 MiB of input for bandwidth.
+  for (const Dims& d : {Dims{1, 1, 1, 1}, Dims{3, 5, 7, 9}, Dims{1, 3, 13, 1}, Dims{128, 512, 4, 4}, Dims{256, 64, 64, 64}}) {
+    const int64_t rows = d.n * d.c;
+    lab.run("globalAvgPool.forward", d.label(), kPoolingSum, [&](Check& check) {
+      Twin<float> x = lab.input(lab.random.normal(d.numel()), d), y = lab.empty<float>(rows);
+      auto op = [&](Backend& b) { b.globalAvgPoolForward(x.on(b), y.on(b), d.n, d.c, d.h, d.w); };
+      lab.both(op, y);
+      lab.expect(check, "y", y);
+      lab.measure(check, op, Work::memory(4.0 * (d.numel() + rows)));  // read x, write y
+    });
+    lab.run("globalAvgPool.backward", d.label(), kOneRounding, [&](Check& check) {
+      Twin<float> dy = lab.input(lab.random.normal(rows)), dx = lab.activation(d);
+      auto op = [&](Backend& b) { b.globalAvgPoolBackward(dy.on(b), dx.on(b), d.n, d.c, d.h, d.w); };
+      lab.both(op, dx);
+      lab.expect(check, "dx", dx);
+      lab.measure(check, op, Work::memory(4.0 * (rows + d.numel())));  // read dy, write dx
+    });
+  }
+}
+
+void checkFlatten(Lab& lab) {
+  // Odd shapes, VGG's flatten at batch 128, and 256 MiB for bandwidth.
+  for (const Dims& d : {Dims{1, 1, 1, 1}, Dims{3, 5, 7, 9}, Dims{128, 512, 1, 1}, Dims{128, 64, 8, 8}, Dims{256, 64, 64, 64}}) {
+    lab.run("flatten.forward", d.label(), kExact, [&](Check& check) {
+      Twin<float> x = lab.input(lab.random.normal(d.numel()), d), y = lab.empty<float>(d.numel());
+      auto op = [&](Backend& b) { b.flattenForward(x.on(b), y.on(b), d.n, d.c, d.h, d.w); };
+      lab.both(op, y);
+      lab.expect(check, "y", y);
+      lab.measure(check, op, Work::memory(8.0 * d.numel()));  // read x, write y
+    });
+    lab.run("flatten.backward", d.label(), kExact, [&](Check& check) {
+      Twin<float> dy = lab.input(lab.random.normal(d.numel())), dx = lab.activation(d);
+      auto op = [&](Backend& b) { b.flattenBackward(dy.on(b), dx.on(b), d.n, d.c, d.h, d.w); };
+      lab.both(op, dx);
+      lab.expect(check, "dx", dx);
+      lab.measure(check, op, Work::memory(8.0 * d.numel()));  // read dy, write dx
+    });
+  }
+}
+
+// ---- Linear and loss -----------------------------------------------------------------------------
+
+void checkLinear(Lab& lab) {
+  struct LinearCase {
+    int64_t rows, in, out;
+  };
+  // Odd sizes, then batch 128: ResNet-18's 512→10, VGG's 512→512, and CIFAR-100 VGG's 512→4096,
+  // 4096→4096 and 4096→100.
+  const LinearCase cases[] = {{1, 1, 1}, {3, 7, 5}, {61, 997, 13}, {128, 512, 10}, {128, 512, 512}, {128, 512, 4096}, {128, 4096, 4096},
+                              {128, 4096, 100}};
+  for (const LinearCase& s : cases) {
+    const std::string label = "(" + std::to_string(s.rows) + "," + std::to_string(s.in) + ") -> " + std::to_string(s.out);
+    const double flops = 2.0 * s.rows * s.in * s.out;
+    const float weightScale = 1.0f / std::sqrt(static_cast<float>(s.in));
+    lab.run("linear.forward", label, kMatmul, [&](Check& check) {
+      Twin<float> x = lab.input(lab.random.normal(s.rows * s.in)), weight = lab.input(lab.random.normal(s.out * s.in, 0, weightScale)),
+                  bias = lab.input(lab.random.normal(s.out)), y = lab.empty<float>(s.rows * s.out);
+      auto op = [&](Backend& b) { b.linearForward(x.on(b), weight.on(b), bias.on(b), y.on(b), s.rows, s.in, s.out); };
+      lab.both(op, y);
+      lab.expect(check, "y", y);
+      lab.measure(check, op, Work::compute(flops));
+    });
+    lab.run("linear.backward", label, kMatmul, [&](Check& check) {
+      Twin<float> x = lab.input(lab.random.normal(s.rows * s.in)), weight = lab.input(lab.random.normal(s.out * s.in, 0, weightScale)),
+                  dy = lab.input(lab.random.normal(s.rows * s.out));
+      Twin<float> dx = lab.empty<float>(s.rows * s.in), dWeight = lab.empty<float>(s.out * s.in), dBias = lab.empty<float>(s.out);
+      auto op = [&](Backend& b) {
+        b.linearBackward(x.on(b), weight.on(b), dy.on(b), dx.on(b), dWeight.on(b), dBias.on(b), s.rows, s.in, s.out);
+      };
+      lab.both(op, dx, dWeight, dBias);
+      lab.expect(check, "dx", dx);
+      lab.expect(check, "dWeight", dWeight);
+      lab.expect(check, "dBias", dBias);
+      lab.measure(check, op, Work::compute(2 * flops + s.rows * s.out));  // dW and dx, and db
+    });
+  }
+}
+
+void checkSoftmaxCrossEntropy(Lab& lab) {
+  struct LossCase {
+    int64_t rows, classes;
+  };
+  // Odd sizes, CIFAR-10 and CIFAR-100 at batch 128, and a word-level vocabulary (WikiText-2's 33,278
+  // words over 35×20 tokens, 93 MB of logits) for a row longer than a block, beyond L2.
+  const LossCase cases[] = {{1, 2}, {3, 7}, {61, 997}, {128, 10}, {128, 100}, {700, 33278}};
+  for (const LossCase& s : cases) {
+    const int64_t n = s.rows * s.classes;
+    lab.run("softmaxCrossEntropy", "(" + std::to_string(s.rows) + "," + std::to_string(s.classes) + ")", kFewRoundings, [&](Check& check) {
+      Twin<float> logits = lab.input(lab.random.normal(n, 0, 2)), grad = lab.empty<float>(n);
+      Twin<int32_t> labels = lab.input(lab.random.labels(s.rows, static_cast<int32_t>(s.classes)));
+      Twin<double> stats = lab.empty<double>(2);
+      auto op = [&](Backend& b) { b.softmaxCrossEntropy(logits.on(b), labels.on(b), s.rows, s.classes, grad.on(b), stats.on(b)); };
+      lab.both(op, grad, stats);
+      lab.expect(check, "gradLogits", grad);
+      const std::vector<double> got = lab.fromGpu(stats), want = lab.fromCpu(stats);
+      compare(check, "stats[0] (mean loss)", got[0], want[0], check.tolerance);
+      // Arg-maxima of the same floats: no rounding, so exact (ties, the first wins, are vanishingly rare).
+      compare(check, "stats[1] (rows predicted right)", got[1], want[1], kExact);
+      lab.measure(check, op, Work::memory(8.0 * n + 4.0 * s.rows));  // read logits and labels, write the gradient
+    });
+  }
+}
+
+// ---- Per-parameter lists ---------------------------------------------------------------------------
+
+void checkSgdUpdate(Lab& lab) {
+  struct Variant {
+    const char* label;
+    float momentum;
+    bool nesterov, first;
+    double bytesPerElement;
+  };
+  // First steps: read p and g, write p and the momentum buffer (which the step must not read).
+  // Later steps also read the buffer. Without momentum: read p and g, write p; the buffer stays.
+  const Variant variants[] = {{"Nesterov, first step", 0.9f, true, true, 16},
+                              {"Nesterov, later step", 0.9f, true, false, 20},
+                              {"heavy ball, first step", 0.9f, false, true, 16},
+                              {"heavy ball, later step", 0.9f, false, false, 20},
+                              {"no momentum", 0.0f, false, false, 12}};
+  for (const TensorList& list : tensorLists())
+    for (const Variant& v : variants)
+      lab.run("sgdUpdate", list.label + ", " + v.label, kFewRoundings, [&](Check& check) {
+        const SgdHyper hyper{0.1f, v.momentum, 5e-4f, v.nesterov};
+        const bool bufferWritten = v.momentum != 0.0f, bufferRead = bufferWritten && !v.first;
+        std::vector<Twin<float>> values = inputs(lab, normals(lab, list.sizes)), grads = inputs(lab, normals(lab, list.sizes)),
+                                 buffers = inputs(lab, normals(lab, list.sizes));
+        auto op = [&](Backend& b) {
+          std::vector<SgdSlot> slots;
+          for (size_t k = 0; k < values.size(); ++k) slots.push_back({values[k].on(b), grads[k].on(b), buffers[k].on(b), values[k].size()});
+          b.sgdUpdate(slots, hyper, v.first);
+        };
+        // At the first step the buffer is an output only (buf = d), so whatever it held must not matter.
+        if (bufferWritten && !bufferRead)
+          for (Twin<float>& buffer : buffers) lab.poison(buffer);
+        lab.both(op);
+        for (size_t k = 0; k < values.size(); ++k) {
+          lab.expect(check, indexed("value", k), values[k]);
+          lab.expect(check, indexed("momentum", k), buffers[k], bufferWritten ? check.tolerance : kExact);
+        }
+        lab.measure(check, op, Work::memory(v.bytesPerElement * static_cast<double>(list.total())));
+      });
+}
+
+void checkFindNonFinite(Lab& lab) {
+  struct Planted {
+    size_t tensor;
+    int64_t element;
+    float value;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (const TensorList& list : tensorLists()) {
+    const size_t count = list.sizes.size();
+    auto anywhereIn = [&](size_t tensor, float value) { return Planted{tensor, lab.random.index(list.sizes[tensor]), value}; };
+    struct Case {
+      std::string label;
+      std::vector<Planted> planted;
+    };
+    std::vector<Case> cases = {{"clean", {}}, {"Inf at the very last element", {{count - 1, list.sizes.back() - 1, inf}}}};
+    if (count >= 2) {
+      // One bad value in each half of the list: the op must report the earlier tensor.
+      const size_t early = static_cast<size_t>(lab.random.index(static_cast<int64_t>(count / 2)));
+      const size_t late = count / 2 + static_cast<size_t>(lab.random.index(static_cast<int64_t>(count - count / 2)));
+      cases.push_back({"NaN in tensor " + std::to_string(late) + ", Inf in tensor " + std::to_string(early),
+                       {anywhereIn(late, nan), anywhereIn(early, inf)}});
+      cases.push_back({"NaN in tensor " + std::to_string(early) + ", -Inf in tensor " + std::to_string(late),
+                       {anywhereIn(early, nan), anywhereIn(late, -inf)}});
+    }
+    for (const Case& c : cases)
+      lab.run("findNonFinite", list.label + ", " + c.label, kExact, [&](Check& check) {
+        std::vector<std::vector<float>> hosts = normals(lab, list.sizes);
+        double expected = 0;
+        for (const Planted& p : c.planted) {
+          hosts[p.tensor][static_cast<size_t>(p.element)] = p.value;
+          expected = expected == 0 ? p.tensor + 1.0 : std::min(expected, p.tensor + 1.0);
+        }
+        std::vector<Twin<float>> tensors = inputs(lab, hosts);
+        Twin<double> firstBad = lab.empty<double>(1);
+        auto op = [&](Backend& b) { b.findNonFinite(constSpans(tensors, b), firstBad.on(b)); };
+        lab.both(op, firstBad);
+        lab.expect(check, "firstBad", firstBad);
+        compare(check, "firstBad (CPU reference against the planted values)", lab.fromCpu(firstBad)[0], expected, kExact);
+        // A clean list must be read whole; with a bad value the op may stop early.
+        lab.measure(check, op, c.planted.empty() ? Work::memory(4.0 * list.total()) : Work::none());
+      });
+  }
+}
+
+void checkAccumulate(Lab& lab) {
+  for (const TensorList& list : tensorLists())
+    lab.run("accumulate", list.label, kExact, [&](Check& check) {
+      std::vector<Twin<float>> sums = inputs(lab, normals(lab, list.sizes)), values = inputs(lab, normals(lab, list.sizes));
+      auto op = [&](Backend& b) { b.accumulate(spans(sums, b), constSpans(values, b)); };
+      lab.both(op);
+      for (size_t k = 0; k < sums.size(); ++k) lab.expect(check, indexed("sums", k), sums[k]);
+      lab.measure(check, op, Work::memory(12.0 * list.total()));  // read sums and values, write sums
+    });
+}
+
+void checkSumsOfSquares(Lab& lab) {
+  for (const TensorList& list : tensorLists())
+    lab.run("sumsOfSquares", list.label, kDoubleSum, [&](Check& check) {
+      std::vector<Twin<float>> tensors = inputs(lab, normals(lab, list.sizes));
+      const std::vector<double> want = lab.cpu.sumsOfSquares(constSpans(tensors, lab.cpu)),
+                                got = lab.gpu.sumsOfSquares(constSpans(tensors, lab.gpu));
+      if (got.size() != want.size())
+        throw std::runtime_error(std::to_string(got.size()) + " sums for " + std::to_string(want.size()) + " tensors");
+      // Each tensor's sum on its own scale: a small tensor's is not measured against a large one's.
+      for (size_t k = 0; k < want.size(); ++k) compare(check, indexed("sums", k), got[k], want[k], check.tolerance);
+      // Includes reading the sums back: the op returns them on the host.
+      lab.measure(check, [&](Backend& b) { b.sumsOfSquares(constSpans(tensors, b)); }, Work::memory(4.0 * list.total()));
+    });
+}
+
+// ---- Convolution -----------------------------------------------------------------------------------
+
+Conv2dSpec convolution(Dims in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, bool bias) {
+  return Conv2dSpec{in.n, in.c, in.h, in.w, out, kernel, stride, padding, bias};
+}
+
+void checkConv2d(Lab& lab) {
+  struct ConvCase {
+    Conv2dSpec spec;
+    bool inputGradient;  // false for a network's first layer, whose dx is null
+  };
+  const ConvCase cases[] = {
+      // CIFAR ResNet-18 at batch 128 (no bias): the stem, 3×3 convolutions of each stage, the
+      // stride-2 convolutions and 1×1 shortcuts that open stages.
+      {convolution({128, 3, 32, 32}, 64, 3, 1, 1, false), false},
+      {convolution({128, 64, 32, 32}, 64, 3, 1, 1, false), true},
+      {convolution({128, 64, 32, 32}, 128, 3, 2, 1, false), true},
+      {convolution({128, 64, 32, 32}, 128, 1, 2, 0, false), true},
+      {convolution({128, 128, 16, 16}, 128, 3, 1, 1, false), true},
+      {convolution({128, 128, 16, 16}, 256, 3, 2, 1, false), true},
+      {convolution({128, 256, 8, 8}, 512, 3, 2, 1, false), true},
+      {convolution({128, 256, 8, 8}, 512, 1, 2, 0, false), true},
+      {convolution({128, 512, 4, 4}, 512, 3, 1, 1, false), true},
+      // VGG-19 (with bias): its first layer, a widening one, the last.
+      {convolution({128, 3, 32, 32}, 64, 3, 1, 1, true), false},
+      {convolution({128, 64, 16, 16}, 128, 3, 1, 1, true), true},
+      {convolution({128, 512, 2, 2}, 512, 3, 1, 1, true), true},
+      // Odd sizes: prime channels and extents, windows that do not tile the input.
+      {convolution({1, 3, 7, 7}, 5, 3, 1, 1, true), true},
+      {convolution({3, 5, 9, 11}, 7, 3, 2, 0, false), true},
+      {convolution({3, 13, 17, 19}, 6, 1, 2, 0, true), true},
+      {convolution({1, 1, 1, 1}, 1, 1, 1, 0, false), true},
+      {convolution({2, 4, 5, 5}, 3, 3, 1, 0, true), false},
+      {convolution({3, 2, 6, 6}, 3, 3, 2, 1, false), true},
+  };
+  for (const ConvCase& c : cases) {
+    const Conv2dSpec& spec = c.spec;
+    const Dims in{spec.batch, spec.inChannels, spec.height, spec.width},
+        out{spec.batch, spec.outChannels, spec.outHeight(), spec.outWidth()};
+    const std::string label = in.label() + " " + std::to_string(spec.inChannels) + "->" + std::to_string(spec.outChannels) + " k" +
+                              std::to_string(spec.kernel) + " s" + std::to_string(spec.stride) + " p" + std::to_string(spec.padding) +
+                              (spec.bias ? " +bias" : "");
+    const double flops = 2.0 * out.numel() * spec.inChannels * spec.kernel * spec.kernel;  // per pass
+    const int64_t weights = numelOf(spec.weightShape());
+    // He initialisation keeps the outputs of order one whatever the fan-in.
+    const float weightScale = std::sqrt(2.0f / static_cast<float>(spec.inChannels * spec.kernel * spec.kernel));
+    lab.run("conv2d.forward", label, kMatmul, [&](Check& check) {
+      TwinOp<Conv2dOp> conv{lab.cpu.conv2d(spec), lab.gpu.conv2d(spec)};
+      Twin<float> x = lab.input(lab.random.normal(in.numel()), in), weight = lab.input(lab.random.normal(weights, 0, weightScale)),
+                  bias = spec.bias ? lab.input(lab.random.normal(spec.outChannels)) : Twin<float>{}, y = lab.activation(out);
+      auto op = [&](Backend& b) { conv.on(b).forward(x.on(b), weight.on(b), bias.on(b), y.on(b)); };
+      lab.both(op, y);
+      lab.expect(check, "y", y);
+      lab.measure(check, op, Work::compute(flops));
+    });
+    lab.run("conv2d.backward", label + (c.inputGradient ? "" : ", dx null"), kMatmul, [&](Check& check) {
+      TwinOp<Conv2dOp> conv{lab.cpu.conv2d(spec), lab.gpu.conv2d(spec)};
+      Twin<float> x = lab.input(lab.random.normal(in.numel()), in), weight = lab.input(lab.random.normal(weights, 0, weightScale)),
+                  dy = lab.input(lab.random.normal(out.numel()), out);
+      Twin<float> dx = c.inputGradient ? lab.activation(in) : Twin<float>{}, dWeight = lab.empty<float>(weights),
+                  dBias = spec.bias ? lab.empty<float>(spec.outChannels) : Twin<float>{};
+      auto op = [&](Backend& b) { conv.on(b).backward(x.on(b), weight.on(b), dy.on(b), dx.on(b), dWeight.on(b), dBias.on(b)); };
+      lab.both(op, dx, dWeight, dBias);
+      if (c.inputGradient) lab.expect(check, "dx", dx);
+      lab.expect(check, "dWeight", dWeight);
+      if (spec.bias) lab.expect(check, "dBias", dBias);
+      lab.measure(check, op, Work::compute(c.inputGradient ? 2 * flops : flops));  // dW, and dx when asked
+    });
+  }
+}
+
+// ---- Batch norm --------------------------------------------------------------------------------------
+
+// Activations with a mean and spread of their own per channel, as after a convolution, so the batch
+// statistics are of order one rather than noise around zero.
+std::vector<float> channelActivations(RandomInputs& random, const Dims& d) {
+  std::vector<float> x = random.normal(d.numel());
+  const std::vector<float> mean = random.normal(d.c), spread = random.positive(d.c);
+  const int64_t plane = d.h * d.w;
+  for (int64_t i = 0; i < d.numel(); ++i) {
+    const size_t c = static_cast<size_t>(i / plane % d.c);
+    x[static_cast<size_t>(i)] = mean[c] + spread[c] * x[static_cast<size_t>(i)];
+  }
+  return x;
+}
+
+struct ChannelStatistics {
+  std::vector<float> mean, var;  // var biased, as batch norm normalises with
+};
+
+// The batch statistics of an NCHW tensor, in double (two passes).
+ChannelStatistics statisticsOf(const std::vector<float>& x, const Dims& d) {
+  const int64_t plane = d.h * d.w;
+  const double count = static_cast<double>(d.n * plane);
+  std::vector<double> sum(static_cast<size_t>(d.c)), squares(static_cast<size_t>(d.c));
+  for (int64_t i = 0; i < d.numel(); ++i) sum[static_cast<size_t>(i / plane % d.c)] += x[static_cast<size_t>(i)];
+  for (int64_t i = 0; i < d.numel(); ++i) {
+    const size_t c = static_cast<size_t>(i / plane % d.c);
+    const double centred = x[static_cast<size_t>(i)] - sum[c] / count;
+    squares[c] += centred * centred;
+  }
+  ChannelStatistics stats;
+  for (size_t c = 0; c < sum.size(); ++c) {
+    stats.mean.push_back(static_cast<float>(sum[c] / count));
+    stats.var.push_back(static_cast<float>(squares[c] / count));
+  }
+  return stats;
+}
+
+// Gradients that depend on x̂ (half a per-channel multiple of it, plus half a per-channel offset,
+// plus noise), so that mean(dy) and mean(dy·x̂), the terms through the batch statistics, are of
+// order one: a backward that dropped or botched them fails by far more than the tolerance, as it
+// would not against pure noise, where they are ~1/√(N·H·W).
+std::vector<float> correlatedGradient(RandomInputs& random, const std::vector<float>& x, const Dims& d, const ChannelStatistics& stats,
+                                      float eps) {
+  std::vector<float> dy = random.normal(d.numel());
+  const std::vector<float> slope = random.normal(d.c, 0, 0.5f), offset = random.normal(d.c, 0, 0.5f);
+  const int64_t plane = d.h * d.w;
+  for (int64_t i = 0; i < d.numel(); ++i) {
+    const size_t c = static_cast<size_t>(i / plane % d.c), at = static_cast<size_t>(i);
+    const float normalised = (x[at] - stats.mean[c]) / std::sqrt(stats.var[c] + eps);
+    dy[at] += slope[c] * normalised + offset[c];
+  }
+  return dy;
+}
+
+void checkBatchNorm2d(Lab& lab) {
+  // Odd shapes (a single value per channel and image, a batch of one), every batch norm of
+  // ResNet-18 and VGG-19 at batch 128, and 256 MiB for bandwidth.
+  const Dims shapes[] = {{1, 3, 5, 5},     {3, 7, 1, 1},    {3, 5, 7, 9},    {128, 64, 32, 32}, {128, 128, 16, 16},
+                         {128, 256, 8, 8}, {128, 512, 4, 4}, {128, 512, 2, 2}, {256, 64, 64, 64}};
+  for (const Dims& d : shapes) {
+    const BatchNormSpec spec{d.n, d.c, d.h, d.w};
+    const double bytes = 4.0 * d.numel();  // of one x-sized tensor
+    auto makeOp = [&] { return TwinOp<BatchNorm2dOp>{lab.cpu.batchNorm2d(spec), lab.gpu.batchNorm2d(spec)}; };
+    auto gammaOf = [&] { return lab.input(lab.random.normal(d.c, 1, 0.2f)); };
+    auto betaOf = [&] { return lab.input(lab.random.normal(d.c, 0, 0.5f)); };
+
+    lab.run("batchNorm2d.forwardTraining", d.label(), kBatchNorm, [&](Check& check) {
+      TwinOp<BatchNorm2dOp> bn = makeOp();
+      Twin<float> x = lab.input(channelActivations(lab.random, d), d), gamma = gammaOf(), beta = betaOf();
+      Twin<float> runningMean = lab.input(lab.random.normal(d.c)), runningVar = lab.input(lab.random.positive(d.c));
+      Twin<float> y = lab.activation(d), batchMean = lab.empty<float>(d.c), batchVar = lab.empty<float>(d.c);
+      auto op = [&](Backend& b) {
+        bn.on(b).forwardTraining(x.on(b), gamma.on(b), beta.on(b), y.on(b), batchMean.on(b), batchVar.on(b), runningMean.on(b),
+                                 runningVar.on(b));
+      };
+      lab.both(op, y, batchMean, batchVar);
+      lab.expect(check, "y", y);
+      lab.expect(check, "batchMean", batchMean);
+      lab.expect(check, "batchVar", batchVar);
+      lab.expect(check, "runningMean", runningMean);
+      lab.expect(check, "runningVar", runningVar);
+      lab.measure(check, op, Work::memory(3 * bytes));  // read x for the statistics and again to normalise, write y
+    });
+    lab.run("batchNorm2d.forwardInference", d.label(), kFewRoundings, [&](Check& check) {
+      TwinOp<BatchNorm2dOp> bn = makeOp();
+      Twin<float> x = lab.input(channelActivations(lab.random, d), d), gamma = gammaOf(), beta = betaOf();
+      Twin<float> mean = lab.input(lab.random.normal(d.c)), var = lab.input(lab.random.positive(d.c)), y = lab.activation(d);
+      auto op = [&](Backend& b) { bn.on(b).forwardInference(x.on(b), gamma.on(b), beta.on(b), mean.on(b), var.on(b), y.on(b)); };
+      lab.both(op, y);
+      lab.expect(check, "y", y);
+      lab.measure(check, op, Work::memory(2 * bytes));  // read x, write y
+    });
+    for (bool batchStatistics : {true, false})
+      lab.run("batchNorm2d.backward", d.label() + (batchStatistics ? ", batch statistics" : ", fixed statistics"), kBatchNorm,
+              [&](Check& check) {
+                TwinOp<BatchNorm2dOp> bn = makeOp();
+                const std::vector<float> xHost = channelActivations(lab.random, d);
+                // The forward's statistics of this x, or running ones that are constants here.
+                const ChannelStatistics stats =
+                    batchStatistics ? statisticsOf(xHost, d) : ChannelStatistics{lab.random.normal(d.c), lab.random.positive(d.c)};
+                Twin<float> x = lab.input(xHost, d), gamma = gammaOf(), beta = betaOf(), mean = lab.input(stats.mean),
+                            var = lab.input(stats.var), dy = lab.input(correlatedGradient(lab.random, xHost, d, stats, spec.eps), d);
+                Twin<float> dx = lab.activation(d), dGamma = lab.empty<float>(d.c), dBeta = lab.empty<float>(d.c);
+                auto op = [&](Backend& b) {
+                  bn.on(b).backward(x.on(b), dy.on(b), gamma.on(b), beta.on(b), mean.on(b), var.on(b), batchStatistics, dx.on(b),
+                                    dGamma.on(b), dBeta.on(b));
+                };
+                lab.both(op, dx, dGamma, dBeta);
+                lab.expect(check, "dx", dx);
+                lab.expect(check, "dGamma", dGamma);
+                lab.expect(check, "dBeta", dBeta);
+                // With batch statistics: read x and dy for Σdy and Σdy·x̂, then again to write dx (5
+                // passes). With fixed ones, the sums and dx fit one pass (3).
+                lab.measure(check, op, Work::memory((batchStatistics ? 5 : 3) * bytes));
+              });
+  }
+}
+
+// ---- Max pooling -------------------------------------------------------------------------------------
+
+void checkMaxPool2d(Lab& lab) {
+  struct PoolCase {
+    Dims in;
+    int64_t kernel, stride, padding;
+    bool ties = false;  // inputs rounded to whole numbers, so that windows hold equal maxima
+  };
+  const PoolCase cases[] = {
+      // VGG-19's five 2×2 pools at batch 128.
+      {{128, 64, 32, 32}, 2, 2, 0},
+      {{128, 128, 16, 16}, 2, 2, 0},
+      {{128, 256, 8, 8}, 2, 2, 0},
+      {{128, 512, 4, 4}, 2, 2, 0},
+      {{128, 512, 2, 2}, 2, 2, 0},
+      // Overlapping 3×3 windows with stride 2 and padding 1 (ImageNet ResNet's stem pool).
+      {{128, 64, 32, 32}, 3, 2, 1},
+      // Odd sizes, where windows leave the last row and column out or hang over the padding.
+      {{3, 5, 7, 9}, 2, 2, 0},
+      {{1, 1, 3, 3}, 2, 2, 0},
+      {{3, 5, 7, 9}, 3, 2, 1},
+      {{1, 3, 5, 5}, 3, 2, 1},
+      // Equal maxima, where the first in the window, row by row, must win (as on the CPU).
+      {{3, 5, 7, 9}, 2, 2, 0, true},
+      {{3, 5, 7, 9}, 3, 2, 1, true},
+      {{128, 64, 32, 32}, 3, 2, 1, true},
+      // 256 MiB of input for bandwidth.
+      {{256, 64, 64, 64}, 2, 2, 0},
+      {{256, 64, 64, 64}, 3, 2, 1},
+  };
+  for (const PoolCase& c : cases) {
+    const Pool2dSpec spec{c.in.n, c.in.c, c.in.h, c.in.w, c.kernel, c.stride, c.padding};
+    const Dims out{c.in.n, c.in.c, spec.outHeight(), spec.outWidth()};
+    const std::string label = c.in.label() + " k" + std::to_string(c.kernel) + " s" + std::to_string(c.stride) + " p" +
+                              std::to_string(c.padding) + (c.ties ? ", ties" : "");
+    auto inputOf = [&] {
+      std::vector<float> x = lab.random.normal(c.in.numel());
+      if (c.ties)
+        for (float& v : x) v = std::round(v);
+      return x;
+    };
+    // Read one tensor and write the other; where each maximum came from is the implementation's
+    // business and not counted.
+    const double bytes = 4.0 * (c.in.numel() + out.numel());
+    lab.run("maxPool2d.forward", label, kExact, [&](Check& check) {
+      TwinOp<MaxPool2dOp> pool{lab.cpu.maxPool2d(spec), lab.gpu.maxPool2d(spec)};
+      Twin<float> x = lab.input(inputOf(), c.in), y = lab.activation(out);
+      auto op = [&](Backend& b) { pool.on(b).forward(x.on(b), y.on(b)); };
+      lab.both(op, y);
+      lab.expect(check, "y", y);
+      lab.measure(check, op, Work::memory(bytes));
+    });
+    // Windows that overlap may send several gradients to one input, summed in any order.
+    lab.run("maxPool2d.backward", label, c.kernel > c.stride ? kOneRounding : kExact, [&](Check& check) {
+      TwinOp<MaxPool2dOp> pool{lab.cpu.maxPool2d(spec), lab.gpu.maxPool2d(spec)};
+      Twin<float> x = lab.input(inputOf(), c.in), y = lab.activation(out);
+      lab.both([&](Backend& b) { pool.on(b).forward(x.on(b), y.on(b)); }, y);  // where the maxima are
+      Twin<float> dy = lab.input(lab.random.normal(out.numel()), out), dx = lab.activation(c.in);
+      auto op = [&](Backend& b) { pool.on(b).backward(dy.on(b), dx.on(b)); };
+      lab.both(op, dx);
+      lab.expect(check, "dx", dx);
+      lab.measure(check, op, Work::memory(bytes));
+    });
+  }
+}
+
+// ---- Driver --------------------------------------------------------------------------------------
+
+struct Family {
+  const char* name;
+  void (*run)(Lab&);
+};
+
+const Family kFamilies[] = {
+    {"memory", checkMemory},
+    {"fill", checkFill},
+    {"relu", checkRelu},
+    {"add", checkAdd},
+    {"scale", checkScale},
+    {"dropout", checkDropout},
+    {"globalAvgPool", checkGlobalAvgPool},
+    {"flatten", checkFlatten},
+    {"linear", checkLinear},
+    {"softmaxCrossEntropy", checkSoftmaxCrossEntropy},
+    {"sgdUpdate", checkSgdUpdate},
+    {"findNonFinite", checkFindNonFinite},
+    {"accumulate", checkAccumulate},
+    {"sumsOfSquares", checkSumsOfSquares},
+    {"conv2d", checkConv2d},
+    {"batchNorm2d", checkBatchNorm2d},
+    {"maxPool2d", checkMaxPool2d},
+};
+
+std::string familyNames() {
+  std::string names;
+  for (const Family& f : kFamilies) names += (names.empty() ? "" : ", ") + std::string(f.name);
+  return names;
+}
+
+std::string usage() {
+  return "usage: kernel_check [--iterations N] [--seed S] [--json FILE] [--only NAME[,NAME...]]\n"
+         "Checks every CUDA op against its CPU twin on fresh random inputs, then times it on cuda:0.\n"
+         "  --iterations N  timed launches per op after warm-up; the median is reported (default 50)\n"
+         "  --seed S        the inputs of an earlier run (default: from the clock; printed)\n"
+         "  --json FILE     also write the results to FILE as JSON\n"
+         "  --only NAMES    only these op families, comma-separated:\n"
+         "                  " +
+         familyNames() +
+         "\n"
+         "Exit status: 0 when every check passes, 1 when one fails or no device is usable, 2 on bad usage.\n";
+}
+
+// The bandwidth of a 1 GiB device-to-device copy on the backend's stream, counting the bytes read
+// and written: what memory-bound ops are measured against.
+double copyBandwidth(Lab& lab) {
+  const size_t bytes = size_t{1} << 30;
+  std::shared_ptr<void> src = lab.gpu.allocate(bytes), dst = lab.gpu.allocate(bytes);
+  cuda::check(cudaMemsetAsync(src.get(), 0, bytes, lab.gpu.stream()), "cudaMemsetAsync");
+  const double us = lab.medianUs([&] {
+    cuda::check(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, lab.gpu.stream()), "cudaMemcpyAsync");
+  });
+  return 2.0 * static_cast<double>(bytes) / (us * 1e3);
+}
+
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(ch)));
+      out += escaped;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+std::string jsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";  // not measured, or an error that is not a number (NaN, Inf)
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", v);
+  return text;
+}
+
+void writeJson(std::ofstream& out, const std::string& device, double copyGBs, uint64_t seed, int iterations,
+               const std::vector<Check>& results, bool passed) {
+  out << "{\n  \"device\": " << jsonString(device) << ",\n  \"copyBandwidthGBs\": " << jsonNumber(copyGBs) << ",\n  \"seed\": " << seed
+      << ",\n  \"iterations\": " << iterations << ",\n  \"results\": [";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Check& c = results[i];
+    std::string failures;
+    for (const std::string& f : c.failures) failures += (failures.empty() ? "" : ", ") + jsonString(f);
+    out << (i ? "," : "") << "\n    {\"op\": " << jsonString(c.op) << ", \"shape\": " << jsonString(c.shape)
+        << ", \"error\": " << jsonNumber(c.error) << ", \"tolerance\": " << jsonNumber(c.tolerance)
+        << ", \"pass\": " << (c.pass ? "true" : "false") << ", \"medianUs\": " << jsonNumber(c.medianUs)
+        << ", \"gbPerS\": " << jsonNumber(c.gbPerS) << ", \"fractionOfCopy\": " << jsonNumber(c.fractionOfCopy)
+        << ", \"gflopPerS\": " << jsonNumber(c.gflopPerS) << ", \"failures\": [" << failures << "]}";
+  }
+  out << "\n  ],\n  \"passed\": " << (passed ? "true" : "false") << "\n}\n";
+}
+
+int labMain(int argc, char** argv) {
+  Options options;
+  try {
+    options = parseOptions(argc, argv);
+    for (const std::string& name : options.only)
+      if (std::none_of(std::begin(kFamilies), std::end(kFamilies), [&](const Family& f) { return name == f.name; }))
+        throw UsageError("no op family '" + name + "'");
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "kernel_check: %s\n\n%s", e.what(), usage().c_str());
+    return 2;
+  }
+  if (options.help) {
+    std::printf("%s", usage().c_str());
+    return 0;
+  }
+  std::ofstream json;
+  if (!options.jsonPath.empty()) {
+    json.open(options.jsonPath);
+    if (!json) {
+      std::fprintf(stderr, "kernel_check: cannot write %s\n", options.jsonPath.c_str());
+      return 2;
+    }
+  }
+
+  std::unique_ptr<cuda::CudaBackend> gpu;
+  try {
+    gpu = std::make_unique<cuda::CudaBackend>(0);
+  } catch (const EngineError& e) {
+    std::fprintf(stderr, "kernel_check: cuda:0 is not usable (%s): %s\n", e.code().c_str(), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernel_check: cuda:0 is not usable: %s\n", e.what());
+    return 1;
+  }
+  CpuBackend cpu;
+
+  cudaDeviceProp prop{};
+  cuda::check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  const std::string device = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+  // Microseconds since the epoch: a fresh seed every run, exact as a JSON number.
+  const uint64_t seed = options.seed.value_or(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count()));
+  std::printf("device %s, %.1f GiB, L2 %.0f MiB; CUDA runtime %d, driver %d\n", device.c_str(), prop.totalGlobalMem / 1073741824.0,
+              prop.l2CacheSize / 1048576.0, runtime, driver);
+  std::printf("seed %llu (reproduce with --seed %llu), %d timed iterations per op\n", static_cast<unsigned long long>(seed),
+              static_cast<unsigned long long>(seed), options.iterations);
+  // The CPU reference's batch-norm reductions are as accurate as its threads are many (kBatchNorm).
+  const char* ompThreads = std::getenv("OMP_NUM_THREADS");
+  std::printf("CPU reference on %u cores%s%s\n", std::thread::hardware_concurrency(), ompThreads ? ", OMP_NUM_THREADS=" : "",
+              ompThreads ? ompThreads : "");
+
+  Lab lab(cpu, *gpu, seed, options.iterations);
+  try {
+    lab.copyGBs = copyBandwidth(lab);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernel_check: measuring the copy bandwidth failed: %s\n", e.what());
+    return 1;
+  }
+  std::printf("device-to-device copy: %.1f GB/s (read + write), the yardstick for %% copy\n\n", lab.copyGBs);
+  printHeader();
+
+  const auto started = std::chrono::steady_clock::now();
+  for (const Family& family : kFamilies)
+    if (options.only.empty() || std::find(options.only.begin(), options.only.end(), family.name) != options.only.end())
+      family.run(lab);
+
+  const size_t failed = static_cast<size_t>(std::count_if(lab.results.begin(), lab.results.end(), [](const Check& c) { return !c.pass; }));
+  const bool passed = failed == 0;
+  std::printf("\n%zu checks in %.0f s: %zu passed, %zu FAILED\n", lab.results.size(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), lab.results.size() - failed, failed);
+  for (const Check& c : lab.results)
+    if (!c.pass) std::printf("  FAILED %s %s\n", c.op.c_str(), c.shape.c_str());
+  if (json.is_open()) {
+    writeJson(json, device, lab.copyGBs, seed, options.iterations, lab.results, passed);
+    json.close();
+    if (!json) {
+      std::fprintf(stderr, "kernel_check: writing %s failed\n", options.jsonPath.c_str());
+      return 1;
+    }
+    std::printf("results written to %s\n", options.jsonPath.c_str());
+  }
+  return passed ? 0 : 1;
 }
 
 }  // namespace
+}  // namespace accordion
 
-int main(int argc, char** argv) {
-  int iterations = 50;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--iterations") iterations = std::atoi(argv[i + 1]);
-  const auto query = accordion::cuda::queryDevices();
-  if (query.count == 0) {
-    std::fprintf(stderr, "no usable CUDA device: %s (error %d)\n", query.error.c_str(), query.errorCode);
-    return 1;
-  }
-  std::printf("device %s (sm_%d%d), %.1f GiB\n", query.devices[0].name.c_str(), query.devices[0].major, query.devices[0].minor,
-              query.devices[0].memoryBytes / 1073741824.0);
-  const size_t n = size_t{1} << 26;  // 256 MiB per float buffer
-  const double copy = copyBandwidth(n * sizeof(float), iterations);
-  std::printf("device copy bandwidth %.1f GB/s\n", copy);
-
-  // Fresh random inputs every run, so a kernel cannot pass by matching a stale buffer.
-  std::mt19937 rng(static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
-  std::normal_distribution<float> normal;
-  std::vector<float> x(n), dy(n), y(n), dx(n), refY(n), refDx(n);
-  for (size_t i = 0; i < n; ++i) x[i] = normal(rng), dy[i] = normal(rng);
-  for (size_t i = 0; i < n; ++i) {
-    refY[i] = x[i] > 0 ? x[i] : 0;
-    refDx[i] = x[i] > 0 ? dy[i] : 0;
-  }
-  std::fill(y.begin(), y.end(), std::nanf(""));  // poison: an unwritten output fails the check
-  std::fill(dx.begin(), dx.end(), std::nanf(""));
-  accordion::cuda::reluForwardBackward(x.data(), dy.data(), y.data(), dx.data(), static_cast<int64_t>(n));
-  const double error = std::max(relativeError(y, refY), relativeError(dx, refDx));
-  const bool pass = error == 0.0;
-  std::printf("relu forward+backward  n=%zu  max relative error %.3g  %s\n", n, error, pass ? "ok" : "FAILED");
-  return pass ? 0 : 1;
-}
+int main(int argc, char** argv) { return accordion::labMain(argc, argv); }

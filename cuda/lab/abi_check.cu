@@ -1,0 +1,175 @@
+// Checks that lib/cudnn.h and lib/cublas.h, which declare the part of cuDNN and cuBLAS the engine
+// binds with dlopen, match NVIDIA's own headers: every constant, the layout of the algorithm
+// performance records, and the signature of every function pointer. All checks are static_asserts,
+// so a mismatch fails the build and naming it; the program only reports the versions it checked.
+// Compiled only where the headers are (scripts/gpu-check.sh), e.g. from pip's wheels, with
+// -I<site-packages>/nvidia/cudnn/include -I<site-packages>/nvidia/cublas/include:
+//   nvcc -std=c++17 -Icpp -Icuda -I<cudnn include> -I<cublas include> cuda/lab/abi_check.cu -o abi_check
+//
+// NVIDIA's headers come first on purpose: our handle types are written `struct cudnnContext*` etc.,
+// and such a name refers to NVIDIA's global struct only when that is already declared; otherwise it
+// declares a struct of the same name in our namespace (the same ABI, a pointer, but a distinct type
+// that would make every signature below compare unequal).
+#include <cublas_v2.h>
+#include <cudnn.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <type_traits>
+
+#include "lib/cublas.h"
+#include "lib/cudnn.h"
+
+namespace {
+
+namespace dnn = accordion::cuda::cudnn;
+namespace blas = accordion::cuda::cublas;
+
+// A vendor type as our headers declare it. Enums become int: C enums here are int-sized (asserted),
+// and the x86-64 and AArch64 calling conventions pass and return them exactly as int. The algorithm
+// performance records become our one AlgoPerf, whose layout is checked field by field below.
+// Everything else (handles, descriptors, pointers, size_t, cudaStream_t) must be the very same type.
+template <typename T, typename = void>
+struct Declared {
+  using type = T;
+};
+template <typename T>
+struct Declared<T, std::enable_if_t<std::is_enum_v<T>>> {
+  static_assert(sizeof(T) == sizeof(int) && alignof(T) == alignof(int), "a vendor enum is not int-sized");
+  using type = int;
+};
+template <>
+struct Declared<cudnnConvolutionFwdAlgoPerf_t*> {
+  using type = dnn::AlgoPerf*;
+};
+template <>
+struct Declared<cudnnConvolutionBwdDataAlgoPerf_t*> {
+  using type = dnn::AlgoPerf*;
+};
+template <>
+struct Declared<cudnnConvolutionBwdFilterAlgoPerf_t*> {
+  using type = dnn::AlgoPerf*;
+};
+// A function pointer: the return type and each parameter, in number and order. Top-level const on
+// a vendor parameter (`const cudnnTensorDescriptor_t`) is not part of the function's type.
+template <typename R, typename... Args>
+struct Declared<R (*)(Args...)> {
+  using type = typename Declared<R>::type (*)(typename Declared<Args>::type...);
+};
+
+// Our member's pointer type against the address of the symbol the loader binds it to.
+template <typename Ours, typename Vendor>
+constexpr bool sameSignature = std::is_same_v<typename Declared<Vendor>::type, Ours>;
+
+// ---- cuDNN ----------------------------------------------------------------------------------
+
+static_assert(std::is_same_v<dnn::Handle, cudnnHandle_t>, "cudnn::Handle (include NVIDIA's headers first)");
+static_assert(std::is_same_v<dnn::TensorDescriptor, cudnnTensorDescriptor_t>, "cudnn::TensorDescriptor");
+static_assert(std::is_same_v<dnn::FilterDescriptor, cudnnFilterDescriptor_t>, "cudnn::FilterDescriptor");
+static_assert(std::is_same_v<dnn::ConvolutionDescriptor, cudnnConvolutionDescriptor_t>, "cudnn::ConvolutionDescriptor");
+static_assert(sizeof(dnn::Status) == sizeof(cudnnStatus_t), "cudnn::Status");
+
+static_assert(dnn::kSuccess == CUDNN_STATUS_SUCCESS, "cudnn::kSuccess");
+static_assert(dnn::kFloat == CUDNN_DATA_FLOAT, "cudnn::kFloat");
+static_assert(dnn::kNchw == CUDNN_TENSOR_NCHW, "cudnn::kNchw");
+static_assert(dnn::kCrossCorrelation == CUDNN_CROSS_CORRELATION, "cudnn::kCrossCorrelation");
+static_assert(dnn::kFmaMath == CUDNN_FMA_MATH, "cudnn::kFmaMath");
+static_assert(dnn::kAlgorithmCount >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT && dnn::kAlgorithmCount >= CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT &&
+                  dnn::kAlgorithmCount >= CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+              "cudnn::kAlgorithmCount is below an algorithm count, so a find could miss the fastest");
+// The version numbering that cudnn.cu decodes from cudnnGetVersion().
+static_assert(CUDNN_VERSION == (CUDNN_MAJOR >= 9 ? CUDNN_MAJOR * 10000 : CUDNN_MAJOR * 1000) + CUDNN_MINOR * 100 + CUDNN_PATCHLEVEL,
+              "cuDNN's version numbering changed");
+
+template <typename Vendor>
+constexpr bool sameAlgoPerf() {
+  using Ours = dnn::AlgoPerf;
+  return sizeof(Vendor) == sizeof(Ours) && alignof(Vendor) == alignof(Ours) &&  //
+         offsetof(Vendor, algo) == offsetof(Ours, algo) && offsetof(Vendor, status) == offsetof(Ours, status) &&
+         offsetof(Vendor, time) == offsetof(Ours, time) && offsetof(Vendor, memory) == offsetof(Ours, memory) &&
+         offsetof(Vendor, determinism) == offsetof(Ours, determinism) && offsetof(Vendor, mathType) == offsetof(Ours, mathType) &&
+         offsetof(Vendor, reserved) == offsetof(Ours, reserved) &&
+         std::is_same_v<typename Declared<decltype(Vendor::algo)>::type, decltype(Ours::algo)> &&
+         std::is_same_v<typename Declared<decltype(Vendor::status)>::type, decltype(Ours::status)> &&
+         std::is_same_v<decltype(Vendor::time), decltype(Ours::time)> && std::is_same_v<decltype(Vendor::memory), decltype(Ours::memory)> &&
+         std::is_same_v<typename Declared<decltype(Vendor::determinism)>::type, decltype(Ours::determinism)> &&
+         std::is_same_v<typename Declared<decltype(Vendor::mathType)>::type, decltype(Ours::mathType)> &&
+         std::is_same_v<decltype(Vendor::reserved), decltype(Ours::reserved)>;
+}
+static_assert(sameAlgoPerf<cudnnConvolutionFwdAlgoPerf_t>(), "cudnn::AlgoPerf against cudnnConvolutionFwdAlgoPerf_t");
+static_assert(sameAlgoPerf<cudnnConvolutionBwdDataAlgoPerf_t>(), "cudnn::AlgoPerf against cudnnConvolutionBwdDataAlgoPerf_t");
+static_assert(sameAlgoPerf<cudnnConvolutionBwdFilterAlgoPerf_t>(), "cudnn::AlgoPerf against cudnnConvolutionBwdFilterAlgoPerf_t");
+
+// Each member against the symbol cudnn.cu binds it to.
+static_assert(sameSignature<decltype(dnn::Api::getVersion), decltype(&cudnnGetVersion)>, "cudnnGetVersion");
+static_assert(sameSignature<decltype(dnn::Api::getErrorString), decltype(&cudnnGetErrorString)>, "cudnnGetErrorString");
+static_assert(sameSignature<decltype(dnn::Api::create), decltype(&cudnnCreate)>, "cudnnCreate");
+static_assert(sameSignature<decltype(dnn::Api::destroy), decltype(&cudnnDestroy)>, "cudnnDestroy");
+static_assert(sameSignature<decltype(dnn::Api::setStream), decltype(&cudnnSetStream)>, "cudnnSetStream");
+static_assert(sameSignature<decltype(dnn::Api::createTensorDescriptor), decltype(&cudnnCreateTensorDescriptor)>,
+              "cudnnCreateTensorDescriptor");
+static_assert(sameSignature<decltype(dnn::Api::destroyTensorDescriptor), decltype(&cudnnDestroyTensorDescriptor)>,
+              "cudnnDestroyTensorDescriptor");
+static_assert(sameSignature<decltype(dnn::Api::setTensor4dDescriptor), decltype(&cudnnSetTensor4dDescriptor)>,
+              "cudnnSetTensor4dDescriptor");
+static_assert(sameSignature<decltype(dnn::Api::createFilterDescriptor), decltype(&cudnnCreateFilterDescriptor)>,
+              "cudnnCreateFilterDescriptor");
+static_assert(sameSignature<decltype(dnn::Api::destroyFilterDescriptor), decltype(&cudnnDestroyFilterDescriptor)>,
+              "cudnnDestroyFilterDescriptor");
+static_assert(sameSignature<decltype(dnn::Api::setFilter4dDescriptor), decltype(&cudnnSetFilter4dDescriptor)>,
+              "cudnnSetFilter4dDescriptor");
+static_assert(sameSignature<decltype(dnn::Api::createConvolutionDescriptor), decltype(&cudnnCreateConvolutionDescriptor)>,
+              "cudnnCreateConvolutionDescriptor");
+static_assert(sameSignature<decltype(dnn::Api::destroyConvolutionDescriptor), decltype(&cudnnDestroyConvolutionDescriptor)>,
+              "cudnnDestroyConvolutionDescriptor");
+static_assert(sameSignature<decltype(dnn::Api::setConvolution2dDescriptor), decltype(&cudnnSetConvolution2dDescriptor)>,
+              "cudnnSetConvolution2dDescriptor");
+static_assert(sameSignature<decltype(dnn::Api::setConvolutionMathType), decltype(&cudnnSetConvolutionMathType)>,
+              "cudnnSetConvolutionMathType");
+static_assert(sameSignature<decltype(dnn::Api::findConvolutionForwardAlgorithm), decltype(&cudnnFindConvolutionForwardAlgorithm)>,
+              "cudnnFindConvolutionForwardAlgorithm");
+static_assert(
+    sameSignature<decltype(dnn::Api::findConvolutionBackwardDataAlgorithm), decltype(&cudnnFindConvolutionBackwardDataAlgorithm)>,
+    "cudnnFindConvolutionBackwardDataAlgorithm");
+static_assert(
+    sameSignature<decltype(dnn::Api::findConvolutionBackwardFilterAlgorithm), decltype(&cudnnFindConvolutionBackwardFilterAlgorithm)>,
+    "cudnnFindConvolutionBackwardFilterAlgorithm");
+static_assert(sameSignature<decltype(dnn::Api::convolutionForward), decltype(&cudnnConvolutionForward)>, "cudnnConvolutionForward");
+static_assert(sameSignature<decltype(dnn::Api::convolutionBackwardData), decltype(&cudnnConvolutionBackwardData)>,
+              "cudnnConvolutionBackwardData");
+static_assert(sameSignature<decltype(dnn::Api::convolutionBackwardFilter), decltype(&cudnnConvolutionBackwardFilter)>,
+              "cudnnConvolutionBackwardFilter");
+// Api holds nothing but function pointers: a member added without a check above changes its size.
+static_assert(sizeof(dnn::Api) == 21 * sizeof(void (*)()), "cudnn::Api has a member that is not checked here");
+
+// ---- cuBLAS ---------------------------------------------------------------------------------
+
+static_assert(std::is_same_v<blas::Handle, cublasHandle_t>, "cublas::Handle (include NVIDIA's headers first)");
+static_assert(sizeof(blas::Status) == sizeof(cublasStatus_t), "cublas::Status");
+
+static_assert(blas::kSuccess == CUBLAS_STATUS_SUCCESS, "cublas::kSuccess");
+static_assert(blas::kNoTranspose == CUBLAS_OP_N, "cublas::kNoTranspose");
+static_assert(blas::kTranspose == CUBLAS_OP_T, "cublas::kTranspose");
+static_assert(blas::kDefaultMath == CUBLAS_DEFAULT_MATH, "cublas::kDefaultMath");
+// The property numbers cublas.cu passes to cublasGetProperty.
+static_assert(MAJOR_VERSION == 0 && MINOR_VERSION == 1 && PATCH_LEVEL == 2, "libraryPropertyType");
+
+// Each member against the symbol cublas.cu binds it to: the _v2 entry points, which cublas_v2.h
+// maps the plain names to.
+static_assert(sameSignature<decltype(blas::Api::create), decltype(&cublasCreate_v2)>, "cublasCreate_v2");
+static_assert(sameSignature<decltype(blas::Api::destroy), decltype(&cublasDestroy_v2)>, "cublasDestroy_v2");
+static_assert(sameSignature<decltype(blas::Api::setStream), decltype(&cublasSetStream_v2)>, "cublasSetStream_v2");
+static_assert(sameSignature<decltype(blas::Api::setMathMode), decltype(&cublasSetMathMode)>, "cublasSetMathMode");
+static_assert(sameSignature<decltype(blas::Api::getProperty), decltype(&cublasGetProperty)>, "cublasGetProperty");
+static_assert(sameSignature<decltype(blas::Api::getStatusString), decltype(&cublasGetStatusString)>, "cublasGetStatusString");
+static_assert(sameSignature<decltype(blas::Api::sgemm), decltype(&cublasSgemm_v2)>, "cublasSgemm_v2");
+static_assert(sameSignature<decltype(blas::Api::sgemmStridedBatched), decltype(&cublasSgemmStridedBatched)>, "cublasSgemmStridedBatched");
+static_assert(sizeof(blas::Api) == 8 * sizeof(void (*)()), "cublas::Api has a member that is not checked here");
+
+}  // namespace
+
+int main() {
+  std::printf("cuDNN/cuBLAS declarations match cuDNN %d.%d.%d and cuBLAS %d.%d.%d headers\n", CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL,
+              CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_PATCH);
+  return 0;
+}

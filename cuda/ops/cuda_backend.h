@@ -1,0 +1,126 @@
+// The CUDA implementation of every op (ops/backend.h): cuDNN for convolutions and cuBLAS for the
+// linear layers (both loaded at run time, TF32 off), own kernels for the rest, one file per op in
+// cuda/ops/. Activations are channels-first (NCHW), the layout of cuDNN's fastest fp32 kernels.
+//
+// One backend serves one model: all its work is enqueued, in call order, on the backend's stream;
+// memory comes from the device's stream-ordered pool, so allocating and freeing never waits for the
+// device. The only waits are synchronize() and what reads results on the host.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/cublas.h"
+#include "lib/cudnn.h"
+#include "ops/backend.h"
+
+namespace accordion::cuda {
+
+// A backend's stream and memory accounting, shared with every allocation it hands out, so memory is
+// returned in stream order even after the backend itself is gone.
+struct StreamContext {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  std::atomic<int64_t> allocated{0}, peak{0};
+  ~StreamContext();
+  void count(int64_t bytes);
+};
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+
+  Device device() const override { return Device::cuda(context_->device); }
+  std::shared_ptr<void> allocate(size_t bytes) override;
+  bool channelsLast() const override { return false; }
+  void upload(void* dst, const void* hostSrc, size_t bytes) override;
+  void download(void* hostDst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void fill(float* data, int64_t n, float value) override;
+  std::shared_ptr<void> uploadAhead(const void* hostSrc, size_t bytes, std::shared_ptr<const void> hostOwner) override;
+  void synchronize() override;
+  MemoryStats memoryStats() const override { return {context_->allocated.load(), context_->peak.load()}; }
+
+  void reluForward(const float* x, float* y, int64_t n) override;
+  void reluBackward(const float* y, const float* dy, float* dx, int64_t n) override;
+  void addInPlace(float* a, const float* b, int64_t n) override;
+  void add(const float* a, const float* b, float* out, int64_t n) override;
+  void scale(const float* x, float* y, int64_t n, float s) override;
+  void dropoutForward(const float* x, const uint8_t* keep, float* y, int64_t n, float scale) override;
+  void dropoutBackward(const float* dy, const uint8_t* keep, float* dx, int64_t n, float scale) override;
+
+  void globalAvgPoolForward(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w) override;
+  void globalAvgPoolBackward(const float* dy, float* dx, int64_t n, int64_t c, int64_t h, int64_t w) override;
+  void flattenForward(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w) override;
+  void flattenBackward(const float* dy, float* dx, int64_t n, int64_t c, int64_t h, int64_t w) override;
+  void uploadImages(const float* hostNchw, float* images, int64_t n, int64_t c, int64_t h, int64_t w) override;
+
+  void linearForward(const float* x, const float* weight, const float* bias, float* y, int64_t rows, int64_t in,
+                     int64_t out) override;
+  void linearBackward(const float* x, const float* weight, const float* dy, float* dx, float* dWeight, float* dBias, int64_t rows,
+                      int64_t in, int64_t out) override;
+
+  void softmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n, int64_t k, float* gradLogits,
+                           double* stats) override;
+
+  void sgdUpdate(const std::vector<SgdSlot>& slots, const SgdHyper& hyper, bool first) override;
+  void findNonFinite(const std::vector<ConstSpan>& tensors, double* firstBad) override;
+  void accumulate(const std::vector<Span>& sums, const std::vector<ConstSpan>& values) override;
+  std::vector<double> sumsOfSquares(const std::vector<ConstSpan>& tensors) override;
+
+  std::unique_ptr<Conv2dOp> conv2d(const Conv2dSpec& spec) override;
+  std::unique_ptr<BatchNorm2dOp> batchNorm2d(const BatchNormSpec& spec) override;
+  std::unique_ptr<MaxPool2dOp> maxPool2d(const Pool2dSpec& spec) override;
+
+  CompressionKernels& compression() override;
+
+  // ---- For the ops' implementations ----------------------------------------------------------
+  cudaStream_t stream() const { return context_->stream; }
+  cudnn::Handle cudnn() const { return cudnn_; }
+  cublas::Handle cublas() const { return cublas_; }
+  // Scratch memory of at least `bytes` (cuDNN's workspaces, partial sums), shared by the ops: they
+  // run one at a time on the stream.
+  void* workspace(size_t bytes);
+  // `bytes` of host data (a table of pointers and sizes for a kernel over a list of tensors) on the
+  // device. Tables are cached by content: the per-step lists of a model upload once.
+  const void* deviceTable(const void* host, size_t bytes);
+  // Device memory that lives until the next call for the same `slot` (small per-op scratch).
+  template <typename T>
+  T* scratch(std::shared_ptr<void>& slot, size_t& capacity, int64_t count) {
+    const size_t bytes = static_cast<size_t>(count) * sizeof(T);
+    if (capacity < bytes) {
+      slot = allocate(bytes);
+      capacity = bytes;
+    }
+    return static_cast<T*>(slot.get());
+  }
+
+ private:
+  // Keeps host memory that the device is still copying from until the copy has finished.
+  void holdUntilDone(cudaStream_t stream, std::shared_ptr<const void> owner);
+  void releaseFinished();
+
+  std::shared_ptr<StreamContext> context_;
+  cudaStream_t copyStream_ = nullptr;  // uploads ahead of the compute on context_->stream
+  cudnn::Handle cudnn_ = nullptr;
+  cublas::Handle cublas_ = nullptr;
+  std::shared_ptr<void> workspace_;
+  size_t workspaceBytes_ = 0;
+  struct Table {
+    std::string content;
+    std::shared_ptr<void> memory;
+  };
+  std::deque<Table> tables_;  // most recently used first
+  struct InFlight {
+    cudaEvent_t done;
+    std::shared_ptr<const void> owner;
+  };
+  std::deque<InFlight> inFlight_;
+};
+
+}  // namespace accordion::cuda

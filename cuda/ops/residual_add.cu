@@ -1,0 +1,25 @@
+// The residual add (a += b), its backward's fan-in (out = a + b), and scaling (y = s·x).
+#include "ops/kernels.cuh"
+
+namespace accordion::cuda {
+
+namespace {
+
+struct Sum {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+struct Scaled {
+  float factor;
+  __device__ float operator()(float x) const { return x * factor; }
+};
+
+}  // namespace
+
+void CudaBackend::addInPlace(float* a, const float* b, int64_t n) { launchElementwise(stream(), "addInPlace", Sum{}, n, a, a, b); }
+
+void CudaBackend::add(const float* a, const float* b, float* out, int64_t n) { launchElementwise(stream(), "add", Sum{}, n, out, a, b); }
+
+void CudaBackend::scale(const float* x, float* y, int64_t n, float s) { launchElementwise(stream(), "scale", Scaled{s}, n, y, x); }
+
+}  // namespace accordion::cuda
