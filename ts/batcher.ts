@@ -2,9 +2,12 @@
  * A native data loader: shuffles (DistributedSampler semantics when rank/worldSize are given),
  * augments (random crop with 4-pixel zero padding, horizontal flip) and normalises CIFAR images on a
  * background thread, a few batches ahead of training. The image and label arrays are read in place
- * and must not be modified while the batcher is alive.
+ * and must not be modified while the batcher is alive. Give it the `device` of the model it feeds:
+ * batches for a GPU are assembled in its layout in pinned memory, and copied while the previous
+ * step runs.
  */
-import { binding, call, type BatcherOptions, type NativeBatcher } from './native.js';
+import { asNativeError, binding, call, type BatcherOptions, type NativeBatcher } from './native.js';
+import { parseDevice } from './device.js';
 import type { ImageSet } from './data/cifar.js';
 import { UsageError } from './errors.js';
 
@@ -20,14 +23,20 @@ export class Batcher {
   ) {
     if (!Number.isInteger(options.batchSize) || options.batchSize <= 0)
       throw new UsageError(`batchSize must be a positive integer, got ${options.batchSize}`);
-    this.native = new binding.Batcher(images.images, images.labels, images.classes, {
-      shuffle: true,
-      augment: true,
-      seed: 0,
-      mean: [0, 0, 0],
-      std: [1, 1, 1],
-      ...options,
-    });
+    const device = parseDevice(options.device ?? 'cpu', 'batcher device');
+    try {
+      this.native = new binding.Batcher(images.images, images.labels, images.classes, {
+        shuffle: true,
+        augment: true,
+        seed: 0,
+        mean: [0, 0, 0],
+        std: [1, 1, 1],
+        ...options,
+        device,
+      });
+    } catch (err) {
+      throw asNativeError(err);
+    }
   }
 
   /** Starts (or restarts) an epoch; its order depends only on the seed and the epoch number. */

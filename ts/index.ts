@@ -7,8 +7,8 @@ export { Model, ARCHITECTURES, type Architecture, type ModelOptions } from './mo
 export { Batcher, type BatcherOptions } from './batcher.js';
 export { Trainer, DEFAULT_CONFIG, SYNTHETIC_PRESET, type TrainConfig, type TrainSummary, type EpochRecord, type LevelSwitch, type TrainerContext } from './trainer.js';
 export { endOfEpoch, initialState, normChangeRatio, isCritical, wholeModelNorm, type AccordionState, type AccordionRule, type Regime } from './accordion.js';
-export { ProcessGroup, distributedEnv, type DistributedEnv, type ConnectOptions } from './dist/group.js';
-export { launch, type LaunchOptions } from './dist/launch.js';
+export { ProcessGroup, distributedEnv, type DistributedEnv, type ConnectOptions } from './cluster/group.js';
+export { launch, type LaunchOptions } from './cluster/launch.js';
 export { writeReport } from './report/report.js';
 export { learningRateForEpoch, type LrSchedule } from './schedule.js';
 export { readCifar, type ImageSet, type DatasetName } from './data/cifar.js';
@@ -19,14 +19,18 @@ export { saveCheckpoint, loadCheckpoint, type TrainerPosition } from './checkpoi
 export { MetricsLog, readMetrics, type MetricsEvent } from './metrics.js';
 export { AccordionError, DataError, CheckpointError, UsageError, NativeError } from './errors.js';
 import { binding, type BuildInfo, type DeviceQuery } from './native.js';
-export type { BuildInfo, DeviceQuery, StepResult } from './native.js';
+export type { BuildInfo, DeviceQuery, LibraryStatus, MemoryStats, StepResult } from './native.js';
+export { parseDevice, requireDevice, type DeviceName } from './device.js';
 
 /** How the addon was built (oneDNN, OpenBLAS, CUDA architectures) and its thread count. */
 export function buildInfo(): BuildInfo {
   return binding.buildInfo();
 }
 
-/** CUDA devices visible to the addon; never throws (a driver error is reported in the result). */
+/**
+ * CUDA devices visible to the addon, and whether cuDNN and cuBLAS load; never throws (a driver error
+ * or a missing library is reported in the result).
+ */
 export function deviceQuery(): DeviceQuery {
   return binding.deviceQuery();
 }

@@ -3,9 +3,10 @@
  * `save()`d file loads in PyTorch (`load_state_dict(..., strict=True)`) and a PyTorch state_dict in
  * safetensors layout loads here.
  */
-import { binding, call, type CompressorName, type NativeEngine, type StateEntry, type StepResult } from './native.js';
+import { binding, call, type CompressorName, type MemoryStats, type NativeEngine, type StateEntry, type StepResult } from './native.js';
+import { parseDevice, type DeviceName } from './device.js';
 import type { Batcher } from './batcher.js';
-import type { ProcessGroup } from './dist/group.js';
+import type { ProcessGroup } from './cluster/group.js';
 import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors.js';
 import { CheckpointError, UsageError } from './errors.js';
 
@@ -20,8 +21,10 @@ export interface ModelOptions {
   hidden?: number;
   layers?: number;
   dropout?: number;
-  /** Seed of the weight initialisation (and of dropout). */
+  /** Seed of the weight initialisation (and of dropout): the same weights on every device. */
   seed?: number;
+  /** Where the model lives and trains: 'cpu' (default), 'cuda' (GPU 0) or 'cuda:N'. */
+  device?: DeviceName;
   learningRate?: number;
   momentum?: number;
   weightDecay?: number;
@@ -46,26 +49,34 @@ export interface ModelOptions {
 export class Model {
   readonly architecture: Architecture;
   readonly classes: number;
+  readonly device: DeviceName;
   private engine: NativeEngine | null;
   private readonly params: { name: string; shape: number[] }[];
 
   private constructor(options: ModelOptions, engine: NativeEngine, params: { name: string; shape: number[] }[]) {
     this.architecture = options.architecture;
     this.classes = options.classes ?? 10;
+    this.device = options.device ?? 'cpu';
     this.engine = engine;
     this.params = params;
   }
 
-  /** Builds and initialises the model on its own native thread. */
+  /**
+   * Builds and initialises the model on its own native thread, on `options.device`. A device that
+   * cannot run it rejects with the cause's code (ERR_NO_CUDA, ERR_NO_CUDA_DEVICE, ERR_CUDA_LIBRARY,
+   * ERR_UNSUPPORTED).
+   */
   static async create(options: ModelOptions): Promise<Model> {
     if (!ARCHITECTURES.includes(options.architecture))
       throw new UsageError(`unknown model '${options.architecture}' (choose one of: ${ARCHITECTURES.join(', ')})`);
     const classes = options.classes ?? 10;
     if (!Number.isInteger(classes) || classes < 2) throw new UsageError(`classes must be an integer ≥ 2, got ${classes}`);
+    const device = parseDevice(options.device ?? 'cpu');
     const engine = new binding.Engine({
       model: options.architecture,
       classes,
       seed: options.seed ?? 0,
+      device,
       learningRate: options.learningRate ?? 0.1,
       momentum: options.momentum ?? 0.9,
       weightDecay: options.weightDecay ?? 1e-4,
@@ -202,6 +213,11 @@ export class Model {
 
   async setLearningRate(lr: number): Promise<void> {
     await call(this.native.setLearningRate(lr));
+  }
+
+  /** Bytes of device memory the model's tensors hold now and held at most (0 on the CPU). */
+  async memoryStats(): Promise<MemoryStats> {
+    return call(this.native.memoryStats());
   }
 
   /** Frees the native memory once queued work is done. Further calls throw. */

@@ -16,12 +16,29 @@ export interface BuildInfo {
   models: string[];
 }
 
+/** A library loaded at run time: its file and version, or why it did not load (every path tried). */
+export interface LibraryStatus {
+  loaded: boolean;
+  path: string;
+  version: string;
+  error: string;
+}
+
 export interface DeviceQuery {
   count: number;
   /** The CUDA runtime's error code when the query failed (e.g. 35: driver too old or absent), else 0. */
   errorCode: number;
   error: string;
   devices: { name: string; computeCapability: string; memoryBytes: number }[];
+  cudnn: LibraryStatus;
+  cublas: LibraryStatus;
+}
+
+/** Bytes of device memory a model's tensors hold now and held at most (0 on the CPU). */
+export interface MemoryStats {
+  device: string;
+  allocated: number;
+  peak: number;
 }
 
 export interface StepResult {
@@ -50,6 +67,8 @@ export interface EngineOptions {
   model: string;
   classes: number;
   seed: number;
+  /** 'cpu', 'cuda' or 'cuda:N'. */
+  device?: string;
   learningRate: number;
   momentum: number;
   weightDecay: number;
@@ -82,6 +101,8 @@ export interface BatcherOptions {
   /** Per-channel mean and standard deviation on the [0, 1] scale. */
   mean: [number, number, number];
   std: [number, number, number];
+  /** The device of the model that consumes the batches (their layout and memory). */
+  device?: string;
 }
 
 export interface NativeBatcher {
@@ -109,6 +130,7 @@ export interface NativeEngine {
   trainTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number, clipNorm: number): Promise<StepResult>;
   evaluateTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number): Promise<StepResult>;
   resetState(): Promise<void>;
+  memoryStats(): Promise<MemoryStats>;
   dispose(): Promise<void>;
 }
 
@@ -178,7 +200,8 @@ interface Binding {
   ) => NativeReducerProbe;
   buildInfo(): BuildInfo;
   deviceQuery(): DeviceQuery;
-  cudaRelu(x: Float32Array, dy: Float32Array): { y: Float32Array; dx: Float32Array };
+  /** Throws (with the cause's code) unless a model can run on the device. */
+  checkDevice(device: string): void;
   crossEntropy(logits: Float32Array, n: number, k: number, labels: Int32Array): { loss: number; grad: Float32Array; correct: number };
   setThreads(n: number): void;
   orthogonalize(matrix: Float32Array, rows: number, cols: number, eps?: number): void;

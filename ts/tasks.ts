@@ -38,9 +38,9 @@ export class ImageTask implements TrainingTask {
 
   constructor(
     readonly dataset: ImageDataset,
-    options: { batchSize: number; evalBatchSize: number; seed: number; rank: number; worldSize: number },
+    options: { batchSize: number; evalBatchSize: number; seed: number; rank: number; worldSize: number; device: string },
   ) {
-    const common = { mean: dataset.mean, std: dataset.std, seed: options.seed, rank: options.rank, worldSize: options.worldSize };
+    const common = { mean: dataset.mean, std: dataset.std, seed: options.seed, rank: options.rank, worldSize: options.worldSize, device: options.device };
     this.train = new Batcher(dataset.train, { ...common, batchSize: options.batchSize, shuffle: true, augment: true });
     this.test = new Batcher(dataset.test, { ...common, batchSize: options.evalBatchSize, shuffle: false, augment: false, padShards: false });
   }

@@ -15,13 +15,16 @@ import { MetricsLog } from './metrics.js';
 import { ProgressBar, formatCount, formatDuration } from './progress.js';
 import { loadCheckpoint, saveCheckpoint } from './checkpoint.js';
 import { CheckpointError, UsageError } from './errors.js';
-import { ProcessGroup, distributedEnv } from './dist/group.js';
+import { ProcessGroup, distributedEnv } from './cluster/group.js';
 import { endOfEpoch, initialState, wholeModelNorm, type AccordionState, type Regime } from './accordion.js';
+import { parseDevice, requireDevice, type DeviceName } from './device.js';
 
 export type DatasetName = ImageDatasetName | 'wikitext2';
 
 export interface TrainConfig {
   model: Architecture;
+  /** Where the model trains: 'cpu', 'cuda' (GPU 0) or 'cuda:N'. */
+  device: DeviceName;
   dataset: DatasetName;
   /** Directory of the CIFAR binary files; for `synthetic`, where the generated files are cached. */
   dataDir?: string;
@@ -93,6 +96,7 @@ export interface TrainConfig {
 }
 
 export const DEFAULT_CONFIG: Omit<TrainConfig, 'model'> = {
+  device: 'cpu',
   dataset: 'synthetic',
   epochs: 300,
   batchSize: 64,
@@ -298,6 +302,8 @@ export class Trainer extends EventEmitter {
     if (config.accordion === 'on' && (options.rank !== undefined || options.topkRatio !== undefined))
       throw new UsageError('--rank and --topk-ratio set a static level; with --accordion on use --low-rank/--high-rank or --low-ratio/--high-ratio');
     validateConfig(config);
+    // Before any data is read: a device that cannot train fails the run at once.
+    requireDevice(config.device);
     const env = context.group ? undefined : distributedEnv();
     const worldSize = context.group?.worldSize ?? env?.worldSize ?? 1;
     if (options.workers !== undefined && options.workers !== worldSize)
@@ -307,6 +313,8 @@ export class Trainer extends EventEmitter {
           : `--workers ${options.workers} does not match the job's WORLD_SIZE ${worldSize}`,
       );
     config.workers = worldSize;
+    if (config.device !== 'cpu' && worldSize > 1)
+      throw new UsageError(`--device ${config.device} trains one worker so far (several workers on GPUs need NCCL, which training does not use yet)`);
     if (config.adapt !== 'compression')
       for (const key of ['batchLow', 'batchHigh'] as const)
         if (config[key] % (config.batchSize * worldSize) !== 0)
@@ -347,6 +355,7 @@ export class Trainer extends EventEmitter {
         config.compressor === 'topk' ? (accordion ? config.lowRatio : config.topkRatio) : accordion ? config.lowRank : config.rank;
       const model = await Model.create({
         architecture: config.model,
+        device: config.device,
         classes: task.classes,
         hidden: config.hidden,
         layers: config.layers,
@@ -686,6 +695,10 @@ function validateConfig(c: TrainConfig): void {
     if (!(c[key] > 0 && c[key] <= 1)) throw new UsageError(`${key} must lie in (0, 1], got ${c[key]}`);
   if (!Number.isInteger(c.seed) || c.seed < 0) throw new UsageError(`seed must be a non-negative integer, got ${c.seed}`);
   if (c.dataset !== 'synthetic' && !c.dataDir) throw new UsageError(`dataset ${c.dataset} needs --data DIR`);
+  parseDevice(c.device);
+  if (c.device !== 'cpu' && c.model === 'lstm') throw new UsageError(`the lstm model trains on the CPU only so far, not on ${c.device}`);
+  if (c.device !== 'cpu' && c.compressor !== 'none')
+    throw new UsageError(`gradient compression (--compressor ${c.compressor}) runs on the CPU only so far, not on ${c.device}`);
 }
 
 /** "18×2 3×1": how many weight matrices were at each level. */

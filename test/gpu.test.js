@@ -1,0 +1,218 @@
+// Training on a CUDA GPU. The suite compares the GPU with the CPU op for op's composition: the same
+// weights and batches must give the same losses and parameters after several steps (TF32 is off on
+// the GPU: cuDNN's FMA math, cuBLAS's default math). Without a usable GPU it is pending, and the
+// checks of how --device cuda fails run instead.
+import { expect } from 'chai';
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Batcher, Model, Trainer, loadCheckpoint, loadImageDataset, parseDevice, writeSyntheticCifar10 } from '../lib/index.js';
+import { binding } from '../lib/native.js';
+
+const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'lib', 'cli.js');
+const DEVICE_CODES = ['ERR_NO_CUDA', 'ERR_NO_CUDA_DEVICE', 'ERR_CUDA_LIBRARY'];
+
+/** Why cuda:0 cannot train here, or null when it can. */
+function gpuUnavailable() {
+  try {
+    binding.checkDevice('cuda');
+    return null;
+  } catch (err) {
+    return err;
+  }
+}
+
+function runCli(args) {
+  const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '2' } });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** ‖a − b‖ / ‖b‖ over two float32 byte arrays. */
+function relativeError(aBytes, bBytes) {
+  const a = new Float32Array(aBytes.buffer, aBytes.byteOffset, aBytes.byteLength / 4);
+  const b = new Float32Array(bBytes.buffer, bBytes.byteOffset, bBytes.byteLength / 4);
+  let diff = 0, norm = 0;
+  for (let i = 0; i < a.length; i++) {
+    if (!Number.isFinite(a[i]) || !Number.isFinite(b[i])) return Infinity;
+    diff += (a[i] - b[i]) ** 2;
+    norm += b[i] ** 2;
+  }
+  return Math.sqrt(diff) / Math.max(Math.sqrt(norm), 1e-30);
+}
+
+/** Every entry of two state dicts agrees: floats within `tolerance`, integers exactly. */
+function expectStatesClose(gpu, cpu, tolerance) {
+  expect(gpu.map((t) => t.name)).to.deep.equal(cpu.map((t) => t.name));
+  for (let i = 0; i < cpu.length; i++) {
+    const [g, c] = [gpu[i], cpu[i]];
+    expect(g.shape, c.name).to.deep.equal(c.shape);
+    if (c.dtype === 'F32') expect(relativeError(g.data, c.data), c.name).to.be.below(tolerance);
+    else expect(Buffer.from(g.data).equals(Buffer.from(c.data)), c.name).to.equal(true);
+  }
+}
+
+describe('devices', function () {
+  it('names devices as cpu, cuda or cuda:N', function () {
+    for (const good of ['cpu', 'cuda', 'cuda:0', 'cuda:12']) expect(parseDevice(good)).to.equal(good);
+    for (const bad of ['gpu', 'CUDA', 'cuda:', 'cuda:-1', 'cuda:x', '', 3]) expect(() => parseDevice(bad), String(bad)).to.throw(/expected cpu, cuda or cuda:N/);
+  });
+
+  it('refuses a malformed --device and GPU runs it cannot do yet, with exit code 2', function () {
+    const cases = [
+      [['--model', 'resnet18', '--device', 'gpu'], /device: expected cpu, cuda or cuda:N, got 'gpu'/],
+      [['--model', 'lstm', '--data', '/nonexistent', '--device', 'cuda'], /lstm model trains on the CPU only so far/],
+      [['--model', 'resnet18', '--compressor', 'powersgd', '--device', 'cuda'], /compression .*runs on the CPU only so far/],
+    ];
+    for (const [args, message] of cases) {
+      const r = runCli(['train', ...args]);
+      expect(r.code, r.stderr).to.equal(2);
+      expect(r.stderr).to.match(message);
+    }
+  });
+
+  it('reports no device memory for a model on the CPU', async function () {
+    const model = await Model.create({ architecture: 'resnet18' });
+    try {
+      expect(await model.memoryStats()).to.deep.equal({ device: 'cpu', allocated: 0, peak: 0 });
+    } finally {
+      await model.dispose();
+    }
+  });
+
+  describe('without a usable GPU', function () {
+    let cause;
+    before(function () {
+      cause = gpuUnavailable();
+      if (!cause) this.skip();
+    });
+
+    it('says why cuda cannot be used, with a code, before building anything', async function () {
+      expect(DEVICE_CODES).to.include(cause.code);
+      const err = await Model.create({ architecture: 'resnet18', device: 'cuda' }).then(
+        () => null,
+        (e) => e,
+      );
+      expect(err, 'Model.create on cuda').to.not.equal(null);
+      expect(err.code).to.equal(cause.code);
+      expect(err.message).to.equal(cause.message);
+    });
+
+    it('fails `train --device cuda` at once with exit code 1 and the cause, before reading data', function () {
+      const out = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-gpu-'));
+      try {
+        const started = Date.now();
+        const r = runCli(['train', '--model', 'vgg19bn', '--device', 'cuda', '--data', path.join(out, 'missing'), '--out', path.join(out, 'run')]);
+        expect(r.code, r.stderr).to.equal(1);
+        expect(r.stderr).to.include(cause.message);
+        expect(r.stderr).to.not.match(/missing/); // the data directory was never opened
+        expect(fs.existsSync(path.join(out, 'run'))).to.equal(false);
+        expect(Date.now() - started).to.be.below(20_000);
+      } finally {
+        fs.rmSync(out, { recursive: true, force: true });
+      }
+    });
+
+    it('refuses to assemble batches for a GPU, naming the cause', function () {
+      const images = { images: new Uint8Array(4 * 3072), labels: new Int32Array(4), count: 4, classes: 10 };
+      expect(() => new Batcher(images, { batchSize: 2, device: 'cuda' })).to.throw().with.property('code').that.is.oneOf(DEVICE_CODES);
+    });
+  });
+});
+
+describe('GPU training (cuda:0)', function () {
+  this.timeout(600_000);
+  let dataset, root;
+
+  before(function () {
+    if (gpuUnavailable()) this.skip();
+    root = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-gpu-'));
+    writeSyntheticCifar10(path.join(root, 'data'), { train: 512, test: 200, seed: 11 });
+    dataset = loadImageDataset('cifar10', path.join(root, 'data'));
+  });
+  after(() => root && fs.rmSync(root, { recursive: true, force: true }));
+
+  async function trainBoth(architecture, steps, batchSize) {
+    const models = {}, batchers = {}, losses = { cpu: [], cuda: [] };
+    for (const device of ['cpu', 'cuda']) {
+      models[device] = await Model.create({ architecture, seed: 5, device, learningRate: 0.05 });
+      batchers[device] = new Batcher(dataset.train, { batchSize, seed: 9, mean: dataset.mean, std: dataset.std, device });
+      batchers[device].startEpoch(0);
+      for (let s = 0; s < steps; s++) losses[device].push((await models[device].trainStep(batchers[device])).loss);
+    }
+    return { models, losses };
+  }
+
+  for (const architecture of ['resnet18', 'vgg19bn']) {
+    it(`${architecture}: 3 steps on the GPU and on the CPU from the same weights and batches agree (losses and every tensor, relative error < 1e-3)`, async function () {
+      const { models, losses } = await trainBoth(architecture, 3, 64);
+      try {
+        for (let s = 0; s < 3; s++) expect(Math.abs(losses.cuda[s] - losses.cpu[s]) / losses.cpu[s], `loss of step ${s + 1}`).to.be.below(1e-3);
+        expectStatesClose(await models.cuda.stateDict(true), await models.cpu.stateDict(true), 1e-3);
+        expect((await models.cuda.memoryStats()).peak).to.be.above(0);
+      } finally {
+        await models.cpu.dispose();
+        await models.cuda.dispose();
+      }
+    });
+  }
+
+  it('evaluates and predicts on the GPU as on the CPU', async function () {
+    const { models } = await trainBoth('resnet18', 1, 32);
+    try {
+      const results = {};
+      for (const device of ['cpu', 'cuda']) {
+        const test = new Batcher(dataset.test, { batchSize: 64, shuffle: false, augment: false, padShards: false, mean: dataset.mean, std: dataset.std, device });
+        test.startEpoch(0);
+        const r = await models[device].evaluate(test);
+        const images = new Float32Array(5 * 3 * 32 * 32).map((_, i) => Math.sin(i * 0.013));
+        results[device] = { loss: r.loss, samples: r.samples, logits: await models[device].predict(images, 5) };
+      }
+      expect(results.cuda.samples).to.equal(200);
+      expect(Math.abs(results.cuda.loss - results.cpu.loss) / results.cpu.loss).to.be.below(1e-3);
+      const bytes = (a) => new Uint8Array(a.buffer);
+      expect(relativeError(bytes(results.cuda.logits), bytes(results.cpu.logits))).to.be.below(1e-3);
+    } finally {
+      await models.cpu.dispose();
+      await models.cuda.dispose();
+    }
+  });
+
+  it('refuses batches assembled for another device, naming the batcher option', async function () {
+    const model = await Model.create({ architecture: 'resnet18', device: 'cuda' });
+    try {
+      const batcher = new Batcher(dataset.train, { batchSize: 8 });
+      batcher.startEpoch(0);
+      const err = await model.trainStep(batcher).then(() => null, (e) => e);
+      expect(err?.message).to.match(/create the Batcher with device 'cuda:0'/);
+    } finally {
+      await model.dispose();
+    }
+  });
+
+  it('resumes a checkpoint written on the GPU on the CPU, and the CPU one on the GPU, with every tensor as saved', async function () {
+    const options = { model: 'resnet18', dataset: 'cifar10', dataDir: path.join(root, 'data'), batchSize: 64, progress: false, outDir: path.join(root, 'run') };
+    const legs = [
+      ['cuda', 1],
+      ['cpu', 2],
+      ['cuda', 3],
+    ];
+    for (const [device, epochs] of legs) {
+      const trainer = await Trainer.create({ ...options, device, epochs, ...(epochs > 1 ? { resume: options.outDir } : {}) });
+      try {
+        if (epochs > 1) {
+          const saved = loadCheckpoint(options.outDir, 0);
+          const loaded = await trainer.model.stateDict(true);
+          const byName = new Map([...saved.model, ...saved.trainer].map((t) => [t.name, t]));
+          for (const t of loaded) expect(Buffer.from(t.data).equals(Buffer.from(byName.get(t.name).data)), `${device}: ${t.name}`).to.equal(true);
+        }
+        const summary = await trainer.fit();
+        expect(summary.epochs.map((e) => e.epoch)).to.deep.equal([...Array(epochs).keys()]);
+        expect(summary.finalTestAccuracy).to.be.above(0);
+      } finally {
+        await trainer.dispose();
+      }
+    }
+  });
+});

@@ -1,0 +1,28 @@
+/**
+ * Where a model trains: 'cpu', or a CUDA GPU ('cuda' is device 0, 'cuda:N' device N). Whether a GPU
+ * can run a model (driver, device, cuDNN, cuBLAS) is the addon's verdict, asked before a run loads
+ * its data so that it fails at once, naming the cause.
+ */
+import { binding, asNativeError } from './native.js';
+import { UsageError } from './errors.js';
+
+export type DeviceName = 'cpu' | 'cuda' | `cuda:${number}`;
+
+/** Validates a device name; `what` names the option in the error. */
+export function parseDevice(value: unknown, what = 'device'): DeviceName {
+  if (typeof value === 'string' && /^(cpu|cuda|cuda:\d{1,3})$/.test(value)) return value as DeviceName;
+  throw new UsageError(`${what}: expected cpu, cuda or cuda:N, got '${String(value)}'`);
+}
+
+/**
+ * Throws a NativeError unless a model can run on `device`: ERR_NO_CUDA (the addon was built without
+ * CUDA), ERR_NO_CUDA_DEVICE (no driver, no such device, too old a GPU) or ERR_CUDA_LIBRARY (cuDNN or
+ * cuBLAS not found, with every path tried).
+ */
+export function requireDevice(device: DeviceName): void {
+  try {
+    binding.checkDevice(device);
+  } catch (err) {
+    throw asNativeError(err);
+  }
+}
