@@ -3,7 +3,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { freePort } from '../bench/common.js';
-import { RendezvousError, StoreClient, StoreServer } from '../lib/dist/store.js';
+import { RendezvousError, StoreClient, StoreServer } from '../lib/cluster/store.js';
 import { dataFor } from './helpers/collective-worker.js';
 
 const WORKER = fileURLToPath(new URL('./helpers/collective-worker.js', import.meta.url));

@@ -14,7 +14,7 @@ import { readSafetensors, writeSafetensors, type NamedTensor } from './safetenso
 import { CheckpointError } from './errors.js';
 import { writeFileAtomic } from './files.js';
 import type { Model } from './model.js';
-import type { ProcessGroup } from './dist/group.js';
+import type { ProcessGroup } from './cluster/group.js';
 
 const TRAINER_PREFIXES = ['optimizer.', 'compressor.', 'rng.'];
 const KEEP = 2;

@@ -9,8 +9,8 @@ import { fileURLToPath } from 'node:url';
 import { AccordionError, UsageError } from './errors.js';
 import { DEFAULT_CONFIG, Trainer, type TrainConfig, type TrainSummary } from './trainer.js';
 import { ARCHITECTURES } from './model.js';
-import { distributedEnv } from './dist/group.js';
-import { launch } from './dist/launch.js';
+import { distributedEnv } from './cluster/group.js';
+import { launch } from './cluster/launch.js';
 import { writeReport } from './report/report.js';
 
 type Kind = 'int' | 'number' | 'string' | 'list' | 'flag';
@@ -27,6 +27,7 @@ interface OptionSpec {
 
 const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--model', key: 'model', kind: 'string', choices: ARCHITECTURES, help: 'model architecture (required)' },
+  { flag: '--device', key: 'device', kind: 'string', help: 'where the model trains: cpu, cuda (GPU 0) or cuda:N' },
   { flag: '--dataset', key: 'dataset', kind: 'string', choices: ['synthetic', 'cifar10', 'cifar100', 'wikitext2'], help: 'dataset; cifar10 when --data is given (wikitext2 for lstm)' },
   { flag: '--data', key: 'dataDir', kind: 'string', help: 'directory of the CIFAR binary files, or of wiki.{train,valid,test}.tokens for lstm' },
   { flag: '--epochs', key: 'epochs', kind: 'int', help: 'epochs to train (6 on synthetic data)' },
@@ -272,7 +273,7 @@ async function train(argv: string[]): Promise<number> {
   if (reporting) process.stderr.write(
     `accordion: ${config.model} (${trainer.model.parameterCount().toLocaleString('en-US')} parameters) on ${config.dataset}` +
       ` (${trainer.task.trainSamples} train / ${trainer.task.testSamples} test ${trainer.task.kind === 'language' ? 'tokens' : 'images'}), ${config.epochs} epochs,` +
-      ` batch ${config.batchSize}${config.workers > 1 ? ` per worker × ${config.workers} workers` : ''}, compressor ${describeCompressor(config)}, run directory ${config.outDir}\n`,
+      ` batch ${config.batchSize}${config.workers > 1 ? ` per worker × ${config.workers} workers` : ''}, device ${config.device}, compressor ${describeCompressor(config)}, run directory ${config.outDir}\n`,
   );
   try {
     const summary = await trainer.fit();

@@ -7,7 +7,7 @@
 // Arrays travel as base64 of their float32 bytes so that the test sees the exact values.
 import { pathToFileURL } from 'node:url';
 import { binding } from '../../lib/native.js';
-import { ProcessGroup, distributedEnv } from '../../lib/dist/group.js';
+import { ProcessGroup, distributedEnv } from '../../lib/cluster/group.js';
 
 /**
  * Rank `rank`'s gradient of parameter `param` at step `step`. Smooth in the index but different for

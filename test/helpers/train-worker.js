@@ -8,7 +8,7 @@
 import { createHash } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { Batcher, Model, setThreads } from '../../lib/index.js';
-import { ProcessGroup, distributedEnv } from '../../lib/dist/group.js';
+import { ProcessGroup, distributedEnv } from '../../lib/cluster/group.js';
 
 const MEAN = [0.49, 0.48, 0.45];
 const STD = [0.25, 0.24, 0.26];
