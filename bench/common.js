@@ -14,6 +14,14 @@ export const ROOT = join(BENCH_DIR, '..');
 export const PYTHON = process.env.ACCORDION_BENCH_PYTHON || '/usr/bin/python3';
 const TORCH_STEP = join(BENCH_DIR, 'peers', 'torch_step.py');
 
+// The peer runs in the machine's own environment: a packed Node (scripts/gpu-check.sh) puts its
+// libraries on LD_LIBRARY_PATH, which PyTorch must not load.
+function peerEnv(threads) {
+  const env = { ...process.env, OMP_NUM_THREADS: String(threads) };
+  if (process.env.ACCORDION_SYSTEM_LD_LIBRARY_PATH !== undefined) env.LD_LIBRARY_PATH = process.env.ACCORDION_SYSTEM_LD_LIBRARY_PATH;
+  return env;
+}
+
 export function median(values) {
   if (values.length === 0) return NaN;
   const s = [...values].sort((a, b) => a - b);
@@ -46,7 +54,7 @@ export function probeTorch() {
   if (torchProbe) return torchProbe;
   const r = spawnSync(PYTHON, ['-c', 'import torch; print(torch.__version__)'], {
     encoding: 'utf8',
-    env: { ...process.env, OMP_NUM_THREADS: '1' },
+    env: peerEnv(1),
     timeout: 120_000,
   });
   if (r.error) torchProbe = { ok: false, reason: `${PYTHON} could not be started (${r.error.message})` };
@@ -67,7 +75,7 @@ export function runTorchPeer(script, args, threads) {
   return new Promise((resolve, reject) => {
     execFile(PYTHON, [script, ...args.map(String)], {
       cwd: ROOT,
-      env: { ...process.env, OMP_NUM_THREADS: String(threads) },
+      env: peerEnv(threads),
       maxBuffer: 16 << 20,
     }, (err, stdout, stderr) => {
       if (err) {
@@ -88,10 +96,11 @@ export function runTorchPeer(script, args, threads) {
   });
 }
 
-/** One training step of a CNN in PyTorch (bench/peers/torch_step.py). */
-export function runTorchStep({ model, batch, threads, warmup, steps, classes = 10, channelsLast = false }) {
+/** One training step of a CNN in PyTorch (bench/peers/torch_step.py), on the CPU or a GPU. */
+export function runTorchStep({ model, batch, threads, warmup, steps, classes = 10, channelsLast = false, device = 'cpu' }) {
   const args = ['--model', model, '--batch', batch, '--threads', threads, '--warmup', warmup, '--steps', steps, '--classes', classes];
   if (channelsLast) args.push('--channels-last');
+  if (device !== 'cpu') args.push('--device', 'cuda');
   return runTorchPeer(TORCH_STEP, args, threads);
 }
 

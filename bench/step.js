@@ -1,8 +1,10 @@
 #!/usr/bin/env node
-// Training-step time of the engine against PyTorch on the same machine, batch and thread count.
+// Training-step time of the engine against PyTorch on the same machine, batch and thread count,
+// on the CPU or on a GPU (--device cuda: fp32 with TF32 off on both sides, with each side's peak
+// GPU memory).
 //
 //   node bench/step.js [--models resnet18,vgg19bn] [--batch 32] [--threads N] [--steps 10]
-//                      [--warmup 3] [--rounds 2] [--torch-channels-last] [--json out.json]
+//                      [--warmup 3] [--rounds 2] [--device cpu|cuda] [--torch-channels-last] [--json out.json]
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import {
@@ -17,6 +19,7 @@ const USAGE = `usage: node bench/step.js [options]
   --warmup N             untimed steps before them (default 3)
   --rounds N             runs of each peer, interleaved (default 2)
   --classes N            output classes (default 10)
+  --device cpu|cuda      where both peers train (default cpu; cuda means GPU 0)
   --torch-channels-last  run the PyTorch peer in channels-last memory format
   --json FILE            also write every timing and the machine facts to FILE
   --markdown             print the result table as Markdown (for BENCHMARKS.md)`;
@@ -32,6 +35,7 @@ function options(argv) {
       warmup: { type: 'string', default: '3' },
       rounds: { type: 'string', default: '2' },
       classes: { type: 'string', default: '10' },
+      device: { type: 'string', default: 'cpu' },
       'torch-channels-last': { type: 'boolean', default: false },
       json: { type: 'string' },
       markdown: { type: 'boolean', default: false },
@@ -50,6 +54,7 @@ function options(argv) {
     warmup: positiveInt('--warmup', values.warmup, { min: 0 }),
     rounds: positiveInt('--rounds', values.rounds),
     classes: positiveInt('--classes', values.classes, { min: 2 }),
+    device: ['cpu', 'cuda'].includes(values.device) ? values.device : (() => { throw new Error(`--device must be cpu or cuda, got '${values.device}'`); })(),
     channelsLast: values['torch-channels-last'],
     json: values.json,
     markdown: values.markdown,
@@ -76,13 +81,13 @@ async function timeOurs(lib, opts, architecture, data) {
   const { Model, binding } = lib;
   // The same hyper-parameters as torch_step.py, so the update does the same arithmetic.
   const model = await Model.create({
-    architecture, classes: opts.classes, seed: 0,
+    architecture, classes: opts.classes, seed: 0, device: opts.device,
     learningRate: 0.05, momentum: 0.9, weightDecay: 1e-4, nesterov: true,
   });
   try {
     const batcher = new binding.Batcher(data.images, data.labels, opts.classes, {
       batchSize: opts.batch, shuffle: false, augment: false, seed: 0,
-      mean: [0.4914, 0.4822, 0.4465], std: [0.2470, 0.2435, 0.2616],
+      mean: [0.4914, 0.4822, 0.4465], std: [0.2470, 0.2435, 0.2616], device: opts.device,
     });
     batcher.startEpoch(0);
     const times = [];
@@ -95,7 +100,10 @@ async function timeOurs(lib, opts, architecture, data) {
       if (i >= opts.warmup) times.push(ms);
     }
     if (!Number.isFinite(last.loss)) console.warn(`  warning: ${architecture} loss is ${last.loss}`);
-    return { step_ms_median: median(times), step_ms_min: Math.min(...times), step_ms_all: times, loss: last.loss };
+    // A step returns once its loss is read; its update runs on while the next step is prepared, so
+    // each timed step also pays for the update before it.
+    const { peak } = await model.memoryStats();
+    return { step_ms_median: median(times), step_ms_min: Math.min(...times), step_ms_all: times, loss: last.loss, peak_memory_bytes: peak };
   } finally {
     await model.dispose();
   }
@@ -135,7 +143,16 @@ async function main() {
   const torch = probeTorch();
   console.log(`step bench: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, ` +
     `oneDNN ${machine.onednn}, torch ${torch.ok ? torch.version : 'unavailable'}`);
-  console.log(`batch ${opts.batch}, ${opts.threads} threads, ${opts.warmup} warmup + ${opts.steps} timed steps, ` +
+  if (opts.device !== 'cpu') {
+    try {
+      lib.requireDevice(opts.device);
+    } catch (err) {
+      console.error(`bench/step.js: --device ${opts.device}: ${err.message}`);
+      process.exit(1);
+    }
+  }
+  console.log(`device ${opts.device}${opts.device !== 'cpu' ? ` (${lib.deviceQuery().devices[0].name})` : ''}, ` +
+    `batch ${opts.batch}, ${opts.threads} threads, ${opts.warmup} warmup + ${opts.steps} timed steps, ` +
     `${opts.rounds} round(s)${opts.channelsLast ? ', torch channels-last' : ''}`);
   if (!torch.ok) console.log(`note: PyTorch column skipped: ${torch.reason}`);
 
@@ -152,7 +169,7 @@ async function main() {
         try {
           const peer = await runTorchStep({
             model, batch: opts.batch, threads: opts.threads, warmup: opts.warmup,
-            steps: opts.steps, classes: opts.classes, channelsLast: opts.channelsLast,
+            steps: opts.steps, classes: opts.classes, channelsLast: opts.channelsLast, device: opts.device,
           });
           runs[model].torch.push(peer);
           line += `, PyTorch ${fmt(peer.step_ms_median)} ms`;
@@ -178,6 +195,9 @@ async function main() {
       best_ratio: fastest(r.ours.map((x) => x.step_ms_median)) / fastest(r.torch.map((x) => x.step_ms_median)),
       ours_spread_pct: spread(r.ours.map((x) => x.step_ms_median)),
       torch_spread_pct: spread(r.torch.map((x) => x.step_ms_median)),
+      // Peak GPU memory held by each side's tensors (ours: the model's pool; PyTorch: max_memory_allocated).
+      ours_peak_mib: Math.max(...r.ours.map((x) => x.peak_memory_bytes ?? 0)) / 2 ** 20,
+      torch_peak_mib: Math.max(...r.torch.map((x) => x.peak_memory_bytes ?? 0), 0) / 2 ** 20,
     };
   });
 
@@ -191,12 +211,14 @@ async function main() {
     { key: 'sps', title: 'samples/s' },
     { key: 'best', title: 'best-round ratio' },
     { key: 'spread', title: 'round spread ours/PyTorch' },
+    ...(opts.device === 'cpu' ? [] : [{ key: 'memory', title: 'peak GPU MiB ours/PyTorch' }]),
   ];
   const cells = rows.map((r) => ({
     model: r.model, batch: r.batch, threads: r.threads,
     ours: fmt(r.ours_ms), torch: fmt(r.torch_ms), ratio: fmt(r.ratio, 2), sps: fmt(r.samples_per_s),
     best: fmt(r.best_ratio, 2),
     spread: `${pct(r.ours_spread_pct)} / ${pct(r.torch_spread_pct)}`,
+    memory: `${fmt(r.ours_peak_mib, 0)} / ${fmt(r.torch_peak_mib, 0)}`,
   }));
   console.log('');
   console.log(formatTable(columns, cells, { markdown: opts.markdown }));

@@ -1,25 +1,61 @@
 #!/usr/bin/env bash
-# Packs what a GPU machine without Node needs to run this project's built addon and lib/:
-# a stripped node binary and the shared libraries the addon links (oneDNN, OpenBLAS, Gloo, OpenMP …)
-# into .node-dist/ (ignored by git), xz-compressed. On the GPU machine:
-#   mkdir -p /tmp/accordion && tar -xJf .node-dist/runtime.tar.xz -C /tmp/accordion
-#   export PATH=/tmp/accordion/bin:$PATH LD_LIBRARY_PATH=/tmp/accordion/lib
-#   node lib/cli.js info
+# Packs what a GPU machine without Node, npm or a registry needs to run this checkout's kernel lab,
+# GPU tests and GPU benchmarks into .node-dist/runtime.tar.xz (ignored by git; carry .node-dist
+# with the run). scripts/gpu-check.sh unpacks it. Build first: npm run build (with nvcc on the PATH).
+#   bin/node       a stripped node
+#   lib/           the shared libraries node, the addon and the kernel lab link (oneDNN, OpenBLAS,
+#                  Gloo, OpenMP, libstdc++ …), with the development links a rebuild looks for
+#   app/           build/Release (the addon, kernel_check), lib/ (the compiled TypeScript), and the
+#                  node_modules the tests, benchmarks and a rebuild use
+#   include/       oneDNN, OpenBLAS and Gloo headers, to rebuild there if the carried build does not load
 set -euo pipefail
 cd "$(dirname "$0")/.."
 addon=build/Release/accordion.node
 [ -f "$addon" ] || { echo "pack-for-gpu: build the addon first (npm run build)" >&2; exit 1; }
+[ -x build/Release/kernel_check ] || echo "pack-for-gpu: warning: no build/Release/kernel_check (the addon was built without nvcc)" >&2
 out=.node-dist
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/bin" "$stage/lib" "$out"
+mkdir -p "$stage/bin" "$stage/lib" "$stage/app/build" "$stage/include" "$out"
 cp "$(command -v node)" "$stage/bin/node"
 strip "$stage/bin/node" 2>/dev/null || true
-# Every library the addon and node resolve, except the C runtime the target machine has itself.
-for file in "$addon" "$(command -v node)"; do
-  ldd "$file" | awk '/=> \//{print $3}'
+
+# Every library the addon, the lab and node resolve, except the C runtime the target machine has itself.
+for file in "$addon" build/Release/kernel_check "$(command -v node)"; do
+  [ -e "$file" ] && ldd "$file" | awk '/=> \//{print $3}'
 done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' | while read -r lib; do
   cp -L "$lib" "$stage/lib/"
 done
-tar -C "$stage" -cJf "$out/runtime.tar.xz" bin lib
+for soname in libdnnl.so.2 libopenblas.so.0 libgloo.so.0; do
+  ln -sf "$soname" "$stage/lib/${soname%%.so*}.so"
+done
+
+cp -r build/Release "$stage/app/build/"
+cp -r lib package.json "$stage/app/"
+# The node_modules closure of what runs there: mocha and chai (tests), tinybench (benchmarks),
+# node-gyp-build (loading the addon), node-addon-api and node-api-headers (a rebuild).
+node -e '
+  const fs = require("fs"), path = require("path");
+  const seen = new Set();
+  const walk = (name) => {
+    if (seen.has(name)) return;
+    const manifest = path.join("node_modules", name, "package.json");
+    if (!fs.existsSync(manifest)) return;
+    seen.add(name);
+    Object.keys(JSON.parse(fs.readFileSync(manifest, "utf8")).dependencies || {}).forEach(walk);
+  };
+  ["mocha", "chai", "tinybench", "node-gyp-build", "node-addon-api", "node-api-headers"].forEach(walk);
+  console.log([...seen].join("\n"));
+' | while read -r module; do
+  mkdir -p "$stage/app/node_modules/$(dirname "$module")"
+  cp -r "node_modules/$module" "$stage/app/node_modules/$module"
+done
+mkdir -p "$stage/app/node_modules/.bin"
+ln -sf ../mocha/bin/mocha.js "$stage/app/node_modules/.bin/mocha"
+
+cp -rL /usr/include/oneapi /usr/include/dnnl*.h* /usr/include/gloo "$stage/include/"
+blas=$(dirname "$(find /usr/include -name cblas.h -path '*openblas*' | head -1)")
+cp -L "$blas"/*.h "$stage/include/"
+
+tar -C "$stage" -cJf "$out/runtime.tar.xz" bin lib app include
 echo "pack-for-gpu: $(du -h "$out/runtime.tar.xz" | cut -f1) in $out/runtime.tar.xz ($(ls "$stage/lib" | wc -l) libraries)"

@@ -1,7 +1,8 @@
 // Training on a CUDA GPU. The suite compares the GPU with the CPU op for op's composition: the same
 // weights and batches must give the same losses and parameters after several steps (TF32 is off on
 // the GPU: cuDNN's FMA math, cuBLAS's default math). Without a usable GPU it is pending, and the
-// checks of how --device cuda fails run instead.
+// checks of how --device cuda fails run instead; with ACCORDION_REQUIRE_GPU=1 (scripts/gpu-check.sh)
+// a missing GPU fails the suite instead of leaving it pending.
 import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -126,7 +127,9 @@ describe('GPU training (cuda:0)', function () {
   let dataset, root;
 
   before(function () {
-    if (gpuUnavailable()) this.skip();
+    const cause = gpuUnavailable();
+    if (cause && process.env.ACCORDION_REQUIRE_GPU === '1') throw new Error(`ACCORDION_REQUIRE_GPU=1 but cuda:0 cannot train: ${cause.message}`);
+    if (cause) this.skip();
     root = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-gpu-'));
     writeSyntheticCifar10(path.join(root, 'data'), { train: 512, test: 200, seed: 11 });
     dataset = loadImageDataset('cifar10', path.join(root, 'data'));

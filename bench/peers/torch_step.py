@@ -4,6 +4,9 @@
 A step is: zero_grad, forward, cross-entropy, backward, SGD update
 (lr 0.05, momentum 0.9, nesterov, weight_decay 1e-4) on a fixed random
 CIFAR-shaped batch. Prints one JSON line to stdout; diagnostics go to stderr.
+On a GPU (--device cuda) TF32 is off for cuBLAS and cuDNN, cuDNN chooses its
+algorithms by timing them (cudnn.benchmark), each step ends with a device
+synchronisation, and the peak of allocated GPU memory is reported.
 
     OMP_NUM_THREADS=2 /usr/bin/python3 bench/peers/torch_step.py \
         --model resnet18 --batch 32 --threads 2 --warmup 3 --steps 10
@@ -41,6 +44,7 @@ def parse_args(argv=None):
     p.add_argument('--classes', type=int, default=10)
     p.add_argument('--channels-last', action='store_true')
     p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
     args = p.parse_args(argv)
     if args.threads is None:
         try:
@@ -60,13 +64,18 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
+    gpu = args.device == 'cuda'
+    if gpu:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = True
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
-    model = models.build(args.model, args.classes).to(memory_format=fmt)
+    model = models.build(args.model, args.classes).to(device=args.device, memory_format=fmt)
     model.train()
     # One fixed batch: the peer measures compute, not data loading, and a
     # constant input keeps step-to-step variance down to the machine's noise.
-    x = torch.randn(args.batch, 3, 32, 32).contiguous(memory_format=fmt)
-    y = torch.randint(0, args.classes, (args.batch,))
+    x = torch.randn(args.batch, 3, 32, 32).contiguous(memory_format=fmt).to(args.device)
+    y = torch.randint(0, args.classes, (args.batch,)).to(args.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9,
                           nesterov=True, weight_decay=1e-4)
 
@@ -75,10 +84,14 @@ def main(argv=None):
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
+        if gpu:
+            torch.cuda.synchronize()
         return loss
 
     for _ in range(args.warmup):
         step()
+    if gpu:
+        torch.cuda.reset_peak_memory_stats()
     times = []
     for _ in range(args.steps):
         t0 = time.perf_counter()
@@ -102,6 +115,8 @@ def main(argv=None):
         'step_ms_min': round(min(times), 3),
         'step_ms_all': [round(t, 3) for t in times],
         'mkldnn': torch.backends.mkldnn.is_available(),
+        'device': torch.cuda.get_device_name() if gpu else 'cpu',
+        'peak_memory_bytes': torch.cuda.max_memory_allocated() if gpu else None,
     }))
     return 0
 

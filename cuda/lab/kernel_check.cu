@@ -1294,15 +1294,19 @@ int labMain(int argc, char** argv) {
     }
   }
 
+  // Without a device the JSON still says why nothing was checked.
+  auto unusable = [&](const std::string& why) {
+    std::fprintf(stderr, "kernel_check: cuda:0 is not usable: %s\n", why.c_str());
+    if (json.is_open()) json << "{\n  \"error\": " << jsonString("cuda:0 is not usable: " + why) << ",\n  \"passed\": false\n}\n";
+    return 1;
+  };
   std::unique_ptr<cuda::CudaBackend> gpu;
   try {
     gpu = std::make_unique<cuda::CudaBackend>(0);
   } catch (const EngineError& e) {
-    std::fprintf(stderr, "kernel_check: cuda:0 is not usable (%s): %s\n", e.code().c_str(), e.what());
-    return 1;
+    return unusable(std::string(e.what()) + " (" + e.code() + ")");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "kernel_check: cuda:0 is not usable: %s\n", e.what());
-    return 1;
+    return unusable(e.what());
   }
   CpuBackend cpu;
 
