@@ -50,8 +50,10 @@ Library openLibrary(const char* what, const char* envVar, const std::vector<std:
       lib.path = path;
       return;
     }
-    const char* why = dlerror();
-    tried += "\n  " + path + ": " + (why ? why : "not loadable");
+    // dlerror() names the file itself, usually first.
+    std::string why = dlerror() ?: "not loadable";
+    if (why.rfind(path + ": ", 0) == 0) why.erase(0, path.size() + 2);
+    tried += "\n  " + path + ": " + why;
   };
   if (const char* configured = std::getenv(envVar); configured && *configured) {
     const std::string base = configured;
