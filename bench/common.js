@@ -16,7 +16,7 @@ const TORCH_STEP = join(BENCH_DIR, 'peers', 'torch_step.py');
 
 // The peer runs in the machine's own environment: a packed Node (scripts/gpu-check.sh) puts its
 // libraries on LD_LIBRARY_PATH, which PyTorch must not load.
-function peerEnv(threads) {
+export function peerEnv(threads) {
   const env = { ...process.env, OMP_NUM_THREADS: String(threads) };
   if (process.env.ACCORDION_SYSTEM_LD_LIBRARY_PATH !== undefined) env.LD_LIBRARY_PATH = process.env.ACCORDION_SYSTEM_LD_LIBRARY_PATH;
   return env;

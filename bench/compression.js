@@ -18,7 +18,7 @@ import { parseArgs } from 'node:util';
 import { Bench } from 'tinybench';
 import { Model, setThreads } from '../lib/index.js';
 import { binding } from '../lib/native.js';
-import { BENCH_DIR, PYTHON, ROOT, defaultThreads, fmt, formatTable, positiveInt, probeTorch } from './common.js';
+import { BENCH_DIR, PYTHON, ROOT, defaultThreads, fmt, formatTable, peerEnv, positiveInt, probeTorch } from './common.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -123,7 +123,7 @@ if (torch.ok) {
     cwd: ROOT,
     input: JSON.stringify(peerCases),
     encoding: 'utf8',
-    env: { ...process.env, OMP_NUM_THREADS: String(threads) },
+    env: peerEnv(threads),
     maxBuffer: 64 << 20,
   });
   if (r.status !== 0) throw new Error(`torch_compression.py failed: ${(r.stderr || '').trim().split('\n').slice(-3).join('\n')}`);
