@@ -119,12 +119,12 @@ void GradientReducer::checkFinite(double* firstBad) {
   backend_.findNonFinite(grads, firstBad);
 }
 
-ReduceResult GradientReducer::reduce() {
+int64_t GradientReducer::firstNonFinite() {
   checkFinite(finiteFlag_.data());
   double firstBad = 0;
   backend_.download(&firstBad, finiteFlag_.data(), sizeof(double));
   backend_.synchronize();
-  return reduce(static_cast<int64_t>(firstBad));
+  return static_cast<int64_t>(firstBad);
 }
 
 ReduceResult GradientReducer::reduce(int64_t firstBad) {

@@ -59,8 +59,10 @@ class GradientReducer {
   // checkFinite result. The workers first agree on it: a NaN or Inf on any worker throws on every
   // worker, naming the parameter and rank, before any state is touched.
   ReduceResult reduce(int64_t firstBad);
-  // The same, running the check itself (and waiting for it).
-  ReduceResult reduce();
+  // checkFinite's result, waiting for the device.
+  int64_t firstNonFinite();
+  // reduce(firstNonFinite()).
+  ReduceResult reduce() { return reduce(firstNonFinite()); }
 
   Compressor compressor() const { return options_.compressor; }
   // Levels: PowerSGD rank (a positive integer) or TopK ratio in (0, 1]; 0 for dense parameters.

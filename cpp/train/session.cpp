@@ -45,12 +45,11 @@ void Session::stageFollowing(Batcher& batcher) {
   });
 }
 
-Tensor Session::forwardLoss(Batch& batch, double* status) {
+void Session::forwardLoss(Batch& batch, double* status) {
   auto [images, labels] = onDevice(batch);
   Tensor logits = model_.forward(images);
   ensureShape(gradLogits_, logits.shape(), *backend_);
   backend_->softmaxCrossEntropy(logits.data(), labels.data(), logits.dim(0), logits.dim(1), gradLogits_.data(), status);
-  return logits;
 }
 
 std::vector<double> Session::readStatus(int64_t count) {
@@ -152,10 +151,8 @@ StepResult Session::trainTokens(const int32_t* inputs, const int32_t* targets, i
         for (int64_t i = 0; i < p->grad.numel(); ++i) p->grad.data()[i] *= scale;
     }
   }
-  ensureSize(status_, 1, *backend_);
-  reducer_->checkFinite(status_.data());
-  const int64_t firstBad = static_cast<int64_t>(readStatus(1)[0]);
-  exchangeAndUpdate(result, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), firstBad);
+  exchangeAndUpdate(result, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                    reducer_->firstNonFinite());
   return result;
 }
 

@@ -85,7 +85,7 @@ class Session {
   // Starts uploading the batcher's following batch, so that the copy overlaps the work enqueued.
   void stageFollowing(Batcher& batcher);
   // Forward and loss of one batch: the mean loss and correct count go to status[0] and status[1].
-  Tensor forwardLoss(Batch& batch, double* status);
+  void forwardLoss(Batch& batch, double* status);
   // The first `count` entries of the step's status array, on the host (waits for the device).
   std::vector<double> readStatus(int64_t count);
 
