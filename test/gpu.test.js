@@ -11,6 +11,8 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Batcher, Model, Trainer, loadCheckpoint, loadImageDataset, parseDevice, writeSyntheticCifar10 } from '../lib/index.js';
 import { binding } from '../lib/native.js';
+import { workerDevice } from '../lib/device.js';
+import { UsageError } from '../lib/errors.js';
 
 const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'lib', 'cli.js');
 const DEVICE_CODES = ['ERR_NO_CUDA', 'ERR_NO_CUDA_DEVICE', 'ERR_CUDA_LIBRARY'];
@@ -64,13 +66,24 @@ describe('devices', function () {
     const cases = [
       [['--model', 'resnet18', '--device', 'gpu'], /device: expected cpu, cuda or cuda:N, got 'gpu'/],
       [['--model', 'lstm', '--data', '/nonexistent', '--device', 'cuda'], /lstm model trains on the CPU only so far/],
-      [['--model', 'resnet18', '--compressor', 'powersgd', '--device', 'cuda'], /compression .*runs on the CPU only so far/],
     ];
     for (const [args, message] of cases) {
       const r = runCli(['train', ...args]);
       expect(r.code, r.stderr).to.equal(2);
       expect(r.stderr).to.match(message);
     }
+  });
+
+  it('gives each worker of a job its own GPU, refusing more workers per host than GPUs', function () {
+    const gpus = binding.deviceQuery().count;
+    expect(workerDevice('cpu', { rank: 3, localRank: 1, worldSize: 4 })).to.equal('cpu');
+    expect(workerDevice('cuda:2', { rank: 0, localRank: 0, worldSize: 1 })).to.equal('cuda:2');
+    expect(() => workerDevice('cuda:0', { rank: 1, localRank: 1, worldSize: 2 })).to.throw(UsageError, /pins every worker of a host to one GPU/);
+    expect(() => workerDevice('cuda', { rank: 5, localRank: gpus, worldSize: 8 })).to.throw(
+      UsageError,
+      new RegExp(`rank 5 is worker ${gpus} of its host \\(LOCAL_RANK\\), which has ${gpus} GPU\\(s\\).*at most ${gpus} worker`),
+    );
+    if (gpus > 0) expect(workerDevice('cuda', { rank: 1, localRank: gpus - 1, worldSize: 2 })).to.equal(`cuda:${gpus - 1}`);
   });
 
   it('reports no device memory for a model on the CPU', async function () {

@@ -26,3 +26,25 @@ export function requireDevice(device: DeviceName): void {
     throw asNativeError(err);
   }
 }
+
+/**
+ * The GPU of one worker of a job. NCCL runs one rank per GPU, so 'cuda' means GPU LOCAL_RANK; a
+ * pinned 'cuda:N' is for a single worker per host, and a host with fewer GPUs than workers is a
+ * usage error naming both counts.
+ */
+export function workerDevice(device: DeviceName, job: { rank: number; localRank: number; worldSize: number }): DeviceName {
+  if (device === 'cpu' || job.worldSize === 1) return device;
+  if (device !== 'cuda') {
+    if (job.localRank > 0)
+      throw new UsageError(
+        `--device ${device} pins every worker of a host to one GPU, and NCCL runs one rank per GPU: use --device cuda (worker LOCAL_RANK takes GPU LOCAL_RANK)`,
+      );
+    return device;
+  }
+  const gpus = binding.deviceQuery().count;
+  if (job.localRank >= gpus)
+    throw new UsageError(
+      `rank ${job.rank} is worker ${job.localRank} of its host (LOCAL_RANK), which has ${gpus} GPU(s): NCCL runs one rank per GPU, so start at most ${gpus} worker(s) per host`,
+    );
+  return `cuda:${job.localRank}`;
+}

@@ -17,7 +17,7 @@ import { loadCheckpoint, saveCheckpoint } from './checkpoint.js';
 import { CheckpointError, UsageError } from './errors.js';
 import { ProcessGroup, distributedEnv } from './cluster/group.js';
 import { endOfEpoch, initialState, wholeModelNorm, type AccordionState, type Regime } from './accordion.js';
-import { parseDevice, requireDevice, type DeviceName } from './device.js';
+import { parseDevice, requireDevice, workerDevice, type DeviceName } from './device.js';
 
 export type DatasetName = ImageDatasetName | 'wikitext2';
 
@@ -302,10 +302,12 @@ export class Trainer extends EventEmitter {
     if (config.accordion === 'on' && (options.rank !== undefined || options.topkRatio !== undefined))
       throw new UsageError('--rank and --topk-ratio set a static level; with --accordion on use --low-rank/--high-rank or --low-ratio/--high-ratio');
     validateConfig(config);
-    // Before any data is read: a device that cannot train fails the run at once.
-    requireDevice(config.device);
     const env = context.group ? undefined : distributedEnv();
     const worldSize = context.group?.worldSize ?? env?.worldSize ?? 1;
+    const job = { rank: context.group?.rank ?? env?.rank ?? 0, localRank: (env ?? distributedEnv())?.localRank ?? 0, worldSize };
+    config.device = workerDevice(config.device, job);
+    // Before any data is read: a device that cannot train fails the run at once.
+    requireDevice(config.device);
     if (options.workers !== undefined && options.workers !== worldSize)
       throw new UsageError(
         worldSize === 1
@@ -313,8 +315,6 @@ export class Trainer extends EventEmitter {
           : `--workers ${options.workers} does not match the job's WORLD_SIZE ${worldSize}`,
       );
     config.workers = worldSize;
-    if (config.device !== 'cpu' && worldSize > 1)
-      throw new UsageError(`--device ${config.device} trains one worker so far (several workers on GPUs need NCCL, which training does not use yet)`);
     if (config.adapt !== 'compression')
       for (const key of ['batchLow', 'batchHigh'] as const)
         if (config[key] % (config.batchSize * worldSize) !== 0)
@@ -697,8 +697,6 @@ function validateConfig(c: TrainConfig): void {
   if (c.dataset !== 'synthetic' && !c.dataDir) throw new UsageError(`dataset ${c.dataset} needs --data DIR`);
   parseDevice(c.device);
   if (c.device !== 'cpu' && c.model === 'lstm') throw new UsageError(`the lstm model trains on the CPU only so far, not on ${c.device}`);
-  if (c.device !== 'cpu' && c.compressor !== 'none')
-    throw new UsageError(`gradient compression (--compressor ${c.compressor}) runs on the CPU only so far, not on ${c.device}`);
 }
 
 /** "18×2 3×1": how many weight matrices were at each level. */

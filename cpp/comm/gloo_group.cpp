@@ -34,7 +34,7 @@ class StoreAdapter : public gloo::rendezvous::Store {
 
 }  // namespace
 
-GlooGroup::GlooGroup(const GlooOptions& o) : rank_(o.rank), size_(o.size), timeout_(o.timeout) {
+GlooGroup::GlooGroup(const GlooOptions& o) : options_(o), rank_(o.rank), size_(o.size), timeout_(o.timeout) {
   if (o.size < 1 || o.rank < 0 || o.rank >= o.size)
     throw invalidArgument("rank " + std::to_string(o.rank) + " is outside a world of size " + std::to_string(o.size));
   store_ = std::make_shared<StoreClient>(o.storeHost, o.storePort, o.token, o.timeout);

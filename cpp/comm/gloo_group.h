@@ -38,10 +38,15 @@ class GlooGroup : public ProcessGroup {
   void allGatherV(const float* input, const std::vector<int64_t>& counts, float* output);
   void broadcast(float* data, int64_t count, int root) override;
   void barrier() override;
+  // What the group was created with, and the job's store it met through (where a GPU communicator
+  // of the same workers meets too).
+  const GlooOptions& options() const { return options_; }
+  StoreClient& store() { return *store_; }
 
  private:
   template <typename Fn>
   void guarded(const std::string& what, Fn&& fn);
+  GlooOptions options_;
   int rank_, size_;
   std::chrono::milliseconds timeout_;
   uint32_t tag_ = 0;

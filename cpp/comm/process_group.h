@@ -14,6 +14,9 @@ class ProcessGroup {
   virtual ~ProcessGroup() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Whether the collectives take device memory (NCCL) rather than host memory. Device collectives
+  // run after the work already enqueued on the device has finished.
+  virtual bool onDevice() const { return false; }
   // Element-wise sum over all workers, in place.
   virtual void allReduceSum(float* data, int64_t count) = 0;
   // Every worker contributes `count` floats; `output` receives size()·count floats in rank order.

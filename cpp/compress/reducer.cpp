@@ -134,7 +134,17 @@ ReduceResult GradientReducer::reduce(int64_t firstBad) {
   std::vector<float> badIndex(group_.size(), 0.0f);
   badIndex[group_.rank()] = static_cast<float>(firstBad);
   communicationSeconds_ = 0;
-  if (group_.size() > 1) communicate([&] { group_.allReduceSum(badIndex.data(), group_.size()); });
+  if (group_.size() > 1) {
+    if (group_.onDevice()) {
+      float* flags = scratch(agreementBuffer_, group_.size());
+      backend_.upload(flags, badIndex.data(), badIndex.size() * sizeof(float));
+      communicate([&] { group_.allReduceSum(flags, group_.size()); });
+      backend_.download(badIndex.data(), flags, badIndex.size() * sizeof(float));
+      backend_.synchronize();
+    } else {
+      communicate([&] { group_.allReduceSum(badIndex.data(), group_.size()); });
+    }
+  }
   for (int r = 0; r < group_.size(); ++r)
     if (badIndex[r] > 0)
       throw numericalError("the gradient of '" + slots_[static_cast<size_t>(badIndex[r]) - 1].parameter->name +
@@ -165,6 +175,7 @@ ReduceResult GradientReducer::reduce(int64_t firstBad) {
 
 template <typename Fn>
 void GradientReducer::communicate(Fn&& collective) {
+  if (group_.onDevice()) backend_.synchronize();  // the buffer is complete; only the collective is timed
   const auto start = std::chrono::steady_clock::now();
   collective();
   communicationSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -229,8 +240,12 @@ void GradientReducer::reduceTopK(const std::vector<size_t>& slots, ReduceResult&
   float* send = scratch(sendBuffer_, perWorker);
   for (TopKTensor& t : tensors) t.send = send + t.offset;
   kernels_.topKSelect(tensors);
-  float* gathered = scratch(receiveBuffer_, perWorker * world);
-  communicate([&] { group_.allGather(send, perWorker, gathered); });
+  const float* gathered = send;
+  if (world > 1) {
+    float* receive = scratch(receiveBuffer_, perWorker * world);
+    communicate([&] { group_.allGather(send, perWorker, receive); });
+    gathered = receive;
+  }
   kernels_.topKCombine(tensors, gathered, world, perWorker, 1.0f / static_cast<float>(world));
 }
 

@@ -113,7 +113,7 @@ class GradientReducer {
   Backend& backend_;
   CompressionKernels& kernels_;
   std::vector<Slot> slots_;
-  Tensor pBuffer_, qBuffer_, sendBuffer_, receiveBuffer_, denseBuffer_;
+  Tensor pBuffer_, qBuffer_, sendBuffer_, receiveBuffer_, denseBuffer_, agreementBuffer_;
   Array<double> finiteFlag_;
   double communicationSeconds_ = 0;
 };

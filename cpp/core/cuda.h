@@ -2,6 +2,7 @@
 // cpp/core/cuda_absent.cpp does, so the addon builds and loads everywhere: on a machine without a
 // GPU, a driver or NVIDIA's libraries, each call reports why instead of failing at load time.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -13,6 +14,8 @@
 
 namespace accordion {
 class Backend;
+class ProcessGroup;
+class StoreClient;
 }
 
 namespace accordion::cuda {
@@ -45,8 +48,7 @@ struct LibraryStatus {
 };
 LibraryStatus cudnnStatus();
 LibraryStatus cublasStatus();
-// Empty when NCCL (libnccl.so.2) is usable, else why not.
-std::string ncclStatus();
+LibraryStatus ncclStatus();
 
 // The ops of device `device` for one model: its own stream, cuDNN and cuBLAS handles and memory
 // pool. Throws EngineError naming the cause when the device or the libraries are not usable:
@@ -56,6 +58,18 @@ std::unique_ptr<Backend> makeBackend(int device);
 // The error makeBackend(device) would throw for want of a driver, a device or a library, or nothing
 // when the device can run a model. Cheap, and never throws.
 std::optional<EngineError> unusable(int device);
+
+// A ProcessGroup over NCCL for GPU memory, one GPU per process (cuda/comm/nccl_group.h). The ranks
+// meet through `store`; throws EngineError naming the cause (ERR_NO_CUDA, ERR_CUDA_LIBRARY,
+// ERR_NO_CUDA_DEVICE, ERR_COLLECTIVE for a set-up that fails or outlasts the timeout).
+struct NcclOptions {
+  int rank = 0, size = 1;
+  int device = 0;                            // the GPU of this rank (LOCAL_RANK)
+  std::chrono::milliseconds timeout{60000};  // bounds the set-up and every collective
+  std::string prefix = "default";            // namespaces this communicator's keys in the store
+  std::string hostname;                      // names this rank's host in errors
+};
+std::shared_ptr<ProcessGroup> makeNcclGroup(StoreClient& store, const NcclOptions& options);
 
 // Page-locked host memory that a GPU copies from asynchronously; freed blocks are kept for reuse.
 Allocator& pinnedAllocator();

@@ -29,10 +29,12 @@ DeviceQuery queryDevices() {
 
 LibraryStatus cudnnStatus() { return notBuilt(); }
 LibraryStatus cublasStatus() { return notBuilt(); }
-std::string ncclStatus() { return "the addon was built without CUDA, so without NCCL"; }
+LibraryStatus ncclStatus() { return notBuilt(); }
 
 std::unique_ptr<Backend> makeBackend(int) { throw EngineError("ERR_NO_CUDA", kNotBuilt); }
 std::optional<EngineError> unusable(int) { return EngineError("ERR_NO_CUDA", kNotBuilt); }
+
+std::shared_ptr<ProcessGroup> makeNcclGroup(StoreClient&, const NcclOptions&) { throw EngineError("ERR_NO_CUDA", kNotBuilt); }
 
 Allocator& pinnedAllocator() { throw EngineError("ERR_NO_CUDA", std::string("pinned memory: ") + kNotBuilt); }
 

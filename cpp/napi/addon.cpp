@@ -37,8 +37,8 @@ Napi::Value buildInfo(const Napi::CallbackInfo& info) {
   cuda.Set("built", cuda::built());
   cuda.Set("architectures", cuda::compiledArchitectures());
   cuda.Set("runtimeVersion", cuda::runtimeVersion());
-  const std::string nccl = cuda::ncclStatus();
-  cuda.Set("nccl", nccl.empty() ? Napi::Value(Napi::Boolean::New(env, true)) : Napi::Value(Napi::String::New(env, nccl)));
+  const cuda::LibraryStatus nccl = cuda::ncclStatus();
+  cuda.Set("nccl", nccl.loaded ? Napi::Value(Napi::Boolean::New(env, true)) : Napi::Value(Napi::String::New(env, nccl.error)));
   o.Set("cuda", cuda);
   Napi::Array models = Napi::Array::New(env);
   for (const auto& name : architectures()) models.Set(models.Length(), name);

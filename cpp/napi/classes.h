@@ -27,6 +27,9 @@ class ProcessGroupWrap : public Napi::ObjectWrap<ProcessGroupWrap> {
   std::shared_ptr<WorkerThread> thread() const { return worker_; }
   // The connected group; only valid on the group's thread after ready() resolved.
   std::shared_ptr<GlooGroup> group() const { return group_; }
+  // A number for the next GPU communicator built over this group: every rank builds its engines in
+  // the same order, so the numbers agree and name the communicator's keys in the store.
+  int nextCommunicator() { return communicators_++; }
 
  private:
   Napi::Value ready(const Napi::CallbackInfo& info);
@@ -39,6 +42,7 @@ class ProcessGroupWrap : public Napi::ObjectWrap<ProcessGroupWrap> {
   WorkerThread& worker(Napi::Env env);
 
   int rank_ = 0, size_ = 1;
+  int communicators_ = 0;
   std::shared_ptr<WorkerThread> worker_;
   std::shared_ptr<GlooGroup> group_;  // set on the group's thread
   std::unique_ptr<Napi::ObjectReference> ready_;

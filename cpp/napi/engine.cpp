@@ -1,6 +1,7 @@
 // JS class Engine: a Session driven through promises.
 #include <cstring>
 
+#include "core/cuda.h"
 #include "napi/classes.h"
 
 namespace accordion::napi {
@@ -19,6 +20,18 @@ Napi::Function EngineWrap::define(Napi::Env env) {
                       InstanceMethod("resetState", &EngineWrap::resetState),
                       InstanceMethod("memoryStats", &EngineWrap::memoryStats),
                       InstanceMethod("dispose", &EngineWrap::dispose)});
+}
+
+// The NCCL communicator of the workers of `gloo`, for a model on `device`, meeting through the job's store.
+static cuda::NcclOptions ncclOptions(const GlooGroup& gloo, const Device& device, int communicator) {
+  cuda::NcclOptions o;
+  o.rank = gloo.rank();
+  o.size = gloo.size();
+  o.device = device.index;
+  o.timeout = gloo.options().timeout;
+  o.prefix = gloo.options().prefix + "/engine-" + std::to_string(communicator);
+  o.hostname = gloo.options().hostname;
+  return o;
 }
 
 // new Engine({ model, classes, seed, device, learningRate, momentum, weightDecay, nesterov,
@@ -59,17 +72,21 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine
   } else {
     worker_ = std::make_shared<WorkerThread>();
   }
+  const int communicator = groupWrap ? groupWrap->nextCommunicator() : 0;
   // Building (and initialising) a model takes up to a second for the largest ones: it is the first
   // job on the engine's thread, and ready() reports its outcome.
   EngineWrap* self = this;
   ready_ = std::make_unique<Napi::ObjectReference>(Napi::Persistent(
       schedule<std::vector<std::pair<std::string, Shape>>>(
           env, *worker_,
-          [self, spec, sgd, reducer, groupWrap, frozenBatchNorm, device] {
+          [self, spec, sgd, reducer, groupWrap, frozenBatchNorm, device, communicator] {
             std::shared_ptr<ProcessGroup> group;
             if (groupWrap) {
-              group = groupWrap->group();  // connected by the earlier job on this thread, if it succeeded
-              if (!group) throw EngineError("ERR_NOT_READY", "the engine's process group is not connected");
+              std::shared_ptr<GlooGroup> gloo = groupWrap->group();  // connected by the earlier job on this thread, if it succeeded
+              if (!gloo) throw EngineError("ERR_NOT_READY", "the engine's process group is not connected");
+              group = gloo;
+              // On GPUs the gradients travel over NCCL, between the same workers (even a single one).
+              if (device.isCuda()) group = cuda::makeNcclGroup(gloo->store(), ncclOptions(*gloo, device, communicator));
             }
             self->session_ = std::make_unique<Session>(spec, sgd, reducer, group, device);
             if (frozenBatchNorm) self->session_->model().freezeBatchNorm(true);

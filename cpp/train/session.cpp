@@ -13,12 +13,8 @@ Session::Session(const ModelSpec& model, const SgdOptions& optimizer, const Redu
       model_(model, *backend_),
       optimizer_(model_.parameters(), optimizer, *backend_),
       group_(group ? std::move(group) : std::make_shared<LocalGroup>()) {
-  if (!device.isCpu() && group_->size() > 1)
-    throw EngineError("ERR_UNSUPPORTED", "training on " + device.name() + " runs one worker so far: several workers on GPUs need NCCL, "
-                                         "which the trainer does not use yet");
-  if (!device.isCpu() && reducer.compressor != Compressor::None)
-    throw EngineError("ERR_UNSUPPORTED", std::string("gradient compression (") + compressorName(reducer.compressor) +
-                                             ") runs on the CPU only so far, not on " + device.name());
+  if (!device.isCpu() && group_->size() > 1 && !group_->onDevice())
+    throw invalidArgument("a model on " + device.name() + " exchanges gradients over a group of GPU memory (NCCL), not host memory");
   reducer_ = std::make_unique<GradientReducer>(model_.parameters(), reducer, *group_, *backend_);
 }
 
@@ -201,6 +197,7 @@ Tensor Session::predict(const float* imagesNchw, int64_t n, int64_t height, int6
 
 void Session::broadcastState(int root) {
   auto& refs = model_.state();
+  if (group_->onDevice()) backend_->synchronize();  // the group's collectives run after the model's work
   for (Parameter* p : refs.parameters) group_->broadcast(p->value.data(), p->value.numel(), root);
   for (Buffer* b : refs.buffers) group_->broadcast(b->value.data(), b->value.numel(), root);
 }

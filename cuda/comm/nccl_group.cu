@@ -1,176 +1,159 @@
-// ProcessGroup over NCCL for device memory. libnccl.so.2 is loaded with dlopen at first use (no NCCL
-// headers or link-time dependency): the few functions and types used are declared here, with the
-// ABI of NCCL 2.x. The unique id travels through the job's rendezvous store, as in c10d.
-#include <cuda_runtime.h>
-#include <dlfcn.h>
+// ProcessGroup over NCCL (lib/nccl.h, loaded at run time). The unique id travels through the job's
+// rendezvous store, as in c10d. The communicator is created non-blocking, so that its set-up and
+// every collective can be bounded by the job's timeout and aborted when a peer fails or hangs.
+#include "comm/nccl_group.h"
 
 #include <chrono>
 #include <cstring>
-#include <mutex>
-#include <string>
+#include <map>
 #include <thread>
 
-#include "core/cuda.h"
-#include "core/errors.h"
-#include "comm/nccl_group.h"
+#include "core/check.h"
+#include "lib/nccl.h"
 
 namespace accordion::cuda {
 
+struct NcclGroup::Impl {
+  nccl::Comm comm = nullptr;
+  cudaStream_t stream = nullptr;
+  float* one = nullptr;  // the barrier's all-reduce
+};
+
 namespace {
 
-// From nccl.h (NCCL 2.x): opaque communicator, 128-byte unique id, result and type enums.
-using ncclComm_t = struct ncclComm*;
-struct ncclUniqueId {
-  char internal[128];
-};
-using ncclResult_t = int;
-constexpr ncclResult_t ncclSuccess = 0, ncclInProgress = 7;
-constexpr int ncclFloat32 = 7;
-constexpr int ncclSum = 0;
-
-struct NcclApi {
-  ncclResult_t (*getUniqueId)(ncclUniqueId*);
-  ncclResult_t (*commInitRank)(ncclComm_t*, int, ncclUniqueId, int);
-  ncclResult_t (*commDestroy)(ncclComm_t);
-  ncclResult_t (*commAbort)(ncclComm_t);
-  ncclResult_t (*commGetAsyncError)(ncclComm_t, ncclResult_t*);
-  ncclResult_t (*allReduce)(const void*, void*, size_t, int, int, ncclComm_t, cudaStream_t);
-  ncclResult_t (*allGather)(const void*, void*, size_t, int, ncclComm_t, cudaStream_t);
-  ncclResult_t (*broadcast)(const void*, void*, size_t, int, int, ncclComm_t, cudaStream_t);
-  const char* (*getErrorString)(ncclResult_t);
-};
-
-const NcclApi& api() {
-  static std::once_flag once;
-  static NcclApi table{};
-  static std::string failure;
-  std::call_once(once, [] {
-    void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
-    if (!lib) {
-      const char* why = dlerror();
-      failure = std::string("libnccl.so.2 could not be loaded (") + (why ? why : "unknown reason") +
-                "); install NCCL (Debian libnccl2, or the nvidia-nccl pip wheel with its directory on LD_LIBRARY_PATH)";
-      return;
-    }
-    auto bind = [&](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-      if (!fn && failure.empty()) failure = std::string("libnccl.so.2 has no symbol ") + name;
-    };
-    bind(table.getUniqueId, "ncclGetUniqueId");
-    bind(table.commInitRank, "ncclCommInitRank");
-    bind(table.commDestroy, "ncclCommDestroy");
-    bind(table.commAbort, "ncclCommAbort");
-    bind(table.commGetAsyncError, "ncclCommGetAsyncError");
-    bind(table.allReduce, "ncclAllReduce");
-    bind(table.allGather, "ncclAllGather");
-    bind(table.broadcast, "ncclBroadcast");
-    bind(table.getErrorString, "ncclGetErrorString");
-  });
-  if (!failure.empty()) throw EngineError("ERR_NCCL_MISSING", failure);
-  return table;
-}
-
-void check(ncclResult_t result, const std::string& what) {
-  if (result != ncclSuccess) throw EngineError("ERR_COLLECTIVE", what + " failed: " + api().getErrorString(result));
-}
-
-void checkCuda(cudaError_t status, const std::string& what) {
-  if (status != cudaSuccess) throw EngineError("ERR_CUDA", what + " failed: " + cudaGetErrorString(status));
+std::string gpuOf(int device) {
+  char busId[32] = {0};
+  check(cudaDeviceGetPCIBusId(busId, sizeof(busId), device), "cudaDeviceGetPCIBusId");
+  return busId;
 }
 
 }  // namespace
 
-std::string ncclStatus() {
-  try {
-    api();
-    return "";
-  } catch (const EngineError& e) {
-    return e.what();
+NcclGroup::NcclGroup(StoreClient& store, const NcclOptions& options) : options_(options), impl_(std::make_unique<Impl>()) {
+  const nccl::Api& api = nccl::api();
+  const std::string who = "rank " + std::to_string(options.rank);
+  int devices = 0;
+  check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  if (options.device < 0 || options.device >= devices)
+    throw EngineError("ERR_NO_CUDA_DEVICE", who + " needs GPU " + std::to_string(options.device) + " but " +
+                                                (options.hostname.empty() ? "this host" : options.hostname) + " has " +
+                                                std::to_string(devices) + ": NCCL runs one rank per GPU, so start at most " +
+                                                std::to_string(devices) + " workers per host");
+  check(cudaSetDevice(options.device), "cudaSetDevice");
+
+  // Every rank's host and GPU, so that two ranks on one GPU are named before NCCL refuses them.
+  const std::string key = "nccl/" + options.prefix + "/";
+  const std::string mine = options.hostname + " " + gpuOf(options.device);
+  store.set(key + "gpu/" + std::to_string(options.rank), std::vector<char>(mine.begin(), mine.end()));
+  std::map<std::string, int> owner;
+  for (int r = 0; r < options.size; ++r) {
+    const std::vector<char> bytes = store.get(key + "gpu/" + std::to_string(r), options.timeout);
+    const std::string gpu(bytes.begin(), bytes.end());
+    const auto [it, fresh] = owner.emplace(gpu, r);
+    if (!fresh)
+      throw EngineError("ERR_NO_CUDA_DEVICE", "ranks " + std::to_string(it->second) + " and " + std::to_string(r) + " both use GPU " + gpu +
+                                                  ": NCCL runs one rank per GPU (set a distinct LOCAL_RANK per worker of a host, "
+                                                  "and at most as many workers per host as it has GPUs)");
   }
-}
 
-struct NcclGroup::Impl {
-  ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
-};
-
-NcclGroup::NcclGroup(StoreClient& store, int rank, int size, int device, std::chrono::milliseconds timeout, const std::string& prefix)
-    : rank_(rank), size_(size), timeout_(timeout), impl_(std::make_unique<Impl>()) {
-  const NcclApi& nccl = api();
-  checkCuda(cudaSetDevice(device), "cudaSetDevice");
-  ncclUniqueId id{};
-  const std::string key = "nccl/" + prefix + "/unique-id";
-  if (rank == 0) {
-    check(nccl.getUniqueId(&id), "ncclGetUniqueId");
-    store.set(key, std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
+  nccl::UniqueId id{};
+  if (options.rank == 0) {
+    const nccl::Result r = api.getUniqueId(&id);
+    if (r != nccl::kSuccess) throw EngineError("ERR_COLLECTIVE", std::string("ncclGetUniqueId failed: ") + api.getErrorString(r));
+    store.set(key + "unique-id", std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
   } else {
-    std::vector<char> bytes = store.get(key, timeout);
+    const std::vector<char> bytes = store.get(key + "unique-id", options.timeout);
     if (bytes.size() != sizeof(id.internal)) throw EngineError("ERR_RENDEZVOUS", "the NCCL unique id in the store has the wrong size");
     std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
-  checkCuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  check(nccl.commInitRank(&impl_->comm, size, id, rank), "ncclCommInitRank (rank " + std::to_string(rank) + ")");
+  check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaMalloc(&impl_->one, sizeof(float)), "cudaMalloc");
+  nccl::Config config;
+  config.blocking = 0;
+  enqueued(api.commInitRankConfig(&impl_->comm, options.size, id, options.rank, &config), "ncclCommInitRankConfig");
+  wait("the NCCL communicator's set-up (" + std::to_string(options.size) + " ranks)");
 }
 
 NcclGroup::~NcclGroup() {
-  if (impl_->comm) api().commDestroy(impl_->comm);
+  if (impl_->comm) nccl::api().commDestroy(impl_->comm);
+  if (impl_->one) cudaFree(impl_->one);
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
 }
 
-// Waits for the stream with the group's timeout; a hung peer aborts the communicator instead of
-// blocking forever.
+void NcclGroup::abort(const std::string& message) {
+  if (impl_->comm) nccl::api().commAbort(impl_->comm);
+  impl_->comm = nullptr;
+  throw EngineError("ERR_COLLECTIVE", message);
+}
+
+nccl::Comm NcclGroup::live(const std::string& what) {
+  if (!impl_->comm) throw EngineError("ERR_COLLECTIVE", what + " on rank " + std::to_string(options_.rank) +
+                                                            ": the NCCL communicator was aborted by an earlier failure");
+  return impl_->comm;
+}
+
+void NcclGroup::enqueued(int result, const std::string& what) {
+  if (result != nccl::kSuccess && result != nccl::kInProgress)
+    abort(what + " failed on rank " + std::to_string(options_.rank) + ": " + nccl::api().getErrorString(result));
+}
+
 void NcclGroup::wait(const std::string& what) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  const nccl::Comm comm = live(what);
+  const nccl::Api& api = nccl::api();
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  const std::string where = " on rank " + std::to_string(options_.rank);
+  auto overdue = [&] {
+    if (std::chrono::steady_clock::now() > deadline)
+      abort(what + " timed out after " + std::to_string(options_.timeout.count()) + " ms" + where + " (a peer failed or stopped answering)");
+  };
+  // NCCL's own progress: the set-up, or the enqueueing of a collective.
+  while (true) {
+    nccl::Result state = nccl::kSuccess;
+    api.commGetAsyncError(comm, &state);
+    if (state == nccl::kSuccess) break;
+    if (state != nccl::kInProgress) abort(what + " failed" + where + ": " + api.getErrorString(state));
+    overdue();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  // The collective on the stream; a peer's failure shows as an asynchronous error meanwhile.
   while (true) {
     const cudaError_t status = cudaStreamQuery(impl_->stream);
     if (status == cudaSuccess) return;
-    if (status != cudaErrorNotReady) checkCuda(status, what);
-    ncclResult_t async = ncclSuccess;
-    api().commGetAsyncError(impl_->comm, &async);
-    if (async != ncclSuccess && async != ncclInProgress) {
-      api().commAbort(impl_->comm);
-      impl_->comm = nullptr;
-      check(async, what + " on rank " + std::to_string(rank_));
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      api().commAbort(impl_->comm);
-      impl_->comm = nullptr;
-      throw EngineError("ERR_COLLECTIVE", what + " timed out after " + std::to_string(timeout_.count()) + " ms on rank " +
-                                              std::to_string(rank_));
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (status != cudaErrorNotReady) check(status, (what + where).c_str());
+    nccl::Result state = nccl::kSuccess;
+    api.commGetAsyncError(comm, &state);
+    if (state != nccl::kSuccess && state != nccl::kInProgress) abort(what + " failed" + where + ": " + api.getErrorString(state));
+    overdue();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
 
 void NcclGroup::allReduceSum(float* data, int64_t count) {
-  if (size_ == 1 || count == 0) return;
-  check(api().allReduce(data, data, static_cast<size_t>(count), ncclFloat32, ncclSum, impl_->comm, impl_->stream), "ncclAllReduce");
-  wait("all-reduce of " + std::to_string(count) + " floats");
+  if (count == 0) return;
+  const std::string what = "all-reduce of " + std::to_string(count) + " floats";
+  enqueued(nccl::api().allReduce(data, data, static_cast<size_t>(count), nccl::kFloat32, nccl::kSum, live(what), impl_->stream), what);
+  wait(what);
 }
 
 void NcclGroup::allGather(const float* input, int64_t count, float* output) {
   if (count == 0) return;
-  check(api().allGather(input, output, static_cast<size_t>(count), ncclFloat32, impl_->comm, impl_->stream), "ncclAllGather");
-  wait("all-gather of " + std::to_string(count) + " floats per rank");
+  const std::string what = "all-gather of " + std::to_string(count) + " floats per rank";
+  enqueued(nccl::api().allGather(input, output, static_cast<size_t>(count), nccl::kFloat32, live(what), impl_->stream), what);
+  wait(what);
 }
 
 void NcclGroup::broadcast(float* data, int64_t count, int root) {
-  if (size_ == 1 || count == 0) return;
-  check(api().broadcast(data, data, static_cast<size_t>(count), ncclFloat32, root, impl_->comm, impl_->stream), "ncclBroadcast");
-  wait("broadcast of " + std::to_string(count) + " floats");
+  if (count == 0) return;
+  const std::string what = "broadcast of " + std::to_string(count) + " floats from rank " + std::to_string(root);
+  enqueued(nccl::api().broadcast(data, data, static_cast<size_t>(count), nccl::kFloat32, root, live(what), impl_->stream), what);
+  wait(what);
 }
 
-void NcclGroup::barrier() {
-  // A one-float all-reduce through the communicator: NCCL has no barrier of its own.
-  float* one = nullptr;
-  checkCuda(cudaMalloc(&one, sizeof(float)), "cudaMalloc");
-  try {
-    allReduceSum(one, 1);
-  } catch (...) {
-    cudaFree(one);
-    throw;
-  }
-  cudaFree(one);
+// A one-float all-reduce: NCCL has no barrier of its own.
+void NcclGroup::barrier() { allReduceSum(impl_->one, 1); }
+
+std::shared_ptr<ProcessGroup> makeNcclGroup(StoreClient& store, const NcclOptions& options) {
+  return std::make_shared<NcclGroup>(store, options);
 }
 
 }  // namespace accordion::cuda

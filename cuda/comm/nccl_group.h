@@ -1,4 +1,4 @@
-// ProcessGroup over NCCL (device pointers), built when nvcc is available. See nccl_group.cu.
+// ProcessGroup over NCCL: the collectives of a data-parallel job on GPU memory, one GPU per process.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -6,29 +6,36 @@
 
 #include "comm/process_group.h"
 #include "comm/store_client.h"
+#include "core/cuda.h"
 
 namespace accordion::cuda {
 
-// Empty when libnccl.so.2 loads, else why not.
-std::string ncclStatus();
-
 class NcclGroup : public ProcessGroup {
  public:
-  // Rank 0 creates the unique id and publishes it in the store; the others read it.
-  NcclGroup(StoreClient& store, int rank, int size, int device, std::chrono::milliseconds timeout, const std::string& prefix);
+  // Rank 0 creates the unique id and publishes it in the store; the others read it. Before NCCL is
+  // asked, the ranks compare their GPUs through the store, so two ranks on one GPU (which NCCL
+  // refuses) fail on every rank with an error naming both.
+  NcclGroup(StoreClient& store, const NcclOptions& options);
   ~NcclGroup() override;
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
+  int rank() const override { return options_.rank; }
+  int size() const override { return options_.size; }
+  bool onDevice() const override { return true; }
   void allReduceSum(float* deviceData, int64_t count) override;
   void allGather(const float* deviceInput, int64_t count, float* deviceOutput) override;
   void broadcast(float* deviceData, int64_t count, int root) override;
   void barrier() override;
 
  private:
+  // Waits for the operation with the group's timeout: first for NCCL to have enqueued it (the
+  // communicator is non-blocking), then for the stream. A failed or hung peer aborts the
+  // communicator and throws ERR_COLLECTIVE naming `what` and this rank.
   void wait(const std::string& what);
+  [[noreturn]] void abort(const std::string& message);
+  // The communicator, unless an earlier failure aborted it.
+  struct ncclComm* live(const std::string& what);
+  void enqueued(int result, const std::string& what);
+  NcclOptions options_;
   struct Impl;
-  int rank_, size_;
-  std::chrono::milliseconds timeout_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -164,7 +164,8 @@ static_assert(sameSignature<decltype(blas::Api::getProperty), decltype(&cublasGe
 static_assert(sameSignature<decltype(blas::Api::getStatusString), decltype(&cublasGetStatusString)>, "cublasGetStatusString");
 static_assert(sameSignature<decltype(blas::Api::sgemm), decltype(&cublasSgemm_v2)>, "cublasSgemm_v2");
 static_assert(sameSignature<decltype(blas::Api::sgemmStridedBatched), decltype(&cublasSgemmStridedBatched)>, "cublasSgemmStridedBatched");
-static_assert(sizeof(blas::Api) == 8 * sizeof(void (*)()), "cublas::Api has a member that is not checked here");
+static_assert(sameSignature<decltype(blas::Api::sgemmBatched), decltype(&cublasSgemmBatched)>, "cublasSgemmBatched");
+static_assert(sizeof(blas::Api) == 9 * sizeof(void (*)()), "cublas::Api has a member that is not checked here");
 
 }  // namespace
 

@@ -15,6 +15,7 @@ void bind(void* handle, Api& a, std::string& missing) {
   bindSymbol(handle, a.getStatusString, "cublasGetStatusString", missing);
   bindSymbol(handle, a.sgemm, "cublasSgemm_v2", missing);
   bindSymbol(handle, a.sgemmStridedBatched, "cublasSgemmStridedBatched", missing);
+  bindSymbol(handle, a.sgemmBatched, "cublasSgemmBatched", missing);
 }
 
 std::string version(const Api& a) {

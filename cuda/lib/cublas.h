@@ -1,4 +1,4 @@
-// The part of cuBLAS's API the engine uses (single-precision GEMMs), declared here with the ABI of
+// The part of cuBLAS's API the engine uses (single-precision GEMMs, single and batched), declared here with the ABI of
 // cuBLAS 11 to 13 (cublas_api.h) and bound with dlopen at first use: no cuBLAS headers at build time.
 #pragma once
 #include <cuda_runtime.h>
@@ -29,6 +29,9 @@ struct Api {
   Status (*sgemmStridedBatched)(Handle, int transa, int transb, int m, int n, int k, const float* alpha, const float* a, int lda,
                                 long long strideA, const float* b, int ldb, long long strideB, const float* beta, float* c, int ldc,
                                 long long strideC, int batchCount);
+  // One GEMM per entry of the device arrays of pointers, all of one shape.
+  Status (*sgemmBatched)(Handle, int transa, int transb, int m, int n, int k, const float* alpha, const float* const a[], int lda,
+                         const float* const b[], int ldb, const float* beta, float* const c[], int ldc, int batchCount);
 };
 
 // The loaded API; throws EngineError ERR_CUDA_LIBRARY, naming every path tried, when cuBLAS is missing.

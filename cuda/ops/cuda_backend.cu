@@ -195,12 +195,13 @@ const void* CudaBackend::deviceTable(const void* host, size_t bytes) {
   Table table{content, allocate(bytes)};
   upload(table.memory.get(), host, bytes);
   tables_.push_front(std::move(table));
-  if (tables_.size() > 32) tables_.pop_back();  // freed in stream order, after any kernel that reads it
+  if (tables_.size() > 128) tables_.pop_back();  // freed in stream order, after any kernel that reads it
   return tables_.front().memory.get();
 }
 
 CompressionKernels& CudaBackend::compression() {
-  throw EngineError("ERR_UNSUPPORTED", "gradient compression (PowerSGD, TopK) runs on the CPU only so far, not on " + device().name());
+  if (!compression_) compression_ = std::make_unique<CudaCompressionKernels>(*this);
+  return *compression_;
 }
 
 std::unique_ptr<Backend> makeBackend(int device) { return std::make_unique<CudaBackend>(device); }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "compress/cuda_kernels.h"
 #include "lib/cublas.h"
 #include "lib/cudnn.h"
 #include "ops/backend.h"
@@ -121,6 +122,7 @@ class CudaBackend : public Backend {
     std::shared_ptr<const void> owner;
   };
   std::deque<InFlight> inFlight_;
+  std::unique_ptr<CudaCompressionKernels> compression_;
 };
 
 }  // namespace accordion::cuda
