@@ -5,7 +5,7 @@
 # It unpacks .node-dist/runtime.tar.xz (Node, the shared libraries, the built addon and lab, the
 # compiled TypeScript and the test modules), rebuilds when the carried build does not load there,
 # finds cuDNN and cuBLAS (pip's nvidia-* packages beside PyTorch), then runs the stages:
-#   abi    cuda/lab/abi_check.cu compiled against the real cuDNN and cuBLAS headers
+#   abi    cuda/lab/abi_check.cu compiled against the real cuDNN, cuBLAS and NCCL headers
 #   lab    the kernel lab: every CUDA op against its CPU op, then timed against the copy bandwidth
 #   suite  the GPU test suite (test/gpu.test.js) and the native tests
 #   bench  the training step against PyTorch eager on the same GPU (bench/step.js --device cuda)
@@ -49,8 +49,10 @@ find_in_nvidia() { [ -n "$nvidia" ] && find $nvidia -maxdepth 4 -name "$1" 2>/de
 nvidia_libs=$([ -n "$nvidia" ] && find $nvidia -maxdepth 4 -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd:)
 cudnn=$(find_in_nvidia 'libcudnn.so.*')
 cublas=$(find_in_nvidia 'libcublas.so.*')
+nccl=$(find_in_nvidia 'libnccl.so.*')
 [ -n "$cudnn" ] && export ACCORDION_CUDNN=$cudnn
 [ -n "$cublas" ] && export ACCORDION_CUBLAS=$cublas
+[ -n "$nccl" ] && export ACCORDION_NCCL=$nccl
 # The packed libraries are for Node and the addon; the PyTorch peer keeps the machine's own path.
 export ACCORDION_SYSTEM_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
 export LD_LIBRARY_PATH=$runtime/lib${nvidia_libs:+:$nvidia_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -59,7 +61,7 @@ export ACCORDION_BENCH_PYTHON=${ACCORDION_BENCH_PYTHON:-$(command -v python3)}
 
 say "== gpu-check $(date -u +%FT%TZ): stages ${stages[*]}$( ((quick)) && echo ' (quick)')"
 run nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
-say "cuDNN: ${cudnn:-not found}; cuBLAS: ${cublas:-not found}"
+say "cuDNN: ${cudnn:-not found}; cuBLAS: ${cublas:-not found}; NCCL: ${nccl:-not found}"
 
 # --- The build: the carried one, or one made here ----------------------------------------------
 if ! node -e "require('node-gyp-build')('.')" >/dev/null 2>&1 || [ ! -x build/Release/kernel_check ]; then
@@ -72,16 +74,18 @@ fi
 run node lib/cli.js info
 
 declare -A status
-# --- abi: our declared cuDNN/cuBLAS prototypes against the real headers ------------------------
+# --- abi: our declared cuDNN/cuBLAS/NCCL prototypes against the real headers ------------------------
 if [[ " ${stages[*]} " == *" abi "* ]]; then
   say "== abi"
   cudnn_h=$(find_in_nvidia cudnn.h)
   cublas_h=$(find_in_nvidia cublas_v2.h)
-  if [ -z "$cudnn_h" ] || [ -z "$cublas_h" ]; then
-    say "abi: no cudnn.h or cublas_v2.h in the nvidia pip packages (${nvidia:-none found})"
+  nccl_h=$(find_in_nvidia nccl.h)
+  if [ -z "$cudnn_h" ] || [ -z "$cublas_h" ] || [ -z "$nccl_h" ]; then
+    say "abi: no cudnn.h, cublas_v2.h or nccl.h in the nvidia pip packages (${nvidia:-none found})"
     status[abi]=1
   else
-    run nvcc -std=c++17 -Icpp -Icuda -I"$(dirname "$cudnn_h")" -I"$(dirname "$cublas_h")" cuda/lab/abi_check.cu -o /tmp/abi_check &&
+    run nvcc -std=c++17 -Icpp -Icuda -I"$(dirname "$cudnn_h")" -I"$(dirname "$cublas_h")" -I"$(dirname "$nccl_h")" \
+      cuda/lab/abi_check.cu -o /tmp/abi_check &&
       run /tmp/abi_check
     status[abi]=$?
   fi

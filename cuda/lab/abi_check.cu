@@ -1,10 +1,10 @@
-// Checks that lib/cudnn.h and lib/cublas.h, which declare the part of cuDNN and cuBLAS the engine
-// binds with dlopen, match NVIDIA's own headers: every constant, the layout of the algorithm
-// performance records, and the signature of every function pointer. All checks are static_asserts,
+// Checks that lib/cudnn.h, lib/cublas.h and lib/nccl.h, which declare the part of cuDNN, cuBLAS and
+// NCCL the engine binds with dlopen, match NVIDIA's own headers: every constant, the layout of the
+// algorithm performance records and of NCCL's config, and the signature of every function pointer. All checks are static_asserts,
 // so a mismatch fails the build and naming it; the program only reports the versions it checked.
 // Compiled only where the headers are (scripts/gpu-check.sh), e.g. from pip's wheels, with
-// -I<site-packages>/nvidia/cudnn/include -I<site-packages>/nvidia/cublas/include:
-//   nvcc -std=c++17 -Icpp -Icuda -I<cudnn include> -I<cublas include> cuda/lab/abi_check.cu -o abi_check
+// -I<site-packages>/nvidia/{cudnn,cublas,nccl}/include:
+//   nvcc -std=c++17 -Icpp -Icuda -I<cudnn include> -I<cublas include> -I<nccl include> cuda/lab/abi_check.cu -o abi_check
 //
 // NVIDIA's headers come first on purpose: our handle types are written `struct cudnnContext*` etc.,
 // and such a name refers to NVIDIA's global struct only when that is already declared; otherwise it
@@ -12,6 +12,7 @@
 // that would make every signature below compare unequal).
 #include <cublas_v2.h>
 #include <cudnn.h>
+#include <nccl.h>
 
 #include <cstddef>
 #include <cstdio>
@@ -19,11 +20,13 @@
 
 #include "lib/cublas.h"
 #include "lib/cudnn.h"
+#include "lib/nccl.h"
 
 namespace {
 
 namespace dnn = accordion::cuda::cudnn;
 namespace blas = accordion::cuda::cublas;
+namespace coll = accordion::cuda::nccl;
 
 // A vendor type as our headers declare it. Enums become int: C enums here are int-sized (asserted),
 // and the x86-64 and AArch64 calling conventions pass and return them exactly as int. The algorithm
@@ -49,6 +52,24 @@ struct Declared<cudnnConvolutionBwdDataAlgoPerf_t*> {
 template <>
 struct Declared<cudnnConvolutionBwdFilterAlgoPerf_t*> {
   using type = dnn::AlgoPerf*;
+};
+template <>
+struct Declared<ncclUniqueId> {
+  using type = coll::UniqueId;
+};
+template <>
+struct Declared<ncclUniqueId*> {
+  using type = coll::UniqueId*;
+};
+template <>
+struct Declared<ncclConfig_t*> {
+  using type = coll::Config*;
+};
+// ncclCommGetAsyncError's out-parameter: an int-sized enum written through a pointer.
+template <>
+struct Declared<ncclResult_t*> {
+  static_assert(sizeof(ncclResult_t) == sizeof(int), "ncclResult_t is not int-sized");
+  using type = int*;
 };
 // A function pointer: the return type and each parameter, in number and order. Top-level const on
 // a vendor parameter (`const cudnnTensorDescriptor_t`) is not part of the function's type.
@@ -167,10 +188,42 @@ static_assert(sameSignature<decltype(blas::Api::sgemmStridedBatched), decltype(&
 static_assert(sameSignature<decltype(blas::Api::sgemmBatched), decltype(&cublasSgemmBatched)>, "cublasSgemmBatched");
 static_assert(sizeof(blas::Api) == 9 * sizeof(void (*)()), "cublas::Api has a member that is not checked here");
 
+// ---- NCCL -----------------------------------------------------------------------------------
+
+static_assert(std::is_same_v<coll::Comm, ncclComm_t>, "nccl::Comm (include NVIDIA's headers first)");
+static_assert(sizeof(coll::Result) == sizeof(ncclResult_t), "nccl::Result");
+static_assert(coll::kSuccess == ncclSuccess && coll::kInProgress == ncclInProgress, "nccl result codes");
+static_assert(coll::kFloat32 == ncclFloat32 && coll::kSum == ncclSum, "nccl::kFloat32, nccl::kSum");
+static_assert(sizeof(coll::UniqueId) == sizeof(ncclUniqueId), "nccl::UniqueId");
+// Our Config is the 2.14 prefix of the header's ncclConfig_t, field for field.
+static_assert(sizeof(coll::Config) <= sizeof(ncclConfig_t), "nccl::Config is larger than ncclConfig_t");
+static_assert(offsetof(coll::Config, size) == offsetof(ncclConfig_t, size) && offsetof(coll::Config, magic) == offsetof(ncclConfig_t, magic) &&
+                  offsetof(coll::Config, version) == offsetof(ncclConfig_t, version) &&
+                  offsetof(coll::Config, blocking) == offsetof(ncclConfig_t, blocking) &&
+                  offsetof(coll::Config, cgaClusterSize) == offsetof(ncclConfig_t, cgaClusterSize) &&
+                  offsetof(coll::Config, minCTAs) == offsetof(ncclConfig_t, minCTAs) &&
+                  offsetof(coll::Config, maxCTAs) == offsetof(ncclConfig_t, maxCTAs) &&
+                  offsetof(coll::Config, netName) == offsetof(ncclConfig_t, netName),
+              "nccl::Config fields");
+static_assert(coll::Config{}.version == NCCL_VERSION(2, 14, 0), "nccl::Config version");
+static_assert(coll::Config{}.blocking == NCCL_CONFIG_UNDEF_INT && coll::Config{}.netName == NCCL_CONFIG_UNDEF_PTR, "undefined values");
+
+static_assert(sameSignature<decltype(coll::Api::getVersion), decltype(&ncclGetVersion)>, "ncclGetVersion");
+static_assert(sameSignature<decltype(coll::Api::getErrorString), decltype(&ncclGetErrorString)>, "ncclGetErrorString");
+static_assert(sameSignature<decltype(coll::Api::getUniqueId), decltype(&ncclGetUniqueId)>, "ncclGetUniqueId");
+static_assert(sameSignature<decltype(coll::Api::commInitRankConfig), decltype(&ncclCommInitRankConfig)>, "ncclCommInitRankConfig");
+static_assert(sameSignature<decltype(coll::Api::commDestroy), decltype(&ncclCommDestroy)>, "ncclCommDestroy");
+static_assert(sameSignature<decltype(coll::Api::commAbort), decltype(&ncclCommAbort)>, "ncclCommAbort");
+static_assert(sameSignature<decltype(coll::Api::commGetAsyncError), decltype(&ncclCommGetAsyncError)>, "ncclCommGetAsyncError");
+static_assert(sameSignature<decltype(coll::Api::allReduce), decltype(&ncclAllReduce)>, "ncclAllReduce");
+static_assert(sameSignature<decltype(coll::Api::allGather), decltype(&ncclAllGather)>, "ncclAllGather");
+static_assert(sameSignature<decltype(coll::Api::broadcast), decltype(&ncclBroadcast)>, "ncclBroadcast");
+static_assert(sizeof(coll::Api) == 10 * sizeof(void (*)()), "nccl::Api has a member that is not checked here");
+
 }  // namespace
 
 int main() {
-  std::printf("cuDNN/cuBLAS declarations match cuDNN %d.%d.%d and cuBLAS %d.%d.%d headers\n", CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL,
-              CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_PATCH);
+  std::printf("cuDNN/cuBLAS/NCCL declarations match cuDNN %d.%d.%d, cuBLAS %d.%d.%d and NCCL %d.%d.%d headers\n", CUDNN_MAJOR,
+              CUDNN_MINOR, CUDNN_PATCHLEVEL, CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_PATCH, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
   return 0;
 }
