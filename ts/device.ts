@@ -41,8 +41,9 @@ export function workerDevice(device: DeviceName, job: { rank: number; localRank:
       );
     return device;
   }
+  // With no GPU at all, requireDevice names the cause (no driver, no device).
   const gpus = binding.deviceQuery().count;
-  if (job.localRank >= gpus)
+  if (gpus > 0 && job.localRank >= gpus)
     throw new UsageError(
       `rank ${job.rank} is worker ${job.localRank} of its host (LOCAL_RANK), which has ${gpus} GPU(s): NCCL runs one rank per GPU, so start at most ${gpus} worker(s) per host`,
     );

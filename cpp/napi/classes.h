@@ -138,9 +138,10 @@ class ReducerProbeWrap : public Napi::ObjectWrap<ReducerProbeWrap> {
   GradientReducer& reducer(const Napi::CallbackInfo& info, size_t workerArg);
   size_t parameterArg(const Napi::CallbackInfo& info, size_t index);
 
-  std::vector<std::unique_ptr<Backend>> backends_;  // the CPU's, one per worker
+  std::vector<std::unique_ptr<Backend>> backends_;  // one per worker, on the probe's device
   std::unique_ptr<InProcessGroup> group_;
   std::shared_ptr<ProcessGroup> processGroup_;        // a real group: one worker in this process
+  std::vector<std::unique_ptr<ProcessGroup>> staged_;  // on a GPU: each worker's group, staged through the host
   std::vector<std::vector<Parameter>> parameters_;  // per worker
   std::vector<std::unique_ptr<GradientReducer>> reducers_;
 };

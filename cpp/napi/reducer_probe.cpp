@@ -1,6 +1,7 @@
 // JS class ReducerProbe: W in-process workers compressing and exchanging given gradients.
 #include <thread>
 
+#include "comm/staged_group.h"
 #include "napi/classes.h"
 
 namespace accordion::napi {
@@ -16,6 +17,11 @@ Napi::Function ReducerProbeWrap::define(Napi::Env env) {
                       InstanceMethod("randomize", &ReducerProbeWrap::randomize), InstanceMethod("run", &ReducerProbeWrap::run)});
 }
 
+// A tensor of `backend` as a flat Float32Array.
+static Napi::Value flat(Napi::Env env, Backend& backend, const Tensor& t) {
+  return toJs(env, backend.toHost(t).reshaped({t.numel()}));
+}
+
 static Napi::Value guarded(Napi::Env env, const std::function<Napi::Value()>& body) {
   try {
     return body();
@@ -24,8 +30,10 @@ static Napi::Value guarded(Napi::Env env, const std::function<Napi::Value()>& bo
   }
 }
 
-// new ReducerProbe(shapes: number[][], { compressor, level, workers, seed, minCompressionRate, accumulateNorms, group })
+// new ReducerProbe(shapes: number[][], { compressor, level, workers, seed, minCompressionRate, accumulateNorms, group, device })
 // With `group` (a connected ProcessGroup) the probe is this process's single worker of a real job.
+// On a GPU (`device` 'cuda' or 'cuda:N') each worker has its own backend there, and the collectives
+// stage through host memory.
 ReducerProbeWrap::ReducerProbeWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ReducerProbeWrap>(info) {
   Napi::Env env = info.Env();
   if (!info[0].IsArray() || !info[1].IsObject()) throw typeError(env, "expected (shapes, options)");
@@ -47,18 +55,24 @@ ReducerProbeWrap::ReducerProbeWrap(const Napi::CallbackInfo& info) : Napi::Objec
     options.seed = static_cast<uint64_t>(numberOption(o, "seed", 42));
     options.minCompressionRate = numberOption(o, "minCompressionRate", 1.0);
     options.accumulateNorms = boolOption(o, "accumulateNorms", false);
+    const Device device = parseDevice(stringOption(o, "device", "cpu"));
     group_ = std::make_unique<InProcessGroup>(workers);
     parameters_.resize(workers);
     for (int w = 0; w < workers; ++w) {
-      backends_.push_back(std::make_unique<CpuBackend>());  // one per worker thread
+      backends_.push_back(makeBackend(device));  // one per worker thread
+      Backend& backend = *backends_[w];
       for (uint32_t i = 0; i < shapes.Length(); ++i) {
         Shape shape = shapeArg(env, shapes.Get(i), "shape");
-        parameters_[w].push_back(Parameter{"p" + std::to_string(i), Tensor::zeros(shape), Tensor::zeros(shape)});
+        parameters_[w].push_back(Parameter{"p" + std::to_string(i), backend.zeros(shape), backend.zeros(shape)});
       }
       std::vector<Parameter*> pointers;
       for (auto& p : parameters_[w]) pointers.push_back(&p);
-      reducers_.push_back(
-          std::make_unique<GradientReducer>(pointers, options, processGroup_ ? *processGroup_ : group_->member(w), *backends_[w]));
+      ProcessGroup* group = processGroup_ ? processGroup_.get() : &group_->member(w);
+      if (device.isCuda()) {
+        staged_.push_back(std::make_unique<StagedGroup>(*group, backend));
+        group = staged_.back().get();
+      }
+      reducers_.push_back(std::make_unique<GradientReducer>(pointers, options, *group, backend));
     }
     return env.Undefined();
   });
@@ -88,7 +102,7 @@ Napi::Value ReducerProbeWrap::step(const Napi::CallbackInfo& info) {
       Tensor& g = parameters_[w][i].grad;
       Napi::Float32Array a = list.Get(static_cast<uint32_t>(i)).As<Napi::Float32Array>();
       if (static_cast<int64_t>(a.ElementLength()) != g.numel()) throw typeError(env, "gradient " + std::to_string(i) + " has the wrong size");
-      std::copy(a.Data(), a.Data() + a.ElementLength(), g.data());
+      backends_[w]->upload(g.data(), a.Data(), g.bytes());
     }
   }
   std::vector<ReduceResult> results(workers);
@@ -110,7 +124,7 @@ Napi::Value ReducerProbeWrap::step(const Napi::CallbackInfo& info) {
   Napi::Array outputs = Napi::Array::New(env, workers);
   for (size_t w = 0; w < workers; ++w) {
     Napi::Array list = Napi::Array::New(env, parameters_[w].size());
-    for (size_t i = 0; i < parameters_[w].size(); ++i) list.Set(static_cast<uint32_t>(i), toJs(env, parameters_[w][i].grad.reshaped({parameters_[w][i].grad.numel()})));
+    for (size_t i = 0; i < parameters_[w].size(); ++i) list.Set(static_cast<uint32_t>(i), flat(env, *backends_[w], parameters_[w][i].grad));
     outputs.Set(static_cast<uint32_t>(w), list);
   }
   out.Set("outputs", outputs);
@@ -118,29 +132,27 @@ Napi::Value ReducerProbeWrap::step(const Napi::CallbackInfo& info) {
   return out;
 }
 
-static Napi::Value flatOrNull(Napi::Env env, const Tensor& t) {
-  return t.defined() ? Napi::Value(toJs(env, t.reshaped({t.numel()}))) : env.Null();
-}
-
 // memory(worker, parameter) → Float32Array | null (flat, PyTorch layout)
 Napi::Value ReducerProbeWrap::memory(const Napi::CallbackInfo& info) {
-  return flatOrNull(info.Env(), reducer(info, 0).errorMemory(parameterArg(info, 1)));
+  const Tensor& t = reducer(info, 0).errorMemory(parameterArg(info, 1));
+  return t.defined() ? flat(info.Env(), *backends_.at(info[0].As<Napi::Number>().Uint32Value()), t) : info.Env().Null();
 }
 
 // q(worker, parameter) → Float32Array | null, row-major (cols, r)
 Napi::Value ReducerProbeWrap::q(const Napi::CallbackInfo& info) {
-  return flatOrNull(info.Env(), reducer(info, 0).powerSgdQ(parameterArg(info, 1)));
+  const Tensor& t = reducer(info, 0).powerSgdQ(parameterArg(info, 1));
+  return t.defined() ? flat(info.Env(), *backends_.at(info[0].As<Napi::Number>().Uint32Value()), t) : info.Env().Null();
 }
 
 // setQ(parameter, Float32Array) on every worker
 Napi::Value ReducerProbeWrap::setQ(const Napi::CallbackInfo& info) {
   const size_t p = parameterArg(info, 0);
   Napi::Float32Array a = float32Arg(info, 1, "q");
-  for (auto& r : reducers_) {
-    Tensor& q = r->powerSgdQ(p);
+  for (size_t w = 0; w < reducers_.size(); ++w) {
+    Tensor& q = reducers_[w]->powerSgdQ(p);
     if (!q.defined() || q.numel() != static_cast<int64_t>(a.ElementLength()))
       throw typeError(info.Env(), "q must hold " + std::to_string(q.numel()) + " floats");
-    std::copy(a.Data(), a.Data() + a.ElementLength(), q.data());
+    backends_[w]->upload(q.data(), a.Data(), q.bytes());
   }
   return info.Env().Undefined();
 }
@@ -180,9 +192,12 @@ namespace accordion::napi {
 // randomize(seed): fills every worker's gradients with standard normal values, natively.
 Napi::Value ReducerProbeWrap::randomize(const Napi::CallbackInfo& info) {
   Random rng(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()));
-  for (auto& worker : parameters_)
-    for (auto& p : worker)
-      for (int64_t k = 0; k < p.grad.numel(); ++k) p.grad.data()[k] = rng.normal();
+  for (size_t w = 0; w < parameters_.size(); ++w)
+    for (auto& p : parameters_[w]) {
+      Tensor host(p.grad.shape());
+      for (int64_t k = 0; k < host.numel(); ++k) host.data()[k] = rng.normal();
+      backends_[w]->upload(p.grad.data(), host.data(), host.bytes());
+    }
   return info.Env().Undefined();
 }
 
@@ -191,7 +206,9 @@ Napi::Value ReducerProbeWrap::randomize(const Napi::CallbackInfo& info) {
 Napi::Value ReducerProbeWrap::run(const Napi::CallbackInfo& info) {
   if (reducers_.size() != 1) throw typeError(info.Env(), "run() is for a single worker; use step() for several");
   return guarded(info.Env(), [&]() -> Napi::Value {
-    return Napi::Number::New(info.Env(), static_cast<double>(reducers_[0]->reduce().floatsSent));
+    const double floats = static_cast<double>(reducers_[0]->reduce().floatsSent);
+    backends_[0]->synchronize();  // the reduction is done when run() returns, on any device
+    return Napi::Number::New(info.Env(), floats);
   });
 }
 
