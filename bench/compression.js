@@ -10,13 +10,17 @@
 // one process right after, with the same thread count. "GB/s" counts the gradient's bytes once
 // (numel·4 / time): an effective rate, not the memory traffic.
 //
-//   node bench/compression.js [--threads N] [--quick] [--only powersgd,topk,gs,norms] [--json FILE]
+// With --device cuda both sides run on the GPU, each round ending when the device is done: the
+// whole-model rounds (PowerSGD ranks 1, 2, 4 on ResNet-18 and VGG-19bn; TopK 1%, 10% on ResNet-18
+// and on 10M floats) and the norm bookkeeping; Gram-Schmidt alone is a CPU case.
+//
+//   node bench/compression.js [--device cpu|cuda] [--threads N] [--quick] [--only powersgd,topk,gs,norms] [--json FILE]
 import { spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Bench } from 'tinybench';
-import { Model, setThreads } from '../lib/index.js';
+import { Model, parseDevice, requireDevice, setThreads } from '../lib/index.js';
 import { binding } from '../lib/native.js';
 import { BENCH_DIR, PYTHON, ROOT, defaultThreads, fmt, formatTable, peerEnv, positiveInt, probeTorch } from './common.js';
 
@@ -26,10 +30,22 @@ const { values: opts } = parseArgs({
     quick: { type: 'boolean', default: false },
     only: { type: 'string' },
     json: { type: 'string' },
+    device: { type: 'string', default: 'cpu' },
   },
 });
 const threads = opts.threads ? positiveInt('--threads', opts.threads) : defaultThreads();
-const groups = new Set((opts.only ?? 'powersgd,topk,gs,norms').split(','));
+const device = parseDevice(opts.device, '--device');
+const gpu = device !== 'cpu';
+const groups = new Set((opts.only ?? (gpu ? 'powersgd,topk,norms' : 'powersgd,topk,gs,norms')).split(','));
+if (gpu && groups.has('gs')) throw new Error('--only gs: Gram-Schmidt alone is a CPU case (on a GPU it runs inside the PowerSGD rounds)');
+if (gpu) {
+  try {
+    requireDevice(device);
+  } catch (err) {
+    console.error(`bench/compression.js: --device ${device}: ${err.message}`);
+    process.exit(1);
+  }
+}
 const minTime = opts.quick ? 0.05 : 0.3; // seconds per case, both sides
 setThreads(threads);
 
@@ -48,7 +64,7 @@ const vgg = await shapesOf('vgg19bn');
 const cases = [];
 
 function reducerCase(name, group, shapes, options, peer) {
-  const probe = new binding.ReducerProbe(shapes, { workers: 1, ...options });
+  const probe = new binding.ReducerProbe(shapes, { workers: 1, device, ...options });
   probe.randomize(1);
   cases.push({ name, group, floats: shapes.reduce((s, sh) => s + numel(sh), 0), peer: peer && { name, ...peer }, ours: () => probe.run() });
 }
@@ -56,7 +72,7 @@ function reducerCase(name, group, shapes, options, peer) {
 if (groups.has('powersgd')) {
   const seen = new Set();
   for (const [model, shapes] of [['resnet18', resnet], ['vgg19bn', vgg]]) {
-    for (const shape of shapes.filter((s) => s.length > 1)) {
+    for (const shape of gpu ? [] : shapes.filter((s) => s.length > 1)) {
       const key = shape.join('x');
       if (seen.has(key)) continue;
       seen.add(key);
@@ -71,9 +87,9 @@ if (groups.has('powersgd')) {
 }
 
 if (groups.has('topk')) {
-  for (const ratio of [0.01, 0.1, 0.25, 0.99]) {
+  for (const ratio of gpu ? [0.01, 0.1] : [0.01, 0.1, 0.25, 0.99]) {
     // As a (1000, n/1000) matrix: the engine sends 1-D tensors dense.
-    for (const n of opts.quick ? [1_000_000] : [1_000_000, 10_000_000]) {
+    for (const n of gpu ? [10_000_000] : opts.quick ? [1_000_000] : [1_000_000, 10_000_000]) {
       const shape = [1000, n / 1000];
       reducerCase(`topk ${n / 1e6}M K=${ratio}`, 'topk', [shape], { compressor: 'topk', level: ratio }, { kind: 'topk', shapes: [shape], ratio });
     }
@@ -119,7 +135,8 @@ const torch = probeTorch();
 const peer = new Map();
 if (torch.ok) {
   const peerCases = cases.map((c) => c.peer).filter(Boolean);
-  const r = spawnSync(PYTHON, [join(BENCH_DIR, 'peers', 'torch_compression.py'), '--threads', String(threads), '--min-time', String(minTime)], {
+  const args = ['--threads', String(threads), '--min-time', String(minTime), '--device', device];
+  const r = spawnSync(PYTHON, [join(BENCH_DIR, 'peers', 'torch_compression.py'), ...args], {
     cwd: ROOT,
     input: JSON.stringify(peerCases),
     encoding: 'utf8',
@@ -153,9 +170,9 @@ const columns = [
   { key: 'torch', title: 'PyTorch ms' },
   { key: 'ratio', title: 'ours/PyTorch' },
 ];
-console.log(`threads ${threads}${torch.ok ? `, torch ${torch.version}` : ''}`);
+console.log(`${device}, threads ${threads}${torch.ok ? `, torch ${torch.version}` : ''}`);
 console.log(formatTable(columns, rows));
 const dense = ours.get('dense resnet18 whole'), withNorms = ours.get('dense resnet18 whole + norm sums');
 if (dense !== undefined && withNorms !== undefined)
   console.log(`norm bookkeeping: ${fmt(withNorms - dense, 3)} ms per step (compare with a training step in bench/step.js)`);
-if (opts.json) writeFileSync(opts.json, JSON.stringify({ threads, torch: torch.ok ? torch.version : null, rows }, null, 2) + '\n');
+if (opts.json) writeFileSync(opts.json, JSON.stringify({ device, threads, torch: torch.ok ? torch.version : null, rows }, null, 2) + '\n');

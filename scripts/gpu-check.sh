@@ -7,9 +7,10 @@
 # finds cuDNN and cuBLAS (pip's nvidia-* packages beside PyTorch), then runs the stages:
 #   abi    cuda/lab/abi_check.cu compiled against the real cuDNN, cuBLAS and NCCL headers
 #   lab    the kernel lab: every CUDA op against its CPU op, then timed against the copy bandwidth
-#   suite  the GPU test suite (test/gpu.test.js) and the native tests
-#   bench  the training step against PyTorch eager on the same GPU (bench/step.js --device cuda)
-# and writes gpu-check.log and gpu-check.json (with lab.json and bench.json) into $OUT, or
+#   suite  the GPU test suite (test/gpu.test.js), the compression oracles on the GPU and the native tests
+#   bench  the training step (bench/step.js) and the compression rounds (bench/compression.js)
+#          against PyTorch on the same GPU
+# and writes gpu-check.log and gpu-check.json (with lab.json and the bench*.json) into $OUT, or
 # ./gpu-check-out. Exit code 0 when every stage run passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -101,7 +102,8 @@ fi
 # --- suite: the GPU tests ------------------------------------------------------------------------
 if [[ " ${stages[*]} " == *" suite "* ]]; then
   say "== suite"
-  ACCORDION_REQUIRE_GPU=1 run node node_modules/mocha/bin/mocha.js --no-config --timeout 600000 test/gpu.test.js test/native.test.js
+  ACCORDION_REQUIRE_GPU=1 run node node_modules/mocha/bin/mocha.js --no-config --timeout 600000 test/gpu.test.js test/compression.test.js \
+    test/native.test.js
   status[suite]=$?
 fi
 
@@ -111,6 +113,7 @@ if [[ " ${stages[*]} " == *" bench "* ]]; then
   if ((quick)); then rounds=(--warmup 2 --steps 5 --rounds 1); else rounds=(--warmup 5 --steps 30 --rounds 3); fi
   run node bench/step.js --device cuda --batch 128 --models resnet18,vgg19bn "${rounds[@]}" --json "$out/bench.json"
   status[bench]=$?
+  run node bench/compression.js --device cuda $( ((quick)) && echo --quick) --json "$out/bench-compression.json" || status[bench]=1
 fi
 
 # --- One JSON of everything ----------------------------------------------------------------------
@@ -135,6 +138,7 @@ node -e '
     lab: read("lab.json"),
     suite: exits.suite === undefined ? undefined : { passing: count("passing"), failing: count("failing"), pending: count("pending") },
     bench: read("bench.json"),
+    benchCompression: read("bench-compression.json"),
   };
   result.passed = Object.values(result.stages).every((s) => s.passed);
   fs.writeFileSync(`${out}/gpu-check.json`, JSON.stringify(result, null, 2) + "\n");
