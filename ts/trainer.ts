@@ -327,8 +327,9 @@ export class Trainer extends EventEmitter {
     try {
       const rank = group?.rank ?? 0;
       if (group) {
-        const { threads: _threads, progress: _progress, ...shared } = config;
-        await group.checkConfig(shared as Record<string, unknown>);
+        // Each worker has its own GPU (cuda:LOCAL_RANK): the workers agree on the kind of device.
+        const { threads: _threads, progress: _progress, device, ...shared } = config;
+        await group.checkConfig({ ...shared, device: device === 'cpu' ? 'cpu' : 'cuda' });
       }
       const checkpoint = config.resume ? loadCheckpoint(config.resume, rank) : undefined;
       if (checkpoint) {
