@@ -106,6 +106,7 @@ if [[ " ${stages[*]} " == *" bench "* ]]; then
   say "== bench"
   if ((quick)); then rounds=(--warmup 2 --steps 5 --rounds 1); else rounds=(--warmup 5 --steps 30 --rounds 3); fi
   run node bench/step.js --device cuda --batch 128 --models resnet18,vgg19bn "${rounds[@]}" --json "$out/bench.json"
+  step=$?; run node bench/lstm.js --device cuda "${rounds[@]}" --json "$out/bench-lstm.json" && (exit "$step")
   status[bench]=$?
 fi
 
