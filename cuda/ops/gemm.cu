@@ -25,6 +25,10 @@ void CudaBackend::gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k
                        bool accumulate) {
   const int rows = blasDimension(m, "m"), cols = blasDimension(n, "n"), depth = blasDimension(k, "k");
   if (rows == 0 || cols == 0) return;
+  if (depth == 0) {  // an empty sum: C is zero, or unchanged when accumulating
+    if (!accumulate) fill(c, m * n, 0.0f);
+    return;
+  }
   const float one = 1, beta = accumulate ? 1.0f : 0.0f;
   cublas::check(cublas::api().sgemm(cublas(), transB ? cublas::kTranspose : cublas::kNoTranspose,
                                     transA ? cublas::kTranspose : cublas::kNoTranspose, cols, rows, depth, &one, b,
