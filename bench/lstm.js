@@ -5,8 +5,10 @@
 // vocabulary, backward, global-norm clip 0.25 and SGD (lr 2.5, momentum 0.9 Nesterov); the hidden
 // state is carried into the next window. Forward-only windows (evaluation mode, loss included) are
 // timed as well on both sides, so the gap can be split into forward and backward + update.
+// With --device cuda both train on GPU 0, fp32 with TF32 off on both sides: the engine's own ops
+// with cuBLAS, PyTorch's nn.LSTM on cuDNN.
 //
-//   node bench/lstm.js [--threads N] [--steps 5] [--warmup 2] [--rounds 2] [--vocab 33278]
+//   node bench/lstm.js [--threads N] [--steps 5] [--warmup 2] [--rounds 2] [--vocab 33278] [--device cpu|cuda]
 //                      [--omp-wait-policy passive|active|inherit] [--quick] [--json FILE] [--markdown]
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -27,6 +29,7 @@ const USAGE = `usage: node bench/lstm.js [options]
   --layers N     LSTM layers (default 2)
   --bptt N       window length (default 35)
   --batch N      streams per window (default 20)
+  --device D     where both peers train: cpu (default) or cuda (GPU 0; PyTorch's LSTM runs on cuDNN)
   --omp-wait-policy P
                  OMP_WAIT_POLICY for both peers: passive (default), active, or inherit (leave the
                  environment's); libgomp's spinning threads starve PyTorch's OpenBLAS threads here
@@ -47,6 +50,7 @@ function options(argv) {
       layers: { type: 'string', default: '2' },
       bptt: { type: 'string', default: '35' },
       batch: { type: 'string', default: '20' },
+      device: { type: 'string', default: 'cpu' },
       'omp-wait-policy': { type: 'string', default: 'passive' },
       quick: { type: 'boolean', default: false },
       json: { type: 'string' },
@@ -58,6 +62,7 @@ function options(argv) {
     console.log(USAGE);
     process.exit(0);
   }
+  if (!['cpu', 'cuda'].includes(values.device)) throw new Error(`--device must be cpu or cuda, got '${values.device}'`);
   const waitPolicy = values['omp-wait-policy'];
   if (!['passive', 'active', 'inherit'].includes(waitPolicy))
     throw new Error(`--omp-wait-policy must be passive, active or inherit, got '${waitPolicy}'`);
@@ -73,6 +78,7 @@ function options(argv) {
     layers: positiveInt('--layers', values.layers),
     bptt: positiveInt('--bptt', values.bptt),
     batch: positiveInt('--batch', values.batch),
+    device: values.device,
     waitPolicy,
     clip: 0.25,
     dropout: 0.4,
@@ -111,7 +117,7 @@ async function timeOurs(lib, opts, stream, windows) {
   const { Model } = lib;
   const model = await Model.create({
     architecture: 'lstm', classes: opts.vocab, hidden: opts.hidden, layers: opts.layers, dropout: opts.dropout,
-    seed: 0, learningRate: opts.learningRate, momentum: 0.9, nesterov: true, weightDecay: 0,
+    seed: 0, learningRate: opts.learningRate, momentum: 0.9, nesterov: true, weightDecay: 0, device: opts.device,
   });
   const perWindow = opts.bptt * opts.batch;
   // Views, not copies, as the trainer passes them: targets are the inputs one row later.
@@ -139,6 +145,8 @@ async function timeOurs(lib, opts, stream, windows) {
       }
     }
     if (!Number.isFinite(last.loss)) console.warn(`  warning: LSTM loss is ${last.loss}`);
+    // On a GPU a step returns once its loss and gradient norm are read; its update runs on while
+    // the next step is prepared, so each timed step also pays for the update before it.
     const forward = [];
     for (let i = 0; i < opts.steps; i++) {
       const [inputs, targets] = window(opts.warmup + i);
@@ -146,9 +154,11 @@ async function timeOurs(lib, opts, stream, windows) {
       await model.evaluateTokens(inputs, targets, opts.bptt, opts.batch);
       forward.push(performance.now() - t0);
     }
+    const { peak } = await model.memoryStats();
     return {
       parameters,
       loss: last.loss,
+      peak_memory_bytes: peak,
       step_ms_median: median(times),
       step_ms_min: Math.min(...times),
       step_ms_all: times,
@@ -165,7 +175,7 @@ async function timeOurs(lib, opts, stream, windows) {
 function runTorchLstm(opts) {
   const args = ['--vocab', opts.vocab, '--hidden', opts.hidden, '--layers', opts.layers, '--dropout', opts.dropout,
     '--bptt', opts.bptt, '--batch', opts.batch, '--clip', opts.clip, '--lr', opts.learningRate, '--threads', opts.threads,
-    '--warmup', opts.warmup, '--steps', opts.steps];
+    '--warmup', opts.warmup, '--steps', opts.steps, '--device', opts.device];
   return runTorchPeer(TORCH_LSTM, args, opts.threads);
 }
 
@@ -196,12 +206,21 @@ async function main() {
     process.exit(1);
   }
   lib.setThreads(opts.threads);
+  if (opts.device !== 'cpu') {
+    try {
+      lib.requireDevice(opts.device);
+    } catch (err) {
+      console.error(`bench/lstm.js: --device ${opts.device}: ${err.message}`);
+      process.exit(1);
+    }
+  }
 
   const machine = machineInfo(lib.buildInfo());
   const torch = probeTorch();
   const tokens = opts.bptt * opts.batch;
   console.log(`lstm bench: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, ` +
     `OpenBLAS ${machine.openblas?.split(' ')[1] ?? '?'}, torch ${torch.ok ? torch.version : 'unavailable'}`);
+  console.log(`device ${opts.device}${opts.device !== 'cpu' ? ` (${lib.deviceQuery().devices[0].name})` : ''}`);
   console.log(`LSTM ${opts.layers}×${opts.hidden}, vocabulary ${opts.vocab}, window ${opts.bptt}×${opts.batch} ` +
     `(${tokens} tokens), ${opts.threads} threads, ${opts.warmup} warmup + ${opts.steps} timed steps, ` +
     `${opts.rounds} round(s), OMP_WAIT_POLICY ${process.env.OMP_WAIT_POLICY ?? 'unset'}` +
@@ -291,6 +310,10 @@ async function main() {
   console.log('');
   console.log(formatTable(columns, cells, { markdown: opts.markdown }));
   console.log(`(ms: median over rounds of each run's median; ${tokens} tokens per window; ratio < 1 means the engine is faster)`);
+  if (opts.device !== 'cpu') {
+    const peak = (list) => Math.max(0, ...list.map((r) => r.peak_memory_bytes ?? 0)) / 2 ** 20;
+    console.log(`(peak GPU memory: ours ${fmt(peak(ours), 0)} MiB, PyTorch ${fmt(peak(peer), 0)} MiB)`);
+  }
   console.log('(best-round ratio: fastest round of ours / fastest round of PyTorch; ' +
     'round spread: (max − min) / median of the rounds\' medians)');
   console.log(`(ours, inside the step: compute ${fmt(median(ours.map((r) => r.compute_ms_median)))} ms ` +

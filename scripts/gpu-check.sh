@@ -8,8 +8,8 @@
 #   abi    cuda/lab/abi_check.cu compiled against the real cuDNN, cuBLAS and NCCL headers
 #   lab    the kernel lab: every CUDA op against its CPU op, then timed against the copy bandwidth
 #   suite  the GPU test suite (test/gpu.test.js), the compression oracles on the GPU and the native tests
-#   bench  the training step (bench/step.js) and the compression rounds (bench/compression.js)
-#          against PyTorch on the same GPU
+#   bench  the training steps of the CNNs (bench/step.js) and of the LSTM (bench/lstm.js), and the
+#          compression rounds (bench/compression.js), against PyTorch on the same GPU
 # and writes gpu-check.log and gpu-check.json (with lab.json and the bench*.json) into $OUT, or
 # ./gpu-check-out. Exit code 0 when every stage run passed.
 set -uo pipefail
@@ -107,12 +107,13 @@ if [[ " ${stages[*]} " == *" suite "* ]]; then
   status[suite]=$?
 fi
 
-# --- bench: the training step against PyTorch on the same GPU -----------------------------------
+# --- bench: the training steps and compression rounds against PyTorch on the same GPU ----------
 if [[ " ${stages[*]} " == *" bench "* ]]; then
   say "== bench"
   if ((quick)); then rounds=(--warmup 2 --steps 5 --rounds 1); else rounds=(--warmup 5 --steps 30 --rounds 3); fi
-  run node bench/step.js --device cuda --batch 128 --models resnet18,vgg19bn "${rounds[@]}" --json "$out/bench.json"
-  status[bench]=$?
+  status[bench]=0
+  run node bench/step.js --device cuda --batch 128 --models resnet18,vgg19bn "${rounds[@]}" --json "$out/bench.json" || status[bench]=1
+  run node bench/lstm.js --device cuda "${rounds[@]}" --json "$out/bench-lstm.json" || status[bench]=1
   run node bench/compression.js --device cuda $( ((quick)) && echo --quick) --json "$out/bench-compression.json" || status[bench]=1
 fi
 
@@ -138,6 +139,7 @@ node -e '
     lab: read("lab.json"),
     suite: exits.suite === undefined ? undefined : { passing: count("passing"), failing: count("failing"), pending: count("pending") },
     bench: read("bench.json"),
+    benchLstm: read("bench-lstm.json"),
     benchCompression: read("bench-compression.json"),
   };
   result.passed = Object.values(result.stages).every((s) => s.passed);

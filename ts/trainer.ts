@@ -697,7 +697,6 @@ function validateConfig(c: TrainConfig): void {
   if (!Number.isInteger(c.seed) || c.seed < 0) throw new UsageError(`seed must be a non-negative integer, got ${c.seed}`);
   if (c.dataset !== 'synthetic' && !c.dataDir) throw new UsageError(`dataset ${c.dataset} needs --data DIR`);
   parseDevice(c.device);
-  if (c.device !== 'cpu' && c.model === 'lstm') throw new UsageError(`the lstm model trains on the CPU only so far, not on ${c.device}`);
 }
 
 /** "18×2 3×1": how many weight matrices were at each level. */

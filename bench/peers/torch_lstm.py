@@ -10,6 +10,9 @@ over the vocabulary, backward, clip_grad_norm_ to `--clip`, SGD (lr 2.5,
 momentum 0.9, Nesterov, weight decay 0). After the timed steps the same
 number of forward-only windows (eval mode, no_grad, loss included) are timed
 too, so the suite can split a step into forward and the rest for both peers.
+On a GPU (--device cuda) nn.LSTM runs on cuDNN, TF32 is off for cuBLAS and
+cuDNN, each timed step and window ends with a device synchronisation, and the
+peak of allocated GPU memory is reported.
 Prints one JSON line to stdout; diagnostics go to stderr.
 
     OMP_NUM_THREADS=2 /usr/bin/python3 bench/peers/torch_lstm.py \
@@ -55,8 +58,8 @@ class RNNModel(nn.Module):
         out = self.drop(out)
         return self.decoder(out).view(-1, self.vocab), hidden
 
-    def init_hidden(self, batch):
-        z = torch.zeros(self.layers, batch, self.hidden)
+    def init_hidden(self, batch, device):
+        z = torch.zeros(self.layers, batch, self.hidden, device=device)
         return (z, z.clone())
 
 
@@ -77,6 +80,7 @@ def parse_args(argv=None):
     p.add_argument('--forward-steps', type=int, default=None,
                    help='timed forward-only windows (default: --steps; 0 skips them)')
     p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
     args = p.parse_args(argv)
     if args.threads is None:
         try:
@@ -100,7 +104,11 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
-    model = RNNModel(args.vocab, args.hidden, args.layers, args.dropout)
+    gpu = args.device == 'cuda'
+    if gpu:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    model = RNNModel(args.vocab, args.hidden, args.layers, args.dropout).to(args.device)
     # parameters() yields the tied weight once, which is what the engine counts.
     params = list(model.parameters())
     param_count = sum(p.numel() for p in params)
@@ -110,13 +118,13 @@ def main(argv=None):
     # A random token stream batchified like the example (column = one stream, time-major), one
     # fresh window per step: the embedding rows touched change from step to step as in training.
     windows = args.warmup + max(args.steps, args.forward_steps)
-    stream = torch.randint(0, args.vocab, (windows * args.bptt + 1, args.batch))
+    stream = torch.randint(0, args.vocab, (windows * args.bptt + 1, args.batch)).to(args.device)
 
     def window(i):
         s = (i % windows) * args.bptt
         return stream[s:s + args.bptt], stream[s + 1:s + 1 + args.bptt].reshape(-1)
 
-    hidden = model.init_hidden(args.batch)
+    hidden = model.init_hidden(args.batch, args.device)
 
     def train_step(i):
         nonlocal hidden
@@ -129,11 +137,15 @@ def main(argv=None):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, args.clip)
         opt.step()
+        if gpu:
+            torch.cuda.synchronize()
         return loss
 
     model.train()
     for i in range(args.warmup):
         train_step(i)
+    if gpu:
+        torch.cuda.reset_peak_memory_stats()
     times = []
     for i in range(args.steps):
         t0 = time.perf_counter()
@@ -173,6 +185,9 @@ def main(argv=None):
         'forward_ms_median': round(statistics.median(forward_times), 3) if forward_times else None,
         'forward_ms_all': [round(t, 3) for t in forward_times],
         'mkldnn': torch.backends.mkldnn.is_available(),
+        'device': torch.cuda.get_device_name() if gpu else 'cpu',
+        'cudnn': torch.backends.cudnn.version() if gpu else None,
+        'peak_memory_bytes': torch.cuda.max_memory_allocated() if gpu else None,
     }))
     return 0
 

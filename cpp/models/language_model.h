@@ -20,7 +20,8 @@ struct LanguageModelSpec {
 
 class LanguageModel {
  public:
-  // Runs on the CPU backend `ops` (its loss op); the recurrence is its own OpenBLAS code.
+  // Runs every op on `ops`' device; the parameters are initialised on the host (the same weights on
+  // every device) and moved there.
   LanguageModel(const LanguageModelSpec& spec, Backend& ops);
   const LanguageModelSpec& spec() const { return spec_; }
   StateRefs& state() { return state_; }
@@ -29,9 +30,9 @@ class LanguageModel {
   bool training() const { return training_; }
   // Zeroes the carried hidden and cell states (at the start of an epoch or an evaluation).
   void resetState();
-  // inputs and targets are (T, B) time-major token ids. Returns the mean cross-entropy over the T·B
-  // predictions; with `backward`, writes every parameter's gradient (through T steps, not into
-  // the carried state). The final states are carried into the next call.
+  // inputs and targets are (T, B) time-major token ids in host memory. Returns the mean
+  // cross-entropy over the T·B predictions; with `backward`, writes every parameter's gradient
+  // (through T steps, not into the carried state). The final states are carried into the next call.
   double forwardBackward(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch, bool backward,
                          int64_t* correct);
   Random& dropoutRandom() { return dropoutRng_; }
@@ -40,11 +41,13 @@ class LanguageModel {
   struct Layer {
     Parameter weightIh, weightHh, biasIh, biasHh;  // (4H, In), (4H, H), (4H), (4H); gates i, f, g, o
     Tensor h, c;                                    // carried (B, H)
-    // Caches of the last forward, over the T·B rows of a window.
-    Tensor input, gates, cells, tanhCells, output, h0, c0;
+    // Caches of the last forward, over the T·B rows of a window: the input, the gate activations,
+    // the cells and their tanh, the output (and after dropout, the next layer's input), and the
+    // states the window started from.
+    Tensor input, gates, cells, tanhCells, output, dropped, h0, c0;
   };
-  void dropout(Tensor& x, std::vector<uint8_t>& mask);
-  void dropoutBackward(Tensor& dx, const std::vector<uint8_t>& mask) const;
+  // Draws a keep mask for n elements from dropoutRng_ and puts it on the device in `mask`.
+  void drawMask(int64_t n, Array<uint8_t>& mask);
 
   LanguageModelSpec spec_;
   Backend& ops_;
@@ -53,9 +56,13 @@ class LanguageModel {
   std::vector<Layer> layers_;
   StateRefs state_;
   Random dropoutRng_;
-  std::vector<int32_t> inputs_;
-  std::vector<std::vector<uint8_t>> masks_;  // embedding output, between layers, last output
-  Tensor embedded_, decoderInput_, logits_, gradLogits_;
+  std::vector<int32_t> inputs_;              // the window's token ids, on the host
+  Array<int32_t> inputIds_, targetIds_;      // and on the device
+  Array<double> stats_;                      // the loss's statistics, on the device
+  std::vector<uint8_t> hostMask_;
+  std::vector<Array<uint8_t>> masks_;        // embedding output, between layers, last output
+  Tensor embedded_, gateBias_, logits_, gradLogits_;
+  Tensor dx_, dGates_, dhNext_, dcNext_, hPrev_;
 };
 
 }  // namespace accordion

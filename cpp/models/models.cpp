@@ -82,8 +82,6 @@ Model::Model(const ModelSpec& spec, Backend& backend) : spec_(spec) {
   } else if (spec.architecture == "vgg19bn") {
     root_ = buildVgg19bn(backend, spec.classes, rng, spec.seed, randomStreams_);
   } else if (spec.architecture == "lstm") {
-    if (!backend.device().isCpu())
-      throw EngineError("ERR_UNSUPPORTED", "the lstm model trains on the CPU only so far, not on " + backend.device().name());
     language_ = std::make_unique<LanguageModel>(LanguageModelSpec{spec.classes, spec.hidden, spec.layers, spec.dropout, spec.seed}, backend);
     state_ = language_->state();
     randomStreams_.push_back(&language_->dropoutRandom());

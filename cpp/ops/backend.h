@@ -90,6 +90,32 @@ class Backend : public Allocator {
   virtual void linearBackward(const float* x, const float* weight, const float* dy, float* dx, float* dWeight, float* dBias,
                               int64_t rows, int64_t in, int64_t out) = 0;
 
+  // ---- Dense products and bias rows (row-major) ----------------------------------------------
+  // C (m, n) = op(A)·op(B), plus C's old value when `accumulate`; op(A) is (m, k), stored as A
+  // (m, k) or, with transA, as Aᵀ (k, m); op(B) is (k, n), stored as B (k, n) or, with transB, (n, k).
+  virtual void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
+                    bool accumulate) = 0;
+  // y[r, :] = row for each of the rows of y (rows, cols): a bias that a GEMM then accumulates onto.
+  virtual void broadcastRows(const float* row, float* y, int64_t rows, int64_t cols) = 0;
+  // sums[j] = Σ_r x[r, j] over x (rows, cols): a bias's gradient.
+  virtual void columnSums(const float* x, float* sums, int64_t rows, int64_t cols) = 0;
+
+  // ---- Embedding: rows of a table (entries, width) picked by token id --------------------------
+  // y[r, :] = table[ids[r], :] for r < rows; ids lie in [0, entries) (the caller validates them).
+  virtual void embeddingForward(const float* table, const int32_t* ids, float* y, int64_t rows, int64_t width) = 0;
+  // dTable[ids[r], :] += dy[r, :], r in increasing order, so every device adds a token's rows in
+  // the same order; the ids are in host memory.
+  virtual void embeddingBackward(const float* dy, const int32_t* hostIds, float* dTable, int64_t rows, int64_t width) = 0;
+
+  // ---- LSTM cell: one time step over a batch, gates (batch, 4·hidden) in the order i, f, g, o ---
+  // Forward: the gates' pre-activations are replaced by their activations (σ(i), σ(f), tanh(g),
+  // σ(o), kept for backward); c = f·cPrev + i·g, tanhC = tanh(c), h = o·tanhC, each (batch, hidden).
+  virtual void lstmCellForward(float* gates, const float* cPrev, float* c, float* tanhC, float* h, int64_t batch, int64_t hidden) = 0;
+  // Backward from those activations: dh = dhOut + dhNext, dc = dh·o·(1 − tanhC²) + dcNext; the
+  // pre-activations' gradients into dGates, and dcNext becomes dc·f (for the step before).
+  virtual void lstmCellBackward(const float* gates, const float* tanhC, const float* cPrev, const float* dhOut, const float* dhNext,
+                                float* dcNext, float* dGates, int64_t batch, int64_t hidden) = 0;
+
   // ---- Loss ----------------------------------------------------------------------------------
   // Mean softmax cross-entropy of (n, k) logits against labels in [0, k): dL/dlogits into
   // gradLogits; stats[0] = the mean loss, stats[1] = rows whose arg-max equals the label.
@@ -106,6 +132,9 @@ class Backend : public Allocator {
   virtual void accumulate(const std::vector<Span>& sums, const std::vector<ConstSpan>& values) = 0;
   // Σ x² of each tensor, in double, on the host (waits for the device).
   virtual std::vector<double> sumsOfSquares(const std::vector<ConstSpan>& tensors) = 0;
+  // Σ x² over all the tensors together (a global gradient norm for clipping), in double, on the
+  // host (waits for the device).
+  virtual double totalSumOfSquares(const std::vector<ConstSpan>& tensors) = 0;
 
   // ---- Ops prepared once per shape -----------------------------------------------------------
   virtual std::unique_ptr<Conv2dOp> conv2d(const Conv2dSpec& spec) = 0;

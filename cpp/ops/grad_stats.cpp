@@ -1,5 +1,5 @@
-// Per-parameter statistics of the gradients: the NaN/Inf check before an update, and the epoch sums
-// and squared norms behind Accordion's decisions.
+// Per-parameter statistics of the gradients: the NaN/Inf check before an update, the epoch sums
+// and squared norms behind Accordion's decisions, and the global norm that clipping scales by.
 #include <cmath>
 
 #include "ops/cpu_backend.h"
@@ -43,6 +43,14 @@ std::vector<double> CpuBackend::sumsOfSquares(const std::vector<ConstSpan>& tens
     out.push_back(total);
   }
   return out;
+}
+
+// One sequential sum over every element, tensor after tensor.
+double CpuBackend::totalSumOfSquares(const std::vector<ConstSpan>& tensors) {
+  double total = 0;
+  for (const ConstSpan& t : tensors)
+    for (int64_t i = 0; i < t.size; ++i) total += static_cast<double>(t.data[i]) * t.data[i];
+  return total;
 }
 
 }  // namespace accordion

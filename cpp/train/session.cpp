@@ -137,14 +137,12 @@ StepResult Session::trainTokens(const int32_t* inputs, const int32_t* targets, i
     throw numericalError("the training loss is " + std::to_string(result.loss) + "; the update was skipped (lower the learning rate)");
   if (clipNorm > 0) {
     // clip_grad_norm_: one norm over every local gradient, all scaled alike.
-    double total = 0;
-    for (Parameter* p : model_.parameters())
-      for (int64_t i = 0; i < p->grad.numel(); ++i) total += static_cast<double>(p->grad.data()[i]) * p->grad.data()[i];
-    const double norm = std::sqrt(total);
+    std::vector<ConstSpan> grads;
+    for (Parameter* p : model_.parameters()) grads.push_back({p->grad.data(), p->grad.numel()});
+    const double norm = std::sqrt(backend_->totalSumOfSquares(grads));
     if (norm > clipNorm) {
       const float scale = static_cast<float>(clipNorm / (norm + 1e-6));
-      for (Parameter* p : model_.parameters())
-        for (int64_t i = 0; i < p->grad.numel(); ++i) p->grad.data()[i] *= scale;
+      for (Parameter* p : model_.parameters()) backend_->scale(p->grad.data(), p->grad.data(), p->grad.numel(), scale);
     }
   }
   exchangeAndUpdate(result, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),

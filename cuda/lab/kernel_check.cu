@@ -45,7 +45,8 @@ namespace {
 // ---- Tolerances: the largest max_i |got_i − want_i| / max_i |want_i| accepted for an output ---------
 // Exact where both devices do the same single float operation per element, or none: copies, fill,
 // ReLU, adds, scaling, dropout, flatten, the list scan and accumulation, max-pool values and the
-// routing of non-overlapping max-pool gradients.
+// routing of non-overlapping max-pool gradients, bias broadcasts, embedding gathers, and the
+// embedding gradient's additions (the same ones, in the same order).
 constexpr double kExact = 0;
 // One rounding apart: dy·(1/(H·W)) against dy/(H·W), or up to four overlapping max-pool gradients
 // summed in another order.
@@ -70,6 +71,9 @@ constexpr double kBatchNorm = 1e-4;
 constexpr double kMatmul = 1e-4;
 // Sums of squares are accumulated in double on both devices.
 constexpr double kDoubleSum = 1e-9;
+// Column sums over up to 33,278 rows: one float sum per column on the CPU, float per thread then
+// double on the GPU.
+constexpr double kColumnSums = 1e-5;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -780,6 +784,163 @@ void checkLinear(Lab& lab) {
   }
 }
 
+// ---- The language model's ops ---------------------------------------------------------------------
+
+std::string dims(std::initializer_list<int64_t> sizes) {
+  std::string label = "(";
+  for (int64_t size : sizes) label += (label.size() > 1 ? "," : "") + std::to_string(size);
+  return label + ")";
+}
+
+void checkGemm(Lab& lab) {
+  struct GemmCase {
+    bool transA, transB;
+    int64_t m, n, k;
+    bool accumulate;
+  };
+  std::vector<GemmCase> cases;
+  // Every transposition, overwriting and accumulating, at odd sizes.
+  for (bool transA : {false, true})
+    for (bool transB : {false, true})
+      for (bool accumulate : {false, true}) {
+        cases.push_back({transA, transB, 1, 1, 1, accumulate});
+        cases.push_back({transA, transB, 3, 5, 7, accumulate});
+        cases.push_back({transA, transB, 61, 13, 997, accumulate});
+      }
+  // The LSTM 2×650 on WikiText-2 (V 33,278, BPTT 35 × batch 20 = 700 rows): the input projections of
+  // a window, the recurrence of a step, the tied decoder; then backward: the decoder's dx and dW, the
+  // recurrence's dh, the weight gradients, the input gradient.
+  const GemmCase lstm[] = {{false, true, 700, 2600, 650, true},   {false, true, 20, 2600, 650, true},
+                           {false, true, 700, 33278, 650, true},  {false, false, 700, 650, 33278, false},
+                           {true, false, 33278, 650, 700, false}, {false, false, 20, 650, 2600, false},
+                           {true, false, 2600, 650, 700, false},  {false, false, 700, 650, 2600, false}};
+  cases.insert(cases.end(), std::begin(lstm), std::end(lstm));
+  for (const GemmCase& g : cases) {
+    const std::string label = std::string(g.transA ? "T" : "N") + (g.transB ? "T" : "N") + " " + dims({g.m, g.n, g.k}) +
+                              (g.accumulate ? " +C" : "");
+    lab.run("gemm", label, kMatmul, [&](Check& check) {
+      const float scale = 1.0f / std::sqrt(static_cast<float>(g.k));
+      Twin<float> a = lab.input(lab.random.normal(g.m * g.k)), b = lab.input(lab.random.normal(g.k * g.n, 0, scale));
+      Twin<float> c = g.accumulate ? lab.input(lab.random.normal(g.m * g.n)) : lab.empty<float>(g.m * g.n);
+      auto op = [&](Backend& backend) {
+        backend.gemm(g.transA, g.transB, g.m, g.n, g.k, a.on(backend), b.on(backend), c.on(backend), g.accumulate);
+      };
+      if (g.accumulate)
+        lab.both(op);  // C is an input too: nothing to poison
+      else
+        lab.both(op, c);
+      lab.expect(check, "C", c);
+      lab.measure(check, op, Work::compute(2.0 * g.m * g.n * g.k));
+    });
+  }
+}
+
+void checkBias(Lab& lab) {
+  // Odd sizes, the LSTM's gate pre-activations (700, 2600) and its decoder's logits (700, 33278).
+  struct BiasCase {
+    int64_t rows, cols;
+  };
+  for (const BiasCase& size : {BiasCase{1, 1}, {3, 7}, {61, 997}, {700, 2600}, {700, 33278}}) {
+    const int64_t rows = size.rows, cols = size.cols;
+    lab.run("broadcastRows", dims({rows, cols}), kExact, [&](Check& check) {
+      Twin<float> row = lab.input(lab.random.normal(cols)), y = lab.empty<float>(rows * cols);
+      auto op = [&](Backend& b) { b.broadcastRows(row.on(b), y.on(b), rows, cols); };
+      lab.both(op, y);
+      lab.expect(check, "y", y);
+      lab.measure(check, op, Work::memory(4.0 * (rows * cols + cols)));  // read the row, write y
+    });
+    lab.run("columnSums", dims({rows, cols}), kColumnSums, [&](Check& check) {
+      Twin<float> x = lab.input(lab.random.normal(rows * cols)), sums = lab.empty<float>(cols);
+      auto op = [&](Backend& b) { b.columnSums(x.on(b), sums.on(b), rows, cols); };
+      lab.both(op, sums);
+      lab.expect(check, "sums", sums);
+      lab.measure(check, op, Work::memory(4.0 * (rows * cols + cols)));  // read x, write the sums
+    });
+  }
+  lab.run("columnSums", "(33278,650): rows beyond one slice", kColumnSums, [&](Check& check) {
+    const int64_t rows = 33278, cols = 650;
+    Twin<float> x = lab.input(lab.random.normal(rows * cols)), sums = lab.empty<float>(cols);
+    auto op = [&](Backend& b) { b.columnSums(x.on(b), sums.on(b), rows, cols); };
+    lab.both(op, sums);
+    lab.expect(check, "sums", sums);
+    lab.measure(check, op, Work::memory(4.0 * (rows * cols + cols)));
+  });
+}
+
+void checkEmbedding(Lab& lab) {
+  struct EmbeddingCase {
+    int64_t rows, width, entries;
+  };
+  // Odd sizes (with repeated ids), a window of WikiText-2 for the LSTM 2×650, and the same window over
+  // 10 tokens only (long runs of one token: few blocks, each adding many rows).
+  const EmbeddingCase cases[] = {{1, 1, 2}, {7, 5, 3}, {61, 997, 40}, {700, 650, 33278}, {700, 650, 10}};
+  for (const EmbeddingCase& e : cases) {
+    const std::string label = dims({e.rows, e.width}) + " of " + std::to_string(e.entries);
+    const std::vector<int32_t> ids = lab.random.labels(e.rows, static_cast<int32_t>(e.entries));
+    lab.run("embedding.forward", label, kExact, [&](Check& check) {
+      Twin<float> table = lab.input(lab.random.normal(e.entries * e.width)), y = lab.empty<float>(e.rows * e.width);
+      Twin<int32_t> deviceIds = lab.input(ids);
+      auto op = [&](Backend& b) { b.embeddingForward(table.on(b), deviceIds.on(b), y.on(b), e.rows, e.width); };
+      lab.both(op, y);
+      lab.expect(check, "y", y);
+      lab.measure(check, op, Work::memory(8.0 * e.rows * e.width + 4.0 * e.rows));  // read rows and ids, write y
+    });
+    // The same additions in the same order on both devices: exact. dTable is read and written, so
+    // it starts from random values rather than poison.
+    lab.run("embedding.backward", label, kExact, [&](Check& check) {
+      Twin<float> dy = lab.input(lab.random.normal(e.rows * e.width)), dTable = lab.input(lab.random.normal(e.entries * e.width));
+      auto op = [&](Backend& b) { b.embeddingBackward(dy.on(b), ids.data(), dTable.on(b), e.rows, e.width); };
+      lab.both(op);
+      lab.expect(check, "dTable", dTable);
+      // Includes grouping the ids on the host and uploading them: the op's own work.
+      lab.measure(check, op, Work::memory(12.0 * e.rows * e.width));  // read dy, read and write the rows
+    });
+  }
+}
+
+void checkLstmCell(Lab& lab) {
+  // Odd sizes, one step of the LSTM 2×650 at batch 20, and a larger batch for bandwidth.
+  struct CellCase {
+    int64_t batch, hidden;
+  };
+  for (const CellCase& size : {CellCase{1, 1}, {3, 5}, {7, 33}, {20, 650}, {256, 1500}}) {
+    const int64_t batch = size.batch, hidden = size.hidden, n = batch * hidden;
+    // Forward: exp and tanh of the CPU's libm against CUDA's, and FMAs on the GPU.
+    lab.run("lstmCell.forward", dims({batch, hidden}), kFewRoundings, [&](Check& check) {
+      Twin<float> gates = lab.input(lab.random.normal(4 * n, 0, 2)), cPrev = lab.input(lab.random.normal(n));
+      Twin<float> c = lab.empty<float>(n), tanhC = lab.empty<float>(n), h = lab.empty<float>(n);
+      auto op = [&](Backend& b) { b.lstmCellForward(gates.on(b), cPrev.on(b), c.on(b), tanhC.on(b), h.on(b), batch, hidden); };
+      lab.both(op, c, tanhC, h);  // the gates are read and written: not poisoned
+      lab.expect(check, "gates", gates);
+      lab.expect(check, "c", c);
+      lab.expect(check, "tanhC", tanhC);
+      lab.expect(check, "h", h);
+      lab.measure(check, op, Work::memory(4.0 * (8 * n + 4 * n)));  // gates read and written, cPrev; c, tanhC, h
+    });
+    lab.run("lstmCell.backward", dims({batch, hidden}), kFewRoundings, [&](Check& check) {
+      // Activations as forward keeps them: σ in (0, 1), tanh in (−1, 1).
+      std::vector<float> activations = lab.random.normal(4 * n);
+      for (int64_t r = 0; r < batch; ++r)
+        for (int64_t j = 0; j < 4 * hidden; ++j) {
+          float& a = activations[r * 4 * hidden + j];
+          a = j / hidden == 2 ? std::tanh(a) : 1.0f / (1.0f + std::exp(-a));
+        }
+      std::vector<float> tanhCells = lab.random.normal(n);
+      for (float& t : tanhCells) t = std::tanh(t);
+      Twin<float> gates = lab.input(activations), tanhC = lab.input(tanhCells), cPrev = lab.input(lab.random.normal(n));
+      Twin<float> dhOut = lab.input(lab.random.normal(n)), dhNext = lab.input(lab.random.normal(n)), dcNext = lab.input(lab.random.normal(n));
+      Twin<float> dGates = lab.empty<float>(4 * n);
+      auto op = [&](Backend& b) {
+        b.lstmCellBackward(gates.on(b), tanhC.on(b), cPrev.on(b), dhOut.on(b), dhNext.on(b), dcNext.on(b), dGates.on(b), batch, hidden);
+      };
+      lab.both(op, dGates);  // dcNext is read and written: not poisoned
+      lab.expect(check, "dGates", dGates);
+      lab.expect(check, "dcNext", dcNext);
+      lab.measure(check, op, Work::memory(4.0 * (4 * n + 5 * n + 4 * n + n)));  // gates and 5 states read; dGates, dcNext written
+    });
+  }
+}
+
 void checkSoftmaxCrossEntropy(Lab& lab) {
   struct LossCase {
     int64_t rows, classes;
@@ -912,6 +1073,20 @@ void checkSumsOfSquares(Lab& lab) {
       for (size_t k = 0; k < want.size(); ++k) compare(check, indexed("sums", k), got[k], want[k], check.tolerance);
       // Includes reading the sums back: the op returns them on the host.
       lab.measure(check, [&](Backend& b) { b.sumsOfSquares(constSpans(tensors, b)); }, Work::memory(4.0 * list.total()));
+    });
+}
+
+void checkTotalSumOfSquares(Lab& lab) {
+  std::vector<TensorList> lists = tensorLists();
+  // The LSTM 2×650 on WikiText-2's parameters: the tied embedding, two layers, the decoder bias.
+  lists.push_back({"LSTM 2x650, V 33278 parameters", {33278 * 650, 2600 * 650, 2600 * 650, 2600, 2600, 2600 * 650, 2600 * 650, 2600, 2600, 33278}});
+  for (const TensorList& list : lists)
+    lab.run("totalSumOfSquares", list.label, kDoubleSum, [&](Check& check) {
+      std::vector<Twin<float>> tensors = inputs(lab, normals(lab, list.sizes));
+      compare(check, "total", lab.gpu.totalSumOfSquares(constSpans(tensors, lab.gpu)), lab.cpu.totalSumOfSquares(constSpans(tensors, lab.cpu)),
+              check.tolerance);
+      // Includes reading the total back: the op returns it on the host.
+      lab.measure(check, [&](Backend& b) { b.totalSumOfSquares(constSpans(tensors, b)); }, Work::memory(4.0 * list.total()));
     });
 }
 
@@ -1416,11 +1591,16 @@ const Family kFamilies[] = {
     {"globalAvgPool", checkGlobalAvgPool},
     {"flatten", checkFlatten},
     {"linear", checkLinear},
+    {"gemm", checkGemm},
+    {"bias", checkBias},
+    {"embedding", checkEmbedding},
+    {"lstmCell", checkLstmCell},
     {"softmaxCrossEntropy", checkSoftmaxCrossEntropy},
     {"sgdUpdate", checkSgdUpdate},
     {"findNonFinite", checkFindNonFinite},
     {"accumulate", checkAccumulate},
     {"sumsOfSquares", checkSumsOfSquares},
+    {"totalSumOfSquares", checkTotalSumOfSquares},
     {"conv2d", checkConv2d},
     {"batchNorm2d", checkBatchNorm2d},
     {"maxPool2d", checkMaxPool2d},

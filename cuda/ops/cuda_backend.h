@@ -66,6 +66,18 @@ class CudaBackend : public Backend {
   void linearBackward(const float* x, const float* weight, const float* dy, float* dx, float* dWeight, float* dBias, int64_t rows,
                       int64_t in, int64_t out) override;
 
+  void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
+            bool accumulate) override;
+  void broadcastRows(const float* row, float* y, int64_t rows, int64_t cols) override;
+  void columnSums(const float* x, float* sums, int64_t rows, int64_t cols) override;
+
+  void embeddingForward(const float* table, const int32_t* ids, float* y, int64_t rows, int64_t width) override;
+  void embeddingBackward(const float* dy, const int32_t* hostIds, float* dTable, int64_t rows, int64_t width) override;
+
+  void lstmCellForward(float* gates, const float* cPrev, float* c, float* tanhC, float* h, int64_t batch, int64_t hidden) override;
+  void lstmCellBackward(const float* gates, const float* tanhC, const float* cPrev, const float* dhOut, const float* dhNext,
+                        float* dcNext, float* dGates, int64_t batch, int64_t hidden) override;
+
   void softmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n, int64_t k, float* gradLogits,
                            double* stats) override;
 
@@ -73,6 +85,7 @@ class CudaBackend : public Backend {
   void findNonFinite(const std::vector<ConstSpan>& tensors, double* firstBad) override;
   void accumulate(const std::vector<Span>& sums, const std::vector<ConstSpan>& values) override;
   std::vector<double> sumsOfSquares(const std::vector<ConstSpan>& tensors) override;
+  double totalSumOfSquares(const std::vector<ConstSpan>& tensors) override;
 
   std::unique_ptr<Conv2dOp> conv2d(const Conv2dSpec& spec) override;
   std::unique_ptr<BatchNorm2dOp> batchNorm2d(const BatchNormSpec& spec) override;
@@ -117,6 +130,8 @@ class CudaBackend : public Backend {
     std::shared_ptr<void> memory;
   };
   std::deque<Table> tables_;  // most recently used first
+  std::shared_ptr<void> embeddingGroups_;  // embeddingBackward's positions grouped by token
+  size_t embeddingGroupsBytes_ = 0;
   struct InFlight {
     cudaEvent_t done;
     std::shared_ptr<const void> owner;

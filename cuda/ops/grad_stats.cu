@@ -6,6 +6,7 @@
 //   accumulate     sums[i] += values[i] in place.
 //   sumsOfSquares  Σ x² per chunk in double into scratch, then one block per tensor adds its chunks'
 //                  partials in a fixed order (deterministic); the host waits for the result.
+//   totalSumOfSquares  sumsOfSquares, then the tensors' sums added on the host in list order.
 #include <climits>
 
 #include "ops/kernels.cuh"
@@ -151,6 +152,12 @@ std::vector<double> CudaBackend::sumsOfSquares(const std::vector<ConstSpan>& ten
   download(result.data(), sums, result.size() * sizeof(double));
   synchronize();
   return result;
+}
+
+double CudaBackend::totalSumOfSquares(const std::vector<ConstSpan>& tensors) {
+  double total = 0;
+  for (double sum : sumsOfSquares(tensors)) total += sum;
+  return total;
 }
 
 }  // namespace accordion::cuda
