@@ -29,7 +29,11 @@ DeviceQuery queryDevices() {
 
 LibraryStatus cudnnStatus() { return notBuilt(); }
 LibraryStatus cublasStatus() { return notBuilt(); }
-LibraryStatus ncclStatus() { return notBuilt(); }
+LibraryStatus ncclStatus() {
+  LibraryStatus s;
+  s.error = std::string("no NCCL: ") + kNotBuilt;
+  return s;
+}
 
 std::unique_ptr<Backend> makeBackend(int) { throw EngineError("ERR_NO_CUDA", kNotBuilt); }
 std::optional<EngineError> unusable(int) { return EngineError("ERR_NO_CUDA", kNotBuilt); }
