@@ -31,33 +31,49 @@ StoreClient::StoreClient(const std::string& host, int port, const std::string& t
     : host_(host), port_(port), timeout_(timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::string lastError = "no attempt";
-  while (fd_ < 0) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* result = nullptr;
-    const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
-    if (rc != 0) throw rendezvousError("cannot resolve " + where() + ": " + gai_strerror(rc));
-    for (addrinfo* ai = result; ai && fd_ < 0; ai = ai->ai_next) {
-      int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-      if (fd < 0) continue;
-      if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
-        fd_ = fd;
-      } else {
-        lastError = std::strerror(errno);
-        close(fd);
+  // Connects, retrying until the deadline (the store may not be up yet).
+  auto open = [&] {
+    while (fd_ < 0) {
+      addrinfo hints{};
+      hints.ai_family = AF_UNSPEC;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* result = nullptr;
+      const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
+      if (rc != 0) throw rendezvousError("cannot resolve " + where() + ": " + gai_strerror(rc));
+      for (addrinfo* ai = result; ai && fd_ < 0; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) continue;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+          fd_ = fd;
+        } else {
+          lastError = std::strerror(errno);
+          close(fd);
+        }
       }
+      freeaddrinfo(result);
+      if (fd_ >= 0) break;
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw rendezvousError("cannot reach " + where() + " within " + std::to_string(timeout.count()) + " ms (" + lastError +
+                              "); is the master address right and rank 0 or the launcher running?");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    freeaddrinfo(result);
-    if (fd_ >= 0) break;
-    if (std::chrono::steady_clock::now() >= deadline)
-      throw rendezvousError("cannot reach " + where() + " within " + std::to_string(timeout.count()) + " ms (" + lastError +
-                            "); is the master address right and rank 0 or the launcher running?");
+    int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  };
+  for (;;) {
+    open();
+    try {
+      request(0, token, {}, "join the job");
+      return;
+    } catch (const EngineError&) {
+      // A store that closes the connection unanswered may have too many strangers waiting: retry.
+      if (!closed_ || std::chrono::steady_clock::now() >= deadline) throw;
+    }
+    close(fd_);
+    fd_ = -1;
+    closed_ = false;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  int one = 1;
-  setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  request(0, token, {}, "join the job");
 }
 
 StoreClient::~StoreClient() {
@@ -74,7 +90,10 @@ std::vector<char> StoreClient::request(uint8_t op, const std::string& key, const
   message.insert(message.end(), value.begin(), value.end());
   for (size_t sent = 0; sent < message.size();) {
     const ssize_t n = send(fd_, message.data() + sent, message.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) throw rendezvousError("lost the connection to " + where() + " while trying to " + what);
+    if (n <= 0) {
+      closed_ = true;
+      throw rendezvousError("lost the connection to " + where() + " while trying to " + what);
+    }
     sent += static_cast<size_t>(n);
   }
   // Replies to waiting gets can take up to their timeout; allow that plus a margin.
@@ -84,7 +103,10 @@ std::vector<char> StoreClient::request(uint8_t op, const std::string& key, const
       const int ready = poll(&p, 1, static_cast<int>(timeout_.count()) + 5000);
       if (ready <= 0) throw rendezvousError("no reply from " + where() + " while trying to " + what);
       const ssize_t n = recv(fd_, out + got, size - got, 0);
-      if (n <= 0) throw rendezvousError(where() + " closed the connection while we tried to " + what);
+      if (n <= 0) {
+        closed_ = true;
+        throw rendezvousError(where() + " closed the connection while we tried to " + what);
+      }
       got += static_cast<size_t>(n);
     }
   };

@@ -33,6 +33,7 @@ class StoreClient {
   std::vector<char> request(uint8_t op, const std::string& key, const std::vector<char>& value, const std::string& what);
   std::string where() const;
   int fd_ = -1;
+  bool closed_ = false;  // the store closed the connection (or it broke)
   std::string host_;
   int port_;
   std::chrono::milliseconds timeout_;
