@@ -379,6 +379,41 @@ describe('data parallel: a launched job that is stopped', function () {
     this.test.title += ` [stopped ${stopMs} ms after the kill, resumed epoch ${epochs + 1} in ${Date.now() - resumeStarted} ms]`;
   });
 
+  it('a frozen worker (SIGSTOP) ends the job after the timeout, and the error names it, not the rank that waited', async function () {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'accordion-dp-run-'));
+    runDirs.push(dir);
+    const token = newToken();
+    const timeoutMs = 3000;
+    const launcher = launchJob(['--epochs', '50', '--out', dir, '--timeout', String(timeoutMs)], token);
+    await waitFor('the first checkpoint', () => {
+      if (launcher.done) throw new Error(`the job ended before its first checkpoint; stderr:\n${launcher.stderr}`);
+      return latestOf(dir);
+    }, 120000);
+    const workers = jobProcesses(token).filter((p) => p.ppid === launcher.child.pid && p.rank !== undefined);
+    const victim = workers.find((w) => w.rank === 1);
+    const frozenAt = Date.now();
+    process.kill(victim.pid, 'SIGSTOP');
+    try {
+      const exit = await exitWithin(launcher, timeoutMs + 15000);
+      const stopMs = Date.now() - frozenAt;
+      expect(exit.timedOut, `the launcher still runs ${timeoutMs + 15000} ms after rank 1 froze; stderr:\n${launcher.stderr}`).to.not.equal(true);
+      expect(exit.code, `launcher exit; stderr:\n${exit.stderr}`).to.equal(1);
+      // Rank 0 waited in a collective; its error names rank 1 as the one that did not answer.
+      expect(exit.stderr).to.match(/accordion: .* failed on rank 0 of 2: rank 1 does not answer \(no heartbeat/);
+      expect(exit.stderr).to.match(/accordion launch: job failed: rank 0 exited with code 1 \(rank 1 is stopped and did not answer\)/);
+      expect(stopMs, 'the job should end soon after the timeout').to.be.below(timeoutMs + 10000);
+      expect(jobProcesses(token), 'processes of the job left running').to.deep.equal([]);
+      this.test.title += ` [ended ${stopMs} ms after the freeze]`;
+    } finally {
+      try {
+        process.kill(victim.pid, 'SIGKILL');
+        process.kill(victim.pid, 'SIGCONT');
+      } catch {
+        // already gone
+      }
+    }
+  });
+
   it('Ctrl-C (SIGINT to the process group) stops every process with status 130 and keeps the checkpoint', async function () {
     const { dir, token, launcher } = await jobAfterFirstCheckpoint();
     const before = latestOf(dir);

@@ -27,8 +27,9 @@ void appendU32(std::vector<char>& out, uint32_t v) {
 
 std::string StoreClient::where() const { return "the rendezvous store at " + host_ + ":" + std::to_string(port_); }
 
-StoreClient::StoreClient(const std::string& host, int port, const std::string& token, std::chrono::milliseconds timeout)
-    : host_(host), port_(port), timeout_(timeout) {
+StoreClient::StoreClient(const std::string& host, int port, const std::string& token, std::chrono::milliseconds timeout,
+                         std::chrono::milliseconds replyTimeout)
+    : host_(host), port_(port), timeout_(timeout), replyTimeout_(replyTimeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::string lastError = "no attempt";
   // Connects, retrying until the deadline (the store may not be up yet).
@@ -96,12 +97,21 @@ std::vector<char> StoreClient::request(uint8_t op, const std::string& key, const
     }
     sent += static_cast<size_t>(n);
   }
+  if (closed_) throw rendezvousError("the connection to " + where() + " is broken; cannot " + what);
   // Replies to waiting gets can take up to their timeout; allow that plus a margin.
+  const uint32_t wait = op == 2 && value.size() >= 4 ? static_cast<uint32_t>(static_cast<unsigned char>(value[0])) |
+                                                           static_cast<uint32_t>(static_cast<unsigned char>(value[1])) << 8 |
+                                                           static_cast<uint32_t>(static_cast<unsigned char>(value[2])) << 16 |
+                                                           static_cast<uint32_t>(static_cast<unsigned char>(value[3])) << 24
+                                                     : 0;
   auto receive = [&](char* out, size_t size) {
     for (size_t got = 0; got < size;) {
       pollfd p{fd_, POLLIN, 0};
-      const int ready = poll(&p, 1, static_cast<int>(timeout_.count()) + 5000);
-      if (ready <= 0) throw rendezvousError("no reply from " + where() + " while trying to " + what);
+      const int ready = poll(&p, 1, static_cast<int>(wait + replyTimeout_.count()));
+      if (ready <= 0) {
+        closed_ = true;  // a late reply would be taken for the next request's
+        throw rendezvousError("no reply from " + where() + " while trying to " + what);
+      }
       const ssize_t n = recv(fd_, out + got, size - got, 0);
       if (n <= 0) {
         closed_ = true;
@@ -117,7 +127,7 @@ std::vector<char> StoreClient::request(uint8_t op, const std::string& key, const
   std::vector<char> payload(length);
   if (length) receive(payload.data(), length);
   const int status = static_cast<unsigned char>(header[0]);
-  if (status == 2) throw rendezvousError("timed out after " + std::to_string(timeout_.count()) + " ms waiting to " + what);
+  if (status == 2) throw rendezvousError("timed out after " + std::to_string(wait) + " ms waiting to " + what);
   if (status != 0) throw rendezvousError(where() + " refused to " + what + ": " + std::string(payload.begin(), payload.end()));
   return payload;
 }
