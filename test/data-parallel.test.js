@@ -379,6 +379,41 @@ describe('data parallel: a launched job that is stopped', function () {
     this.test.title += ` [stopped ${stopMs} ms after the kill, resumed epoch ${epochs + 1} in ${Date.now() - resumeStarted} ms]`;
   });
 
+  it('a frozen worker (SIGSTOP) ends the job after the timeout, and the error names it, not the rank that waited', async function () {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'accordion-dp-run-'));
+    runDirs.push(dir);
+    const token = newToken();
+    const timeoutMs = 3000;
+    const launcher = launchJob(['--epochs', '50', '--out', dir, '--timeout', String(timeoutMs)], token);
+    await waitFor('the first checkpoint', () => {
+      if (launcher.done) throw new Error(`the job ended before its first checkpoint; stderr:\n${launcher.stderr}`);
+      return latestOf(dir);
+    }, 120000);
+    const workers = jobProcesses(token).filter((p) => p.ppid === launcher.child.pid && p.rank !== undefined);
+    const victim = workers.find((w) => w.rank === 1);
+    const frozenAt = Date.now();
+    process.kill(victim.pid, 'SIGSTOP');
+    try {
+      const exit = await exitWithin(launcher, timeoutMs + 15000);
+      const stopMs = Date.now() - frozenAt;
+      expect(exit.timedOut, `the launcher still runs ${timeoutMs + 15000} ms after rank 1 froze; stderr:\n${launcher.stderr}`).to.not.equal(true);
+      expect(exit.code, `launcher exit; stderr:\n${exit.stderr}`).to.equal(1);
+      // Rank 0 waited in a collective; its error names rank 1 as the one that did not answer.
+      expect(exit.stderr).to.match(/accordion: .* failed on rank 0 of 2: rank 1 does not answer \(no heartbeat/);
+      expect(exit.stderr).to.match(/accordion launch: job failed: rank 0 exited with code 1 \(rank 1 is stopped and did not answer\)/);
+      expect(stopMs, 'the job should end soon after the timeout').to.be.below(timeoutMs + 10000);
+      expect(jobProcesses(token), 'processes of the job left running').to.deep.equal([]);
+      this.test.title += ` [ended ${stopMs} ms after the freeze]`;
+    } finally {
+      try {
+        process.kill(victim.pid, 'SIGKILL');
+        process.kill(victim.pid, 'SIGCONT');
+      } catch {
+        // already gone
+      }
+    }
+  });
+
   it('Ctrl-C (SIGINT to the process group) stops every process with status 130 and keeps the checkpoint', async function () {
     const { dir, token, launcher } = await jobAfterFirstCheckpoint();
     const before = latestOf(dir);
@@ -396,5 +431,61 @@ describe('data parallel: a launched job that is stopped', function () {
     expect(Number(latestOf(dir).slice(6))).to.be.at.least(Number(before.slice(6)));
     expectCheckpointLoads(dir, 'after Ctrl-C');
     this.test.title += ` [stopped ${stopMs} ms after SIGINT]`;
+  });
+});
+
+describe('data parallel: resuming a launched job', function () {
+  let cacheDir;
+  let runDir;
+
+  before(function () {
+    cacheDir = fs.mkdtempSync(path.join(os.tmpdir(), 'accordion-dp-cache-'));
+    runDir = fs.mkdtempSync(path.join(os.tmpdir(), 'accordion-dp-resume-'));
+  });
+
+  after(function () {
+    for (const dir of [cacheDir, runDir]) fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  // Batch norm in training mode: every rank's running statistics follow its own shard.
+  const common = ['--model', 'resnet18', '--synthetic-train', '64', '--synthetic-test', '32', '--batch-size', '16', '--eval-batch-size', '16', '--compressor', 'powersgd', '--accordion-interval', '1', '--checkpoint-every', '1', '--workers', '2', '--quiet'];
+
+  async function trainTo(dir, extra) {
+    const job = start([CLI, 'train', ...common, ...extra], { ACCORDION_JOB_TOKEN: newToken(), XDG_CACHE_HOME: cacheDir });
+    const exit = await exitWithin(job, 180000);
+    expect(exit.timedOut, `the job did not finish; stderr:\n${job.stderr}`).to.not.equal(true);
+    expect(exit.code, `job exit; stderr:\n${exit.stderr}`).to.equal(0);
+    return JSON.parse(fs.readFileSync(path.join(dir, 'summary.json'), 'utf8'));
+  }
+
+  it('2 workers stopped after epoch 1 and resumed give the metrics of the uninterrupted run, and every rank keeps its own batch-norm statistics', async function () {
+    const straightDir = path.join(runDir, 'straight');
+    const splitDir = path.join(runDir, 'split');
+    const straight = await trainTo(straightDir, ['--epochs', '2', '--out', straightDir]);
+    await trainTo(splitDir, ['--epochs', '1', '--out', splitDir]);
+    // The ranks' running statistics differ (each saw its own shard), and each rank's are saved.
+    const epoch1 = path.join(splitDir, 'checkpoints', 'epoch-0001');
+    const rank0 = loadCheckpoint(epoch1, 0);
+    const rank1 = loadCheckpoint(epoch1, 1);
+    const mean0 = rank0.model.find((t) => t.name === 'bn1.running_mean');
+    const mean1 = rank1.model.find((t) => t.name === 'bn1.running_mean');
+    expect(Buffer.from(mean0.data).equals(Buffer.from(mean1.data)), "rank 1's bn1.running_mean is rank 0's").to.equal(false);
+    expect(Buffer.from(rank0.model.find((t) => t.name === 'conv1.weight').data).equals(Buffer.from(rank1.model.find((t) => t.name === 'conv1.weight').data))).to.equal(true);
+    const resumed = await trainTo(splitDir, ['--epochs', '2', '--resume', splitDir]);
+
+    const fields = ['trainLoss', 'trainAccuracy', 'testLoss', 'testAccuracy', 'samples', 'floatsSent', 'floatsSentTotal', 'levels', 'norms', 'lr'];
+    const pick = (summary) => summary.epochs.map((e) => Object.fromEntries(fields.map((f) => [f, e[f]])));
+    expect(pick(resumed)).to.deep.equal(pick(straight));
+    // Every rank's final state, buffers included, is the uninterrupted run's.
+    for (const rank of [0, 1]) {
+      const a = loadCheckpoint(straightDir, rank);
+      const b = loadCheckpoint(splitDir, rank);
+      for (const list of ['model', 'trainer']) {
+        const want = new Map(a[list].map((t) => [t.name, Buffer.from(t.data)]));
+        const got = new Map(b[list].map((t) => [t.name, Buffer.from(t.data)]));
+        expect([...got.keys()].sort(), `rank ${rank} ${list}`).to.deep.equal([...want.keys()].sort());
+        for (const [name, bytes] of want) expect(got.get(name).equals(bytes), `rank ${rank}: ${name}`).to.equal(true);
+      }
+    }
   });
 });

@@ -1,5 +1,6 @@
 // Collectives and rendezvous failures between real worker processes on 127.0.0.1.
 import { spawn } from 'node:child_process';
+import * as net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { freePort } from '../bench/common.js';
@@ -322,5 +323,92 @@ describe('distributed failures', function () {
     expect(zero.stdout).to.equal('');
     expect(zero.stderr).to.match(/^error: ERR_COLLECTIVE all-reduce of 100000 floats failed on rank 0 of 2/);
     expect(zero.ms, 'rank 0 should fail within its timeout').to.be.below(timeoutMs + 3000);
+  });
+});
+
+/** A raw connection to host:port; `closed` resolves with the milliseconds it stayed open. */
+function rawConnection(port) {
+  return new Promise((resolve, reject) => {
+    const started = Date.now();
+    const socket = net.connect({ host: '127.0.0.1', port });
+    socket.on('error', () => {});
+    const closed = new Promise((r) => socket.once('close', () => r(Date.now() - started)));
+    socket.once('connect', () => resolve({ socket, closed, isClosed: () => socket.destroyed }));
+    socket.once('close', () => reject(new Error('refused before connecting')));
+  });
+}
+
+function within(promise, ms) {
+  let timer;
+  return Promise.race([promise, new Promise((r) => (timer = setTimeout(() => r('still open'), ms)))]).finally(() => clearTimeout(timer));
+}
+
+describe('the rendezvous store before a connection presents the token', function () {
+  it('closes a connection at once on an oversized length prefix, without buffering its body', async () => {
+    const server = await StoreServer.listen({ host: '127.0.0.1', port: 0, token: 'right' });
+    try {
+      const stranger = await rawConnection(server.port);
+      // A hello announcing a 2 GiB key, then a stream of junk behind it.
+      const head = Buffer.from([0, 0xff, 0xff, 0xff, 0x7f]);
+      stranger.socket.write(head);
+      const junk = Buffer.alloc(1 << 20, 0x41);
+      const cpuBefore = process.cpuUsage();
+      for (let i = 0; i < 32 && !stranger.isClosed(); i++) stranger.socket.write(junk);
+      const openMs = await within(stranger.closed, 1000);
+      expect(openMs, 'the store kept the connection').to.be.a('number');
+      expect(openMs).to.be.below(1000);
+      const cpu = process.cpuUsage(cpuBefore);
+      expect((cpu.user + cpu.system) / 1000, 'CPU ms spent on the junk').to.be.below(1000);
+      // A connection whose first byte is no hello is closed too.
+      const other = await rawConnection(server.port);
+      other.socket.write('GET / HTTP/1.0\r\n\r\n');
+      expect(await within(other.closed, 1000)).to.be.a('number');
+      // Members of the job are served as before.
+      const ok = await StoreClient.connect('127.0.0.1', server.port, 'right', 2000);
+      await ok.set('k', 'v');
+      expect((await ok.get('k', 1000)).toString()).to.equal('v');
+      ok.close();
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('closes a connection that stays silent past the authentication deadline', async () => {
+    const server = await StoreServer.listen({ host: '127.0.0.1', port: 0, token: 'right' });
+    try {
+      const silent = await rawConnection(server.port);
+      const half = await rawConnection(server.port);
+      half.socket.write(Buffer.from([0, 5, 0, 0, 0, 0x72])); // the start of a hello, never finished
+      const [silentMs, halfMs] = await Promise.all([within(silent.closed, 8000), within(half.closed, 8000)]);
+      for (const ms of [silentMs, halfMs]) {
+        expect(ms, 'the connection is still open after 8 s').to.be.a('number');
+        expect(ms).to.be.within(4500, 7000);
+      }
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('refuses connections beyond the cap on unauthenticated ones, while a job still connects and runs', async function () {
+    this.timeout(60000);
+    const token = 'cap-test';
+    const server = await StoreServer.listen({ host: '127.0.0.1', port: 0, token });
+    const strangers = [];
+    try {
+      for (let i = 0; i < 32; i++) strangers.push(await rawConnection(server.port));
+      const extras = [];
+      for (let i = 0; i < 5; i++) extras.push(await rawConnection(server.port));
+      for (const extra of extras) expect(await within(extra.closed, 1000), 'a connection beyond the cap was kept').to.be.a('number');
+      expect(strangers.filter((s) => s.isClosed()), 'connections within the cap').to.have.length(0);
+      // A job started now gets in once the strangers' time is up (its clients retry), and works.
+      const spec = { timeoutMs: 20000, cases: [{ op: 'allReduce', length: 1000 }] };
+      const env = (r) => ({ ...jobEnv(r, 2, server.port, token), ACCORDION_STORE_HOSTED: '1' });
+      const exits = await Promise.all([0, 1].map((r) => startWorker(spec, env(r), 40000)));
+      for (const e of exits) expect(e.code, exitText(e)).to.equal(0);
+      expect(strangers.filter((s) => !s.isClosed()), 'strangers still connected').to.have.length(0);
+    } finally {
+      for (const s of strangers) s.socket.destroy();
+      await server.close();
+    }
   });
 });

@@ -2,8 +2,10 @@
  * Checkpoints of a run: `checkpoints/epoch-NNNN/` holds `model.safetensors` (exactly the PyTorch
  * state_dict, loadable with strict=True) and `trainer.safetensors` (optimiser buffers, compressor
  * memories, random streams, and the trainer's position in its metadata); in a data-parallel run
- * every other rank adds its own `trainer-rank<k>.safetensors` (error-feedback memories differ
- * between workers). A checkpoint directory is assembled under
+ * every other rank adds its own `trainer-rank<k>.safetensors`: its trainer state (error-feedback
+ * memories differ between workers) and its model buffers under their state_dict names (batch-norm
+ * running statistics follow each rank's own shard), so that every rank resumes from exactly its
+ * own state. The weights, the same on every rank, are stored once. A checkpoint directory is assembled under
  * a temporary name and renamed into place, then `checkpoints/latest` is replaced atomically, so an
  * interrupted run always leaves the previous checkpoint intact and `latest` never points at a
  * partial one.
@@ -56,6 +58,9 @@ export async function saveCheckpoint(runDir: string, model: Model, position: Tra
   const final = path.join(root, name);
   const state = await model.stateDict(true);
   const isTrainer = (t: NamedTensor) => TRAINER_PREFIXES.some((p) => t.name.startsWith(p));
+  const parameters = new Set(model.parameters().map((p) => p.name));
+  // Rank 0's buffers are in the model file; another rank's go with its trainer state.
+  const ownState = rank === 0 ? state.filter(isTrainer) : state.filter((t) => isTrainer(t) || !parameters.has(t.name));
   let failure: Error | undefined;
   const attempt = (fn: () => void) => {
     if (failure) return;
@@ -79,7 +84,7 @@ export async function saveCheckpoint(runDir: string, model: Model, position: Tra
         architecture: model.architecture,
         classes: String(model.classes),
       });
-    writeSafetensors(path.join(tmp, trainerFile(rank)), state.filter(isTrainer), { position: JSON.stringify(position) });
+    writeSafetensors(path.join(tmp, trainerFile(rank)), ownState, { position: JSON.stringify(position) });
   });
   // Every rank learns whether any rank failed, so they all stop (or go on) together.
   const failed = new Float32Array([failure ? 1 : 0]);
@@ -128,7 +133,11 @@ export function resolveCheckpointDir(target: string): string {
   throw new CheckpointError(`${target} holds no checkpoint (expected checkpoints/latest or trainer.safetensors)`);
 }
 
-/** Loads a checkpoint: the model and the trainer state of `rank` (rank 0's for a single process). */
+/**
+ * Loads a checkpoint: the model state and the trainer state of `rank` (rank 0's for a single
+ * process). Another rank's model state is the shared weights with its own buffers (a checkpoint
+ * written before ranks saved their buffers gives rank 0's).
+ */
 export function loadCheckpoint(target: string, rank = 0): LoadedCheckpoint {
   const dir = resolveCheckpointDir(target);
   const model = readSafetensors(path.join(dir, 'model.safetensors'));
@@ -143,5 +152,14 @@ export function loadCheckpoint(target: string, rank = 0): LoadedCheckpoint {
   }
   if (!Number.isInteger(position.epochsCompleted) || position.epochsCompleted < 0)
     throw new CheckpointError(`${dir}: invalid epochsCompleted in the trainer state`);
-  return { dir, model: [...model.tensors.values()], trainer: [...trainer.tensors.values()], position };
+  const isTrainer = (name: string) => TRAINER_PREFIXES.some((p) => name.startsWith(p));
+  const own = [...trainer.tensors.values()];
+  const modelState = [...model.tensors.values()];
+  for (const t of own) {
+    if (isTrainer(t.name)) continue;
+    const at = modelState.findIndex((m) => m.name === t.name);
+    if (at < 0) throw new CheckpointError(`${file}: '${t.name}' is not in the model's state (${path.join(dir, 'model.safetensors')})`);
+    modelState[at] = t;
+  }
+  return { dir, model: modelState, trainer: own.filter((t) => isTrainer(t.name)), position };
 }

@@ -279,7 +279,7 @@ export class Trainer extends EventEmitter {
    * Reads the data, builds the model and, with `resume`, restores the checkpoint. In a process
    * started by the launcher (RANK, WORLD_SIZE … in the environment) or given `group`, it joins the
    * data-parallel job: the workers check that their configurations agree, and start from rank 0's
-   * weights.
+   * weights (resuming, each rank from its own checkpointed state).
    */
   static async create(options: Partial<TrainConfig> & { model: Architecture }, context: TrainerContext = {}): Promise<Trainer> {
     const preset = options.model === 'lstm' ? LSTM_PRESET : (options.dataset ?? DEFAULT_CONFIG.dataset) === 'synthetic' ? SYNTHETIC_PRESET : {};
@@ -384,7 +384,9 @@ export class Trainer extends EventEmitter {
         if (adaptBatch) trainer.batchState = extra.batch as AccordionState;
         if (typeof extra.globalBatch === 'number') trainer.globalBatch = extra.globalBatch;
       }
-      if (group) await model.broadcastState(0);
+      // A fresh job starts from rank 0's weights; a resumed one has restored every rank's own state
+      // (the same weights, and each rank's running statistics).
+      if (group && !checkpoint) await model.broadcastState(0);
       return trainer;
     } catch (err) {
       if (!context.group) await group?.dispose();

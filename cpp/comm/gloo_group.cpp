@@ -11,6 +11,10 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
 #include "core/errors.h"
 
 namespace accordion {
@@ -55,17 +59,100 @@ GlooGroup::GlooGroup(const GlooOptions& o) : options_(o), rank_(o.rank), size_(o
                                             std::to_string(o.size - 1) + " worker(s) through Gloo (bound to " + o.hostname +
                                             "): " + e.what());
   }
+  if (size_ > 1) {
+    // A few heartbeats per timeout, at most one a second: one small write to the store each.
+    interval_ = std::clamp(timeout_ / 10, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
+    watch_ = std::make_shared<StoreClient>(o.storeHost, o.storePort, o.token, o.timeout, 2 * interval_ + std::chrono::milliseconds(200));
+    beat();
+    heartbeat_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(beatMutex_);
+      while (!beatWake_.wait_for(lock, interval_, [this] { return stopping_; })) {
+        lock.unlock();
+        try {
+          beat();
+        } catch (const std::exception&) {
+          // The store is gone: the job is ending, or a collective will say why.
+        }
+        lock.lock();
+      }
+    });
+  }
 }
 
-GlooGroup::~GlooGroup() = default;
+GlooGroup::~GlooGroup() {
+  {
+    std::lock_guard<std::mutex> lock(beatMutex_);
+    stopping_ = true;
+  }
+  beatWake_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+std::string GlooGroup::aliveKey(int rank) const { return "gloo/" + options_.prefix + "/alive/" + std::to_string(rank); }
+
+// The record is two u64: heartbeats so far, and collectives entered.
+void GlooGroup::beat() {
+  const uint64_t record[2] = {++beats_, entered_.load()};
+  std::vector<char> value(sizeof(record));
+  std::memcpy(value.data(), record, sizeof(record));
+  watch_->set(aliveKey(rank_), value);
+}
+
+std::string GlooGroup::unresponsive(uint64_t entered) {
+  if (!watch_) return "";
+  auto read = [&](int r, uint64_t out[2]) {
+    std::vector<char> v = watch_->get(aliveKey(r), std::chrono::milliseconds(0));
+    if (v.size() != 2 * sizeof(uint64_t)) return false;
+    std::memcpy(out, v.data(), v.size());
+    return true;
+  };
+  std::vector<uint64_t> first(2 * size_), second(2 * size_);
+  std::vector<bool> seen(size_, false);
+  try {
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) seen[r] = read(r, &first[2 * r]);
+    // Three heartbeat intervals: a live rank beats at least twice meanwhile.
+    std::this_thread::sleep_for(3 * interval_);
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && seen[r]) seen[r] = read(r, &second[2 * r]);
+  } catch (const std::exception&) {
+    return "the rendezvous store does not answer either (it is hosted by the launcher, or by rank 0 without one)";
+  }
+  std::vector<std::string> stopped, behind;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    if (!seen[r] || second[2 * r] == first[2 * r]) {
+      stopped.push_back(std::to_string(r));
+    } else if (second[2 * r + 1] < entered) {
+      behind.push_back("rank " + std::to_string(r) + " (at collective " + std::to_string(second[2 * r + 1]) + ")");
+    }
+  }
+  auto join = [](const std::vector<std::string>& items) {
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+    return out;
+  };
+  std::string out;
+  if (!stopped.empty())
+    out = (stopped.size() == 1 ? "rank " + stopped[0] + " does" : "ranks " + join(stopped) + " do") + " not answer (no heartbeat for " +
+          std::to_string((3 * interval_).count()) + " ms: stopped, frozen or dead)";
+  if (!behind.empty())
+    out += (out.empty() ? "" : "; ") + join(behind) + (behind.size() == 1 ? " is" : " are") + " alive but did not reach collective " +
+           std::to_string(entered);
+  if (out.empty()) out = "every other rank is alive and reached this collective (a network problem?)";
+  return out;
+}
 
 template <typename Fn>
 void GlooGroup::guarded(const std::string& what, Fn&& fn) {
+  const uint64_t entered = ++entered_;
   try {
     fn();
   } catch (const std::exception& e) {
+    const std::string blame = unresponsive(entered);
     throw EngineError("ERR_COLLECTIVE", what + " failed on rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-                                            " (timeout " + std::to_string(timeout_.count()) + " ms): " + e.what());
+                                            (blame.empty() ? "" : ": " + blame) + " (timeout " + std::to_string(timeout_.count()) +
+                                            " ms; " + e.what() + ")");
   }
 }
 

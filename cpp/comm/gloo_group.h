@@ -1,10 +1,17 @@
 // ProcessGroup over Gloo's TCP transport: one process per worker, connected in a full mesh whose
 // addresses are exchanged through the job's rendezvous store. Every collective has a timeout and
-// failures surface as EngineError ERR_COLLECTIVE naming the operation and this rank.
+// failures surface as EngineError ERR_COLLECTIVE naming the operation, this rank and the ranks that
+// did not answer: a thread of every rank publishes in the store, a few times per timeout, a
+// heartbeat and the number of collectives the rank has entered; a rank whose collective fails
+// reads them to tell a rank that stopped (no heartbeat) from one that is alive but behind.
 #pragma once
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "comm/process_group.h"
 #include "comm/store_client.h"
@@ -46,12 +53,25 @@ class GlooGroup : public ProcessGroup {
  private:
   template <typename Fn>
   void guarded(const std::string& what, Fn&& fn);
+  std::string aliveKey(int rank) const;
+  void beat();
+  // Which ranks did not answer in the collective numbered `entered`, in words.
+  std::string unresponsive(uint64_t entered);
   GlooOptions options_;
   int rank_, size_;
   std::chrono::milliseconds timeout_;
   uint32_t tag_ = 0;
   std::shared_ptr<StoreClient> store_;
   std::shared_ptr<gloo::Context> context_;
+  // Heartbeat: its own connection to the store, so that it never waits behind a blocking get.
+  std::chrono::milliseconds interval_;
+  std::shared_ptr<StoreClient> watch_;
+  std::atomic<uint64_t> entered_{0};
+  uint64_t beats_ = 0;  // only the heartbeat thread (and the constructor before it starts) counts
+  std::mutex beatMutex_;
+  std::condition_variable beatWake_;
+  bool stopping_ = false;
+  std::thread heartbeat_;
 };
 
 }  // namespace accordion

@@ -17,8 +17,10 @@ namespace accordion {
 class StoreClient {
  public:
   // Connects (retrying until `timeout`) and presents the job token; throws EngineError
-  // ERR_RENDEZVOUS naming the address on failure.
-  StoreClient(const std::string& host, int port, const std::string& token, std::chrono::milliseconds timeout);
+  // ERR_RENDEZVOUS naming the address on failure. A reply is awaited at most `replyTimeout` beyond
+  // the wait a request asks for (default 5 s); after a missing reply the client is unusable.
+  StoreClient(const std::string& host, int port, const std::string& token, std::chrono::milliseconds timeout,
+              std::chrono::milliseconds replyTimeout = std::chrono::milliseconds(5000));
   ~StoreClient();
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
@@ -33,9 +35,10 @@ class StoreClient {
   std::vector<char> request(uint8_t op, const std::string& key, const std::vector<char>& value, const std::string& what);
   std::string where() const;
   int fd_ = -1;
+  bool closed_ = false;  // the store closed the connection (or it broke)
   std::string host_;
   int port_;
-  std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds timeout_, replyTimeout_;
   std::mutex mutex_;
 };
 

@@ -7,6 +7,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { UsageError } from '../errors.js';
 import { StoreServer } from './store.js';
@@ -57,6 +58,17 @@ function describeExit(code: number | null, signal: NodeJS.Signals | null): strin
   return signal ? `was killed by ${signal}` : `exited with code ${code}`;
 }
 
+/** Whether a process is stopped (SIGSTOP, SIGTSTP, a debugger); false where /proc cannot tell. */
+function isStopped(pid: number | undefined): boolean {
+  if (pid === undefined) return false;
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return /^[Tt]$/.test(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0] ?? '');
+  } catch {
+    return false;
+  }
+}
+
 export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const { nprocPerNode, nnodes, nodeRank } = options;
   if (!Number.isInteger(nprocPerNode) || nprocPerNode < 1) throw new UsageError(`--nproc-per-node must be a positive integer, got ${nprocPerNode}`);
@@ -82,7 +94,11 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   let killTimer: NodeJS.Timeout | undefined;
 
   const stopAll = () => {
-    for (const c of children) if (!c.exited) c.child.kill('SIGTERM');
+    for (const c of children)
+      if (!c.exited) {
+        c.child.kill('SIGTERM');
+        c.child.kill('SIGCONT'); // a stopped worker must run to act on SIGTERM
+      }
     killTimer ??= setTimeout(() => {
       for (const c of children) if (!c.exited) c.child.kill('SIGKILL');
     }, grace);
@@ -129,7 +145,11 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
         child.on('exit', (code, signal) => {
           entry.exited = true;
           if ((code !== 0 || signal) && !failure) {
-            failure = `rank ${rank} ${describeExit(code, signal)}`;
+            // A worker that waited in vain for a stopped one fails first: name the stopped one too.
+            const stopped = children.filter((c) => !c.exited && isStopped(c.child.pid)).map((c) => c.rank);
+            failure =
+              `rank ${rank} ${describeExit(code, signal)}` +
+              (stopped.length ? ` (${stopped.length === 1 ? `rank ${stopped[0]} is` : `ranks ${stopped.join(', ')} are`} stopped and did not answer)` : '');
             err.write(`accordion launch: ${failure}; stopping the other workers\n`);
             stopAll();
           }

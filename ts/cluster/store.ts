@@ -2,7 +2,8 @@
  * The job's rendezvous store: a small TCP key-value store hosted by the launcher (or by rank 0 when
  * workers are started by hand), addressed by MASTER_ADDR / MASTER_PORT as with torchrun. Workers
  * exchange their Gloo addresses and configuration through it. Every connection must first present
- * the job's token, so a stranger on the port is refused.
+ * the job's token, so a stranger on the port is refused: before that it may send only one small
+ * request, within a few seconds, and only a few such connections are kept at once.
  *
  * Wire format (little-endian), shared with cpp/store_client.cpp:
  *   request  = u8 op, u32 key length, key, u32 value length, value
@@ -35,45 +36,89 @@ interface Request {
   value: Buffer;
 }
 
-/** Splits a byte stream into requests. */
+/** A frame announced larger than the reader accepts; the connection is closed without reading it. */
+class FrameTooLarge extends Error {}
+
+/**
+ * Splits a byte stream into requests. A length prefix above `maxFrame` throws FrameTooLarge as soon
+ * as it is read, before any of the frame's body is buffered; chunks of a frame are kept as they
+ * came and joined once, when the frame is complete.
+ */
 class RequestReader {
-  private buffered = Buffer.alloc(0);
+  private chunks: Buffer[] = [];
+  private length = 0;
+
+  constructor(public maxFrame: number) {}
+
+  private bytes(n: number): Buffer {
+    if (this.chunks.length > 1 && this.chunks[0]!.length < n) this.chunks = [Buffer.concat(this.chunks)];
+    return this.chunks[0]!;
+  }
+
+  private consume(n: number): Buffer {
+    const all = this.bytes(n);
+    const out = Buffer.from(all.subarray(0, n));
+    if (all.length === n) this.chunks.shift();
+    else this.chunks[0] = all.subarray(n);
+    this.length -= n;
+    return out;
+  }
 
   push(chunk: Buffer): Request[] {
-    this.buffered = Buffer.concat([this.buffered, chunk]);
+    this.chunks.push(chunk);
+    this.length += chunk.length;
     const out: Request[] = [];
     for (;;) {
-      if (this.buffered.length < 5) break;
-      const keyLength = this.buffered.readUInt32LE(1);
-      if (this.buffered.length < 9 + keyLength) break;
-      const valueLength = this.buffered.readUInt32LE(5 + keyLength);
+      if (this.length < 5) break;
+      const keyLength = this.bytes(5).readUInt32LE(1);
+      if (9 + keyLength > this.maxFrame) throw new FrameTooLarge(`a key of ${keyLength} bytes`);
+      if (this.length < 9 + keyLength) break;
+      const valueLength = this.bytes(9 + keyLength).readUInt32LE(5 + keyLength);
       const total = 9 + keyLength + valueLength;
-      if (this.buffered.length < total) break;
-      out.push({
-        op: this.buffered.readUInt8(0),
-        key: this.buffered.subarray(5, 5 + keyLength).toString('utf8'),
-        value: Buffer.from(this.buffered.subarray(9 + keyLength, total)),
-      });
-      this.buffered = this.buffered.subarray(total);
+      if (total > this.maxFrame) throw new FrameTooLarge(`a request of ${total} bytes`);
+      if (this.length < total) break;
+      const frame = this.consume(total);
+      out.push({ op: frame.readUInt8(0), key: frame.subarray(5, 5 + keyLength).toString('utf8'), value: frame.subarray(9 + keyLength) });
     }
     return out;
   }
 }
 
+export interface StoreLimits {
+  /** Milliseconds a new connection has to present the job's token (default 5000). */
+  authTimeoutMs?: number;
+  /** Connections that have not yet presented the token; more are closed at once (default 32). */
+  maxPending?: number;
+  /** Largest request of a connection that has not presented the token, in bytes (default 4096). */
+  maxHelloBytes?: number;
+  /** Largest request of a member of the job, in bytes (default 16 MiB). */
+  maxFrameBytes?: number;
+}
+
+const DEFAULT_LIMITS: Required<StoreLimits> = { authTimeoutMs: 5000, maxPending: 32, maxHelloBytes: 4096, maxFrameBytes: 16 << 20 };
+
 export class StoreServer {
   private readonly values = new Map<string, Buffer>();
   private readonly waiters = new Map<string, (() => void)[]>();
   private readonly sockets = new Set<net.Socket>();
+  private pending = 0;
 
   private constructor(
     private readonly server: net.Server,
     private readonly token: string,
+    private readonly limits: Required<StoreLimits>,
   ) {}
 
-  /** Listens on host:port (port 0 picks a free one). A port in use is a clear error. */
-  static async listen(options: { host: string; port: number; token: string }): Promise<StoreServer> {
+  /**
+   * Listens on host:port (port 0 picks a free one). A port in use is a clear error. Before a
+   * connection has presented the job's token it may send one small request, within
+   * `authTimeoutMs`, and only `maxPending` such connections are kept at a time.
+   */
+  static async listen(options: { host: string; port: number; token: string } & StoreLimits): Promise<StoreServer> {
     const server = net.createServer();
-    const store = new StoreServer(server, options.token);
+    const limits = { ...DEFAULT_LIMITS };
+    for (const key of Object.keys(DEFAULT_LIMITS) as (keyof StoreLimits)[]) if (options[key] !== undefined) limits[key] = options[key]!;
+    const store = new StoreServer(server, options.token, limits);
     server.on('connection', (socket) => store.serve(socket));
     await new Promise<void>((resolve, reject) => {
       server.once('error', (err: NodeJS.ErrnoException) => {
@@ -100,12 +145,41 @@ export class StoreServer {
   }
 
   private serve(socket: net.Socket): void {
+    if (this.pending >= this.limits.maxPending) {
+      // Too many connections that have not said who they are: this one is refused unread.
+      socket.destroy();
+      return;
+    }
+    this.pending++;
     this.sockets.add(socket);
     socket.setNoDelay(true);
-    const reader = new RequestReader();
+    const reader = new RequestReader(this.limits.maxHelloBytes);
     let authenticated = false;
+    let first = true;
+    let counted = true;
+    const leavePending = () => {
+      if (counted) this.pending--;
+      counted = false;
+    };
+    const deadline = setTimeout(() => socket.destroy(), this.limits.authTimeoutMs);
     socket.on('data', (chunk) => {
-      for (const request of reader.push(chunk)) {
+      if (first && chunk.length > 0) {
+        first = false;
+        if (chunk[0] !== OP_HELLO) {
+          socket.destroy(); // not a member of a job: its first byte is not a hello
+          return;
+        }
+      }
+      let requests: Request[];
+      try {
+        requests = reader.push(chunk);
+      } catch (err) {
+        if (!(err instanceof FrameTooLarge)) throw err;
+        socket.destroy();
+        return;
+      }
+      for (const request of requests) {
+        if (socket.destroyed) return;
         if (!authenticated) {
           if (request.op !== OP_HELLO || request.key !== this.token) {
             socket.end(frame(ERROR, Buffer.from('wrong job token: this store belongs to another job')));
@@ -113,6 +187,9 @@ export class StoreServer {
             return;
           }
           authenticated = true;
+          clearTimeout(deadline);
+          leavePending();
+          reader.maxFrame = this.limits.maxFrameBytes;
           socket.write(frame(OK));
           continue;
         }
@@ -120,7 +197,11 @@ export class StoreServer {
       }
     });
     socket.on('error', () => socket.destroy());
-    socket.on('close', () => this.sockets.delete(socket));
+    socket.on('close', () => {
+      clearTimeout(deadline);
+      leavePending();
+      this.sockets.delete(socket);
+    });
   }
 
   private handle(socket: net.Socket, request: Request): void {
@@ -216,7 +297,11 @@ export class StoreClient {
           s.once('error', reject);
         });
         const client = new StoreClient(socket, where);
-        const hello = await client.request(OP_HELLO, token, Buffer.alloc(0));
+        // A store that closes the connection unanswered may have too many strangers waiting: retry.
+        const hello = await client.request(OP_HELLO, token, Buffer.alloc(0)).catch((err: Error) => {
+          socket.destroy();
+          throw new Error(err.message);
+        });
         if (hello.status !== OK) {
           socket.destroy();
           throw new RendezvousError(`${where} refused this worker: ${hello.payload.toString()}`);
