@@ -7,9 +7,9 @@ import { fileURLToPath } from 'node:url';
 
 const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'lib', 'cli.js');
 
-function run(args, env = {}) {
-  const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '2', ...env } });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+function run(args, env = {}, timeout = 120000) {
+  const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout, env: { ...process.env, OMP_NUM_THREADS: '2', ...env } });
+  return { code: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
 }
 
 describe('command line', function () {
@@ -72,6 +72,19 @@ describe('command line', function () {
     const r = run(['train', '--model', 'resnet18', '--data', dir, '--out', path.join(tmp, 'run3')]);
     expect(r.code).to.equal(1);
     expect(r.stderr).to.match(/record 1 has label 12/);
+  });
+
+  it('refuses to write synthetic data over a directory of real CIFAR files (exit 2), leaving them as they were', function () {
+    const dir = path.join(tmp, 'real-cifar');
+    fs.mkdirSync(dir);
+    const names = ['data_batch_1.bin', 'data_batch_2.bin', 'data_batch_3.bin', 'data_batch_4.bin', 'data_batch_5.bin', 'test_batch.bin'];
+    names.forEach((n, i) => fs.writeFileSync(path.join(dir, n), Buffer.alloc(3073 * 2, i + 1)));
+    const r = run(['train', '--model', 'resnet18', '--dataset', 'synthetic', '--data', dir, '--epochs', '1', '--out', path.join(tmp, 'run-real')], {}, 60000);
+    expect(r.code, r.stderr).to.equal(2);
+    expect(r.stderr).to.include(dir);
+    expect(r.stderr).to.match(/refusing to write synthetic data/);
+    expect(fs.readdirSync(dir).sort()).to.deep.equal([...names].sort());
+    names.forEach((n, i) => expect(fs.readFileSync(path.join(dir, n)).equals(Buffer.alloc(3073 * 2, i + 1)), n).to.equal(true));
   });
 
   it('prints build and device information without a GPU', function () {
