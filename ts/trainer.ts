@@ -375,7 +375,14 @@ export class Trainer extends EventEmitter {
       const trainer = new Trainer(config, task, model, group, !context.group);
       trainer.normSource = context.gradientNorms;
       if (checkpoint) {
-        await trainer.model.loadStateDict([...checkpoint.model, ...checkpoint.trainer]);
+        try {
+          // Checked before any training: a diverged checkpoint (NaN weights) is named as such here
+          // rather than surfacing later as a NaN loss.
+          await trainer.model.loadStateDict([...checkpoint.model, ...checkpoint.trainer]);
+        } catch (err) {
+          if (!(err instanceof CheckpointError)) throw err;
+          throw new CheckpointError(`cannot resume from ${checkpoint.dir}: ${err.message}`);
+        }
         const extra = checkpoint.position.extra;
         trainer.startEpoch = checkpoint.position.epochsCompleted;
         trainer.history = (extra.history as EpochRecord[] | undefined) ?? [];
