@@ -87,6 +87,19 @@ describe('command line', function () {
     names.forEach((n, i) => expect(fs.readFileSync(path.join(dir, n)).equals(Buffer.alloc(3073 * 2, i + 1)), n).to.equal(true));
   });
 
+  it('names an empty wiki.test.tokens (exit 1)', function () {
+    const dir = path.join(tmp, 'wikitext-empty-test');
+    fs.mkdirSync(dir);
+    const words = 'a b c d e f g h i j k l m n o p\n'.repeat(50);
+    fs.writeFileSync(path.join(dir, 'wiki.train.tokens'), words);
+    fs.writeFileSync(path.join(dir, 'wiki.valid.tokens'), words);
+    fs.writeFileSync(path.join(dir, 'wiki.test.tokens'), '');
+    const r = run(['train', '--model', 'lstm', '--data', dir, '--hidden', '8', '--epochs', '1', '--out', path.join(tmp, 'run-wt')], {}, 60000);
+    expect(r.code, r.stderr).to.equal(1);
+    expect(r.stderr).to.include(path.join(dir, 'wiki.test.tokens'));
+    expect(r.stderr).to.match(/empty/);
+  });
+
   it('prints build and device information without a GPU', function () {
     const r = run(['info']);
     expect(r.code).to.equal(0);
