@@ -28,10 +28,21 @@ describe('command line', function () {
     [['train', '--model', 'resnet18', '--epochs', '0'], /epochs must be a positive integer/],
     [['train', '--model', 'resnet18', '--quiet=yes'], /option --quiet takes no value/],
     [['frobnicate'], /unknown command 'frobnicate'/],
+    // Bounds, refused before any data is read or any memory allocated.
+    [['train', '--model', 'resnet18', '--timeout', '2147483648'], /option --timeout: at most 2147483647 ms/],
+    [['train', '--model', 'resnet18', '--timeout', '99999999999999999999'], /option --timeout: expected an integer of at most/],
+    [['train', '--model', 'resnet18', '--threads', '0'], /option --threads: expected an integer from 1/],
+    [['train', '--model', 'resnet18', '--threads', '-3'], /option --threads: expected an integer from 1/],
+    [['train', '--model', 'resnet18', '--synthetic-train', '9000000000000'], /option --synthetic-train: .*2 × images × 3,073 bytes.*memory/],
+    [['train', '--model', 'resnet18', '--batch-size', '1000000000'], /option --batch-size: a batch of 1000000000 needs at least .* GiB.*memory/],
+    [['train', '--model', 'vgg19bn', '--eval-batch-size', '1000000000'], /option --eval-batch-size: .*memory/],
+    [['train', '--model', 'lstm', '--data', '/nonexistent', '--hidden', '10000000'], /option --hidden: 10000000 with 2 layers.*memory/],
+    [['launch', '--master-port', '70000', '--', '--model', 'resnet18'], /option --master-port: expected a TCP port from 1 to 65535, got '70000'/],
+    [['launch', '--master-port', '0', '--', '--model', 'resnet18'], /option --master-port: expected a TCP port/],
   ];
   for (const [args, message] of usageCases) {
     it(`exits 2 naming the problem: ${args.join(' ')}`, function () {
-      const r = run(args);
+      const r = run(args, {}, 30000);
       expect(r.code, r.stderr).to.equal(2);
       expect(r.stderr).to.match(message);
     });

@@ -78,6 +78,7 @@ function parseValue(spec: OptionSpec, raw: string): unknown {
   switch (spec.kind) {
     case 'int': {
       if (!/^-?\d+$/.test(raw)) throw bad('expected an integer');
+      if (!Number.isSafeInteger(Number(raw))) throw bad(`expected an integer of at most ${Number.MAX_SAFE_INTEGER} in magnitude`);
       return Number(raw);
     }
     case 'number': {
@@ -235,6 +236,8 @@ async function launchCommand(argv: string[]): Promise<number> {
     const raw = eq > 0 ? arg.slice(eq + 1) : own[++i];
     if (raw === undefined) throw new UsageError(`option ${flag} needs a value`);
     if (spec.kind === 'int' && !/^\d+$/.test(raw)) throw new UsageError(`option ${flag}: expected a non-negative integer, got '${raw}'`);
+    if (spec.key === 'masterPort' && !(Number(raw) >= 1 && Number(raw) <= 65535))
+      throw new UsageError(`option ${flag}: expected a TCP port from 1 to 65535, got '${raw}'`);
     values[spec.key] = spec.kind === 'int' ? Number(raw) : raw;
   }
   if (trainArgs.length === 0) throw new UsageError('accordion launch needs training options after -- (e.g. -- --model resnet18)');
