@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -110,6 +110,58 @@ describe('command line', function () {
     expect(r.stderr).to.include(path.join(dir, 'wiki.test.tokens'));
     expect(r.stderr).to.match(/empty/);
   });
+
+  /**
+   * Starts a long run on a tiny synthetic set, waits for its first checkpoint, sends `signal` and
+   * collects the exit. Bounded: 90 s to the checkpoint, 60 s from the signal to the exit.
+   */
+  async function interruptedRun(signal, name) {
+    const out = path.join(tmp, name);
+    const args = ['train', '--model', 'resnet18', '--dataset', 'synthetic', '--data', path.join(tmp, `${name}-data`), '--synthetic-train', '20',
+      '--synthetic-test', '10', '--batch-size', '4', '--eval-batch-size', '10', '--epochs', '1000', '--quiet', '--out', out];
+    const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, OMP_NUM_THREADS: '2' } });
+    let stdout = '', stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const exited = new Promise((resolve) => child.on('exit', (code, sig) => resolve({ code, signal: sig })));
+    const deadline = (ms, what) => new Promise((_, reject) => setTimeout(() => reject(new Error(`${what} after ${ms} ms; stderr: ${stderr}`)), ms).unref());
+    try {
+      const latest = path.join(out, 'checkpoints', 'latest');
+      await Promise.race([
+        (async () => {
+          while (!fs.existsSync(latest)) {
+            if (child.exitCode !== null) throw new Error(`the run ended early: ${stderr}`);
+            await new Promise((r) => setTimeout(r, 200));
+          }
+        })(),
+        deadline(90000, 'no checkpoint'),
+      ]);
+      child.kill(signal);
+      const result = await Promise.race([exited, deadline(60000, `no exit after ${signal}`)]);
+      return { ...result, stdout, stderr, out };
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+  }
+
+  for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]]) {
+    it(`a run stopped by ${signal} exits ${code}, saying so and how to resume from its last checkpoint`, async function () {
+      this.timeout(180000);
+      const r = await interruptedRun(signal, `run-${signal}`);
+      expect(r.code, r.stderr).to.equal(code);
+      expect(r.stderr).to.match(new RegExp(`interrupted by ${signal}; this run did not finish \\(\\d+ of 1000 epochs completed\\)`));
+      const latest = fs.readFileSync(path.join(r.out, 'checkpoints', 'latest'), 'utf8').trim();
+      expect(r.stderr).to.include(`the last checkpoint is ${path.join(r.out, 'checkpoints', latest)}`);
+      expect(r.stderr).to.match(/resume with:\n  accordion train --model resnet18 .*--epochs 1000 .*--resume \S+/);
+      expect(r.stderr).to.include(`--resume ${r.out}`);
+      expect(r.stderr).to.not.include('--out');
+      expect(r.stdout).to.not.match(/final test accuracy/);
+      const summary = JSON.parse(fs.readFileSync(path.join(r.out, 'summary.json'), 'utf8'));
+      expect(summary.interrupted).to.equal(true);
+      const events = fs.readFileSync(path.join(r.out, 'metrics.jsonl'), 'utf8').trimEnd().split('\n').map((l) => JSON.parse(l).event);
+      expect(events[events.length - 1]).to.equal('interrupted');
+    });
+  }
 
   it('prints build and device information without a GPU', function () {
     const r = run(['info']);

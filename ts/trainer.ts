@@ -214,6 +214,8 @@ export interface TrainSummary {
   floatsSentTotal: number;
   seconds: number;
   runDir?: string;
+  /** Set when stop() ended the run before its last epoch was completed. */
+  interrupted?: boolean;
 }
 
 export interface TrainerContext {
@@ -405,6 +407,11 @@ export class Trainer extends EventEmitter {
     this.stopRequested = true;
   }
 
+  /** True when stop() ended the run before its last epoch was completed. */
+  get interrupted(): boolean {
+    return this.stopRequested && this.history.length < this.config.epochs;
+  }
+
   /** Trains from the current position to `config.epochs`, evaluating after every epoch. */
   async fit(): Promise<TrainSummary> {
     const { config } = this;
@@ -448,6 +455,7 @@ export class Trainer extends EventEmitter {
         const last = epoch + 1 === config.epochs;
         if (config.outDir && ((epoch + 1) % config.checkpointEvery === 0 || last)) await this.checkpoint(epoch + 1);
       }
+      if (this.interrupted) this.metrics?.write({ event: 'interrupted', epochsCompleted: this.history.length });
     } catch (err) {
       this.metrics?.write({ event: 'error', code: (err as { code?: string }).code, message: (err as Error).message });
       throw err;
@@ -526,6 +534,7 @@ export class Trainer extends EventEmitter {
     }
     bar?.finish();
     const seconds = (performance.now() - begin) / 1000;
+    if (this.stopRequested) return partialRecord(epoch, lr, batch, seconds); // discarded by fit()
     const bookkeepingStart = performance.now();
     const decision = this.stopRequested ? undefined : await this.applyAccordion(epoch, lr);
     if (!this.stopRequested) await this.adaptBatch(epoch, lr);
@@ -664,8 +673,18 @@ export class Trainer extends EventEmitter {
       floatsSentTotal: this.history[this.history.length - 1]?.floatsSentTotal ?? 0,
       seconds,
       runDir: this.config.outDir,
+      ...(this.interrupted ? { interrupted: true } : {}),
     };
   }
+}
+
+/** The record of an epoch cut short by stop(): not evaluated, and never logged. */
+function partialRecord(epoch: number, lr: number, batchSize: number, seconds: number): EpochRecord {
+  return {
+    epoch, lr, batchSize, seconds,
+    trainLoss: NaN, trainAccuracy: NaN, testLoss: NaN, testAccuracy: NaN, samples: 0, samplesPerSecond: 0,
+    floatsSent: 0, floatsSentTotal: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, bookkeepingSeconds: 0,
+  };
 }
 
 function validateConfig(c: TrainConfig): void {
