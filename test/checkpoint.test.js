@@ -4,7 +4,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Trainer, Model, loadCheckpoint, readSafetensors, writeSafetensors, readMetrics } from '../lib/index.js';
+import { Trainer, Model, MetricsLog, loadCheckpoint, readSafetensors, writeSafetensors, readMetrics } from '../lib/index.js';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
 const PYTHON = '/usr/bin/python3';
@@ -123,6 +123,58 @@ describe('checkpoints', function () {
     } catch (err) {
       expect(err.code).to.equal('ERR_CHECKPOINT');
       expect(err.message).to.match(/checkpoint not found: .*no-such-run/);
+    }
+  });
+
+  it('resuming after a crash that tore the last line of metrics.jsonl cuts the fragment off first', async function () {
+    const run = path.join(tmp, 'torn');
+    fs.cpSync(path.join(tmp, 'split'), run, { recursive: true });
+    const log = path.join(run, 'metrics.jsonl');
+    const complete = fs.readFileSync(log, 'utf8');
+    fs.appendFileSync(log, '{"time":"2024-01-01T00:00:00.000Z","event":"ep');
+    const resumed = await Trainer.create(small(tmp, { resume: run, epochs: 3 }));
+    await resumed.fit();
+    await resumed.dispose();
+    const text = fs.readFileSync(log, 'utf8');
+    expect(text.startsWith(complete)).to.equal(true);
+    expect(text.endsWith('\n')).to.equal(true);
+    const events = text.trimEnd().split('\n').map((line) => JSON.parse(line).event);
+    expect(events.slice(-3)).to.deep.equal(['resume', 'epoch', 'checkpoint']);
+  });
+
+  it('keeps a last line that is whole but lacks its newline, and leaves a sound log alone', function () {
+    const log = path.join(tmp, 'whole.jsonl');
+    fs.writeFileSync(log, '{"event":"a"}\n{"event":"b"}');
+    let m = new MetricsLog(log);
+    m.write({ event: 'c' });
+    m.close();
+    expect(readMetrics(log).map((e) => e.event)).to.deep.equal(['a', 'b', 'c']);
+    const before = fs.readFileSync(log, 'utf8');
+    m = new MetricsLog(log);
+    m.close();
+    expect(fs.readFileSync(log, 'utf8')).to.equal(before);
+  });
+
+  it('refuses to resume from a checkpoint whose weights hold NaN, naming the tensor', async function () {
+    const run = path.join(tmp, 'nan');
+    fs.cpSync(path.join(tmp, 'straight'), run, { recursive: true });
+    const ckpt = loadCheckpoint(run);
+    const file = path.join(ckpt.dir, 'model.safetensors');
+    const { tensors, metadata } = readSafetensors(file);
+    const t = tensors.get('layer2.0.conv1.weight');
+    const data = Buffer.from(t.data);
+    data.writeFloatLE(NaN, 4 * 7);
+    tensors.set(t.name, { ...t, data });
+    writeSafetensors(file, [...tensors.values()], metadata);
+    try {
+      await Trainer.create(small(tmp, { resume: run, epochs: 3 }));
+      expect.fail('resumed from NaN weights');
+    } catch (err) {
+      expect(err.code).to.equal('ERR_CHECKPOINT');
+      expect(err.message).to.include(ckpt.dir);
+      expect(err.message).to.match(/non-finite/);
+      expect(err.message).to.include('layer2.0.conv1.weight');
+      expect(err.message).to.not.match(/learning rate/);
     }
   });
 

@@ -257,7 +257,7 @@ describe('synthetic CIFAR-10', function () {
     const sizes = [1, 2, 3, 4, 5].map((i) => fs.statSync(path.join(d, `data_batch_${i}.bin`)).size / 3073);
     expect(sizes).to.deep.equal([5, 5, 5, 4, 4]);
     expect(fs.statSync(path.join(d, 'test_batch.bin')).size).to.equal(4 * 3073);
-    expect(fs.readdirSync(d).sort()).to.deep.equal([...FILES].sort());
+    expect(fs.readdirSync(d).sort()).to.deep.equal([...FILES, '.accordion-synthetic'].sort());
     const names = fs.readFileSync(path.join(d, 'batches.meta.txt'), 'utf8').split('\n').filter(Boolean);
     expect(names).to.have.length(10);
     expect(new Set(names).size).to.equal(10);
@@ -310,6 +310,45 @@ describe('synthetic CIFAR-10', function () {
     writeSyntheticCifar10(d, { train: 10000, test: 10, seed: 5 });
     const ms = performance.now() - t0;
     expect(ms).to.be.below(2000);
+  });
+
+  it('creates a missing directory and marks it with the generation parameters', () => {
+    const d = path.join(mk(), 'a', 'b');
+    writeSyntheticCifar10(d, { train: 10, test: 2, seed: 4 });
+    expect(JSON.parse(fs.readFileSync(path.join(d, '.accordion-synthetic'), 'utf8'))).to.include({ train: 10, test: 2, seed: 4, classes: 10 });
+    // A marked directory is the engine's: writing again (other options) is allowed.
+    writeSyntheticCifar10(d, { train: 10, test: 2, seed: 5 });
+    expect(JSON.parse(fs.readFileSync(path.join(d, '.accordion-synthetic'), 'utf8')).seed).to.equal(5);
+  });
+
+  it('never overwrites a directory of real CIFAR files or other files: UsageError naming it, nothing touched', () => {
+    const real = mk();
+    const names = FILES.slice(0, 6);
+    names.forEach((n, i) => fs.writeFileSync(path.join(real, n), Buffer.alloc(3073, i + 1)));
+    const other = mk();
+    fs.writeFileSync(path.join(other, 'notes.txt'), 'mine\n');
+    for (const [dir, fn] of [
+      [real, () => writeSyntheticCifar10(real, { train: 10, test: 2, seed: 1 })],
+      [real, () => ensureSyntheticCifar10(real, { train: 10, test: 2, seed: 1 })],
+      [other, () => ensureSyntheticCifar10(other, { train: 10, test: 2, seed: 1 })],
+    ]) {
+      expect(fn).to.throw(UsageError, dir);
+    }
+    expect(fs.readdirSync(real).sort()).to.deep.equal([...names].sort());
+    names.forEach((n, i) => expect(fs.readFileSync(path.join(real, n)).equals(Buffer.alloc(3073, i + 1)), n).to.equal(true));
+    expect(fs.readdirSync(other)).to.deep.equal(['notes.txt']);
+    expect(() => writeSyntheticCifar10(real, { train: 10, test: 2, seed: 1 })).to.throw(/--dataset cifar10/);
+  });
+
+  it('reuses a cache written before directories were marked (its stamp names the generator)', () => {
+    const d = mk();
+    const opts = { train: 10, test: 2, seed: 6 };
+    ensureSyntheticCifar10(d, opts);
+    fs.rmSync(path.join(d, '.accordion-synthetic'));
+    const before = fs.statSync(path.join(d, 'data_batch_1.bin')).mtimeMs;
+    expect(ensureSyntheticCifar10(d, opts)).to.equal(d);
+    expect(fs.statSync(path.join(d, 'data_batch_1.bin')).mtimeMs).to.equal(before);
+    expect(fs.existsSync(path.join(d, '.accordion-synthetic'))).to.equal(true);
   });
 
   it('ensureSyntheticCifar10 creates, reuses, and regenerates on changed options or missing files', () => {

@@ -16,6 +16,7 @@ import {
   unigramPerplexity,
 } from '../lib/data/wikitext.js';
 import { DataError, UsageError } from '../lib/errors.js';
+import { LanguageTask } from '../lib/tasks.js';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
 const SHAKESPEARE = path.join(ROOT, '..', 'shared', 'data', 'tinyshakespeare.txt');
@@ -166,6 +167,16 @@ describe('readWikiText', () => {
     const c = readWikiText(corpus({ train: 'a\n', valid: '', test: '\n' }));
     expect(ids(c.valid)).to.deep.equal([]);
     expect(ids(c.test)).to.deep.equal([1]);
+  });
+
+  it('a training task names the evaluation file that is empty or too small for its batch', () => {
+    const words = 'the cat sat on the mat and the dog ran off\n'.repeat(20);
+    const options = { batchSize: 4, evalBatchSize: 10, bptt: 5, clip: 0, rank: 0, worldSize: 1 };
+    const empty = corpus({ train: words, valid: words, test: '' });
+    expectDataError(() => new LanguageTask(readWikiText(empty), options), path.join(empty, 'wiki.test.tokens'), 'empty');
+    const small = corpus({ train: words, valid: 'the cat\n', test: words });
+    expectUsageError(() => new LanguageTask(readWikiText(small), options), path.join(small, 'wiki.valid.tokens'));
+    expectUsageError(() => new LanguageTask(readWikiText(small), options), '--eval-batch-size 10');
   });
 
   it('reports invalid UTF-8 with file, line and byte offset', () => {

@@ -12,6 +12,7 @@ import { ARCHITECTURES } from './model.js';
 import { distributedEnv } from './cluster/group.js';
 import { launch } from './cluster/launch.js';
 import { writeReport } from './report/report.js';
+import { resolveCheckpointDir } from './checkpoint.js';
 
 type Kind = 'int' | 'number' | 'string' | 'list' | 'flag';
 
@@ -78,6 +79,7 @@ function parseValue(spec: OptionSpec, raw: string): unknown {
   switch (spec.kind) {
     case 'int': {
       if (!/^-?\d+$/.test(raw)) throw bad('expected an integer');
+      if (!Number.isSafeInteger(Number(raw))) throw bad(`expected an integer of at most ${Number.MAX_SAFE_INTEGER} in magnitude`);
       return Number(raw);
     }
     case 'number': {
@@ -235,6 +237,8 @@ async function launchCommand(argv: string[]): Promise<number> {
     const raw = eq > 0 ? arg.slice(eq + 1) : own[++i];
     if (raw === undefined) throw new UsageError(`option ${flag} needs a value`);
     if (spec.kind === 'int' && !/^\d+$/.test(raw)) throw new UsageError(`option ${flag}: expected a non-negative integer, got '${raw}'`);
+    if (spec.key === 'masterPort' && !(Number(raw) >= 1 && Number(raw) <= 65535))
+      throw new UsageError(`option ${flag}: expected a TCP port from 1 to 65535, got '${raw}'`);
     values[spec.key] = spec.kind === 'int' ? Number(raw) : raw;
   }
   if (trainArgs.length === 0) throw new UsageError('accordion launch needs training options after -- (e.g. -- --model resnet18)');
@@ -256,14 +260,29 @@ async function train(argv: string[]): Promise<number> {
   }
   if (args.dataDir && !args.dataset) args.dataset = args.model === 'lstm' ? 'wikitext2' : 'cifar10';
   args.outDir ??= args.resume ? undefined : defaultRunDir(String(args.model));
-  const trainer = await Trainer.create(args as Partial<TrainConfig> & { model: TrainConfig['model'] });
-  const onSignal = () => {
+  // A signal while the data is read and the model built: nothing has been trained or written yet.
+  const onEarlySignal = (signal: NodeJS.Signals) => {
+    process.stderr.write(`\naccordion: interrupted by ${signal} before training started; no checkpoint was written\n`);
+    process.exit(signalExitCode(signal));
+  };
+  process.once('SIGINT', onEarlySignal);
+  process.once('SIGTERM', onEarlySignal);
+  let trainer: Trainer;
+  try {
+    trainer = await Trainer.create(args as Partial<TrainConfig> & { model: TrainConfig['model'] });
+  } finally {
+    process.off('SIGINT', onEarlySignal);
+    process.off('SIGTERM', onEarlySignal);
+  }
+  let stoppedBy: NodeJS.Signals | undefined;
+  const onSignal = (signal: NodeJS.Signals) => {
     if (distributed) {
       // The other workers are being stopped too; a checkpoint being written is a temporary
       // directory, so leaving now keeps the last complete one.
       process.exit(130);
     }
-    process.stderr.write('\nstopping after the current step; the last checkpoint is kept\n');
+    stoppedBy = signal;
+    process.stderr.write(`\n${signal}: stopping after the current step; the last checkpoint is kept\n`);
     trainer.stop();
   };
   process.once('SIGINT', onSignal);
@@ -277,6 +296,10 @@ async function train(argv: string[]): Promise<number> {
   );
   try {
     const summary = await trainer.fit();
+    if (stoppedBy && summary.interrupted) {
+      process.stderr.write(describeInterruption(stoppedBy, summary, config, argv));
+      return signalExitCode(stoppedBy);
+    }
     const last = summary.epochs[summary.epochs.length - 1];
     if (reporting) process.stdout.write(
       [
@@ -300,6 +323,52 @@ async function train(argv: string[]): Promise<number> {
     await trainer.dispose();
   }
   return 0;
+}
+
+/** The shell's convention: 128 + the signal's number (130 for SIGINT, 143 for SIGTERM). */
+function signalExitCode(signal: NodeJS.Signals): number {
+  return signal === 'SIGTERM' ? 143 : 130;
+}
+
+/** A word as a POSIX shell reads it back. */
+function shellQuote(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
+}
+
+/**
+ * What a run stopped by a signal tells its user: how far it got, the last complete checkpoint, and
+ * the command that resumes from it (the same options, with --resume RUN_DIR in place of --out).
+ */
+function describeInterruption(signal: NodeJS.Signals, summary: TrainSummary, config: TrainConfig, argv: string[]): string {
+  const done = summary.epochs.length ? summary.epochs[summary.epochs.length - 1]!.epoch + 1 : undefined;
+  const lines = [
+    `accordion: interrupted by ${signal}; this run did not finish` +
+      (done !== undefined ? ` (${done} of ${config.epochs} epochs completed)` : ` (${config.epochs} epochs were planned)`),
+  ];
+  let checkpoint: string | undefined;
+  try {
+    checkpoint = config.outDir ? resolveCheckpointDir(config.outDir) : undefined;
+  } catch {
+    checkpoint = undefined;
+  }
+  if (checkpoint && config.outDir) {
+    const kept: string[] = [];
+    for (let i = 0; i < argv.length; i++) {
+      const flag = argv[i]!.split('=')[0]!;
+      if (flag === '--out' || flag === '--resume') {
+        if (!argv[i]!.includes('=')) i++;
+        continue;
+      }
+      kept.push(argv[i]!);
+    }
+    lines.push(
+      `the last checkpoint is ${checkpoint}; resume with:`,
+      `  accordion train ${[...kept, '--resume', config.outDir].map(shellQuote).join(' ')}`,
+    );
+  } else {
+    lines.push(`no checkpoint was written${config.outDir ? ` in ${config.outDir}` : ''}, so there is nothing to resume from`);
+  }
+  return lines.join('\n') + '\n';
 }
 
 function describeCompressor(c: TrainConfig): string {

@@ -168,6 +168,12 @@ export class Model {
     for (const t of tensors) {
       if (t.dtype !== 'F32' && t.dtype !== 'I64' && t.dtype !== 'F64')
         throw new CheckpointError(`tensor '${t.name}' has dtype ${t.dtype}; the engine's state uses F32, F64 and I64`);
+      const bad = firstNonFinite(t);
+      if (bad)
+        throw new CheckpointError(
+          `tensor '${t.name}' holds non-finite values (${bad.value} at element ${bad.index}${bad.count > 1 ? `, ${bad.count} such elements in all` : ''}); ` +
+            'such a state cannot be loaded (training had diverged before it was saved, or the file was altered)',
+        );
       entries.push({ name: t.name, dtype: t.dtype, shape: t.shape, data: t.data });
     }
     await call(this.native.setState(entries));
@@ -226,4 +232,24 @@ export class Model {
     this.engine = null;
     if (engine) await engine.dispose();
   }
+}
+
+/** The first NaN or infinity of a floating-point tensor (and how many there are), or undefined. */
+function firstNonFinite(t: NamedTensor): { index: number; value: number; count: number } | undefined {
+  if (t.dtype !== 'F32' && t.dtype !== 'F64') return undefined;
+  const size = t.dtype === 'F32' ? 4 : 8;
+  const n = Math.floor(t.data.byteLength / size);
+  // Safetensors data need not be aligned for a typed-array view: copy when it is not.
+  const bytes = t.data.byteOffset % size === 0 ? t.data : t.data.slice();
+  const values = t.dtype === 'F32' ? new Float32Array(bytes.buffer, bytes.byteOffset, n) : new Float64Array(bytes.buffer, bytes.byteOffset, n);
+  let first = -1;
+  let count = 0;
+  for (let i = 0; i < n; i++) {
+    const v = values[i]!;
+    if (v - v !== 0) {
+      if (first < 0) first = i;
+      count++;
+    }
+  }
+  return first < 0 ? undefined : { index: first, value: values[first]!, count };
 }

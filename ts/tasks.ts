@@ -3,11 +3,13 @@
  * checkpoints and metrics serve every model: images through the native batcher (ResNet-18,
  * VGG-19bn), or token windows of a text corpus by truncated backpropagation through time (LSTM).
  */
+import * as path from 'node:path';
 import type { Model } from './model.js';
 import type { StepResult } from './native.js';
 import { Batcher } from './batcher.js';
 import type { ImageDataset } from './data/datasets.js';
-import { batchify, bpttWindows, shardForRank, type Corpus } from './data/wikitext.js';
+import { DataError, UsageError } from './errors.js';
+import { WIKITEXT_FILES, batchify, bpttWindows, shardForRank, type Corpus } from './data/wikitext.js';
 
 export interface EvaluationSums {
   /** Summed over the samples (tokens for a language model) of this worker's shard. */
@@ -88,11 +90,11 @@ export class LanguageTask implements TrainingTask {
     readonly corpus: Corpus,
     private readonly options: { batchSize: number; evalBatchSize: number; bptt: number; clip: number; rank: number; worldSize: number },
   ) {
-    this.train = batchify(shardForRank(corpus.train, options.rank, options.worldSize), options.batchSize);
+    this.train = splitData(corpus, 'train', options.batchSize, '--batch-size', options);
     this.windows = bpttWindows(this.train.rows, options.bptt);
     this.evalData = {
-      valid: batchify(shardForRank(corpus.valid, options.rank, options.worldSize), options.evalBatchSize),
-      test: batchify(shardForRank(corpus.test, options.rank, options.worldSize), options.evalBatchSize),
+      valid: splitData(corpus, 'valid', options.evalBatchSize, '--eval-batch-size', options),
+      test: splitData(corpus, 'test', options.evalBatchSize, '--eval-batch-size', options),
     };
   }
 
@@ -133,6 +135,30 @@ export class LanguageTask implements TrainingTask {
     await model.resetState();
     return sums;
   }
+}
+
+/**
+ * This worker's shard of a split laid out in `columns` columns. A split too small for that names its
+ * file: an empty one is a data error, one with fewer tokens than the columns need a usage error
+ * naming the batch-size option.
+ */
+function splitData(
+  corpus: Corpus,
+  split: 'train' | 'valid' | 'test',
+  columns: number,
+  option: string,
+  job: { rank: number; worldSize: number },
+): ReturnType<typeof batchify> {
+  const tokens = corpus[split];
+  const file = path.join(corpus.dir, WIKITEXT_FILES[split]);
+  if (tokens.length === 0) throw new DataError(`WikiText ${split} split is empty: ${file} holds no text (0 tokens)`);
+  const needed = columns * job.worldSize;
+  if (tokens.length < needed)
+    throw new UsageError(
+      `${file} has ${tokens.length} token${tokens.length === 1 ? '' : 's'}, fewer than ${option} ${columns}` +
+        `${job.worldSize > 1 ? ` × ${job.worldSize} workers` : ''} needs (one per column); use a smaller ${option} or a larger file`,
+    );
+  return batchify(shardForRank(tokens, job.rank, job.worldSize), columns);
 }
 
 /** Rows [start, start + length) as inputs and the rows one further as targets (views, no copies). */

@@ -4,6 +4,7 @@
  */
 import { EventEmitter } from 'node:events';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { binding, type CompressorName, type StepResult } from './native.js';
 import { Model, type Architecture } from './model.js';
@@ -213,6 +214,8 @@ export interface TrainSummary {
   floatsSentTotal: number;
   seconds: number;
   runDir?: string;
+  /** Set when stop() ended the run before its last epoch was completed. */
+  interrupted?: boolean;
 }
 
 export interface TrainerContext {
@@ -375,7 +378,14 @@ export class Trainer extends EventEmitter {
       const trainer = new Trainer(config, task, model, group, !context.group);
       trainer.normSource = context.gradientNorms;
       if (checkpoint) {
-        await trainer.model.loadStateDict([...checkpoint.model, ...checkpoint.trainer]);
+        try {
+          // Checked before any training: a diverged checkpoint (NaN weights) is named as such here
+          // rather than surfacing later as a NaN loss.
+          await trainer.model.loadStateDict([...checkpoint.model, ...checkpoint.trainer]);
+        } catch (err) {
+          if (!(err instanceof CheckpointError)) throw err;
+          throw new CheckpointError(`cannot resume from ${checkpoint.dir}: ${err.message}`);
+        }
         const extra = checkpoint.position.extra;
         trainer.startEpoch = checkpoint.position.epochsCompleted;
         trainer.history = (extra.history as EpochRecord[] | undefined) ?? [];
@@ -397,6 +407,11 @@ export class Trainer extends EventEmitter {
   /** Asks the loop to stop after the current step; the last checkpoint stays valid. */
   stop(): void {
     this.stopRequested = true;
+  }
+
+  /** True when stop() ended the run before its last epoch was completed. */
+  get interrupted(): boolean {
+    return this.stopRequested && this.history.length < this.config.epochs;
   }
 
   /** Trains from the current position to `config.epochs`, evaluating after every epoch. */
@@ -442,6 +457,7 @@ export class Trainer extends EventEmitter {
         const last = epoch + 1 === config.epochs;
         if (config.outDir && ((epoch + 1) % config.checkpointEvery === 0 || last)) await this.checkpoint(epoch + 1);
       }
+      if (this.interrupted) this.metrics?.write({ event: 'interrupted', epochsCompleted: this.history.length });
     } catch (err) {
       this.metrics?.write({ event: 'error', code: (err as { code?: string }).code, message: (err as Error).message });
       throw err;
@@ -520,6 +536,7 @@ export class Trainer extends EventEmitter {
     }
     bar?.finish();
     const seconds = (performance.now() - begin) / 1000;
+    if (this.stopRequested) return partialRecord(epoch, lr, batch, seconds); // discarded by fit()
     const bookkeepingStart = performance.now();
     const decision = this.stopRequested ? undefined : await this.applyAccordion(epoch, lr);
     if (!this.stopRequested) await this.adaptBatch(epoch, lr);
@@ -658,8 +675,18 @@ export class Trainer extends EventEmitter {
       floatsSentTotal: this.history[this.history.length - 1]?.floatsSentTotal ?? 0,
       seconds,
       runDir: this.config.outDir,
+      ...(this.interrupted ? { interrupted: true } : {}),
     };
   }
+}
+
+/** The record of an epoch cut short by stop(): not evaluated, and never logged. */
+function partialRecord(epoch: number, lr: number, batchSize: number, seconds: number): EpochRecord {
+  return {
+    epoch, lr, batchSize, seconds,
+    trainLoss: NaN, trainAccuracy: NaN, testLoss: NaN, testAccuracy: NaN, samples: 0, samplesPerSecond: 0,
+    floatsSent: 0, floatsSentTotal: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, bookkeepingSeconds: 0,
+  };
 }
 
 function validateConfig(c: TrainConfig): void {
@@ -698,7 +725,75 @@ function validateConfig(c: TrainConfig): void {
     if (!(c[key] > 0 && c[key] <= 1)) throw new UsageError(`${key} must lie in (0, 1], got ${c[key]}`);
   if (!Number.isInteger(c.seed) || c.seed < 0) throw new UsageError(`seed must be a non-negative integer, got ${c.seed}`);
   if (c.dataset !== 'synthetic' && !c.dataDir) throw new UsageError(`dataset ${c.dataset} needs --data DIR`);
+  if (c.timeoutMs > MAX_TIMEOUT_MS)
+    throw new UsageError(`option --timeout: at most ${MAX_TIMEOUT_MS} ms (about 24.8 days, the longest a Node.js timer waits), got ${c.timeoutMs}`);
+  if (c.threads !== undefined && (!Number.isInteger(c.threads) || c.threads < 1 || c.threads > MAX_THREADS))
+    throw new UsageError(`option --threads: expected an integer from 1 to ${MAX_THREADS}, got ${c.threads}`);
+  checkMemory(c, os.totalmem());
   parseDevice(c.device);
+}
+
+/** Node's timers (and so every deadline of the rendezvous and collectives) hold at most 2^31 − 1 ms. */
+export const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+const MAX_THREADS = 4096;
+
+/**
+ * Floats a model keeps per sample between the forward and the backward pass, counted low: for the
+ * vision models the outputs of every convolution and of its batch norm on 32×32 inputs; for the
+ * LSTM (per column of a batch) the four gates, cell and hidden state of every layer and step.
+ */
+function activationFloatsPerSample(c: TrainConfig): number {
+  if (c.model === 'lstm') return c.bptt * c.layers * c.hidden * 6;
+  return c.model === 'vgg19bn' ? 2 * 303_104 : 2 * 614_400;
+}
+
+/** Parameters, counted low: the vision models' CIFAR-10 sizes; the LSTM's recurrent layers only (the vocabulary is not known yet). */
+function parameterFloats(c: TrainConfig): number {
+  if (c.model === 'lstm') return c.layers * (8 * c.hidden * c.hidden + 8 * c.hidden);
+  return c.model === 'vgg19bn' ? 20_565_834 : 11_173_962;
+}
+
+const GiB = 2 ** 30;
+const gib = (bytes: number) => `${(bytes / GiB).toFixed(bytes < 10 * GiB ? 2 : 0)} GiB`;
+
+/**
+ * Refuses, before any work, a request that cannot fit in this machine's memory (os.totalmem()) by
+ * a simple lower bound. Training needs 4 bytes × (3 × parameters [weights, gradients, momentum] +
+ * batch size × activation floats per sample); evaluation 4 bytes × (parameters + evaluation batch
+ * size × activation floats per sample). A synthetic dataset is held twice while it is generated
+ * and read back: 2 × (train + test images) × 3,073 bytes.
+ */
+export function checkMemory(c: TrainConfig, memory: number): void {
+  const params = parameterFloats(c);
+  const perSample = activationFloatsPerSample(c);
+  const have = `this machine has ${gib(memory)} of memory`;
+  if (4 * 3 * params > memory)
+    throw new UsageError(
+      `option --hidden: ${c.hidden} with ${c.layers} layers has at least ${params.toExponential(2)} parameters; their weights, gradients and momentum ` +
+        `alone take ${gib(4 * 3 * params)} (4 bytes × 3 × parameters), and ${have}`,
+    );
+  const train = 4 * (3 * params + c.batchSize * perSample);
+  if (train > memory)
+    throw new UsageError(
+      `option --batch-size: a batch of ${c.batchSize} needs at least ${gib(train)} to train ${c.model} ` +
+        `(4 bytes × (3 × ${params.toLocaleString('en-US')} parameters + ${c.batchSize} × ${perSample.toLocaleString('en-US')} activations per sample)), and ${have}`,
+    );
+  const evaluation = 4 * (params + c.evalBatchSize * perSample);
+  if (evaluation > memory)
+    throw new UsageError(
+      `option --eval-batch-size: a batch of ${c.evalBatchSize} needs at least ${gib(evaluation)} to evaluate ${c.model} ` +
+        `(4 bytes × (${params.toLocaleString('en-US')} parameters + ${c.evalBatchSize} × ${perSample.toLocaleString('en-US')} activations per sample)), and ${have}`,
+    );
+  if (c.dataset === 'synthetic') {
+    const bytes = 2 * (c.syntheticTrain + c.syntheticTest) * 3073;
+    if (bytes > memory) {
+      const option = c.syntheticTrain >= c.syntheticTest ? '--synthetic-train' : '--synthetic-test';
+      throw new UsageError(
+        `option ${option}: ${c.syntheticTrain.toLocaleString('en-US')} train + ${c.syntheticTest.toLocaleString('en-US')} test synthetic images need ` +
+          `${gib(bytes)} while they are generated and read (2 × images × 3,073 bytes), and ${have}`,
+      );
+    }
+  }
 }
 
 /** "18×2 3×1": how many weight matrices were at each level. */
