@@ -432,6 +432,17 @@ describe('data parallel: a launched job that is stopped', function () {
     expectCheckpointLoads(dir, 'after Ctrl-C');
     this.test.title += ` [stopped ${stopMs} ms after SIGINT]`;
   });
+
+  it('SIGTERM to the launcher (a scheduler stopping the job) stops every process with status 143 and keeps the checkpoint', async function () {
+    const { dir, token, launcher } = await jobAfterFirstCheckpoint();
+    process.kill(launcher.child.pid, 'SIGTERM');
+    const exit = await exitWithin(launcher, 30000);
+    expect(exit.timedOut, `the launcher still runs 30 s after SIGTERM; stderr:\n${launcher.stderr}`).to.not.equal(true);
+    expect(exit.code, `launcher exit; stderr:\n${exit.stderr}`).to.equal(143);
+    expect(exit.stderr).to.include('interrupted by SIGTERM');
+    expect(jobProcesses(token), 'processes of the job left running').to.deep.equal([]);
+    expectCheckpointLoads(dir, 'after SIGTERM');
+  });
 });
 
 describe('data parallel: resuming a launched job', function () {

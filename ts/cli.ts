@@ -6,7 +6,7 @@
 import * as path from 'node:path';
 import { readFileSync, realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { AccordionError, UsageError } from './errors.js';
+import { AccordionError, UsageError, signalExitCode } from './errors.js';
 import { DEFAULT_CONFIG, Trainer, type TrainConfig, type TrainSummary } from './trainer.js';
 import { ARCHITECTURES } from './model.js';
 import { distributedEnv } from './cluster/group.js';
@@ -279,7 +279,7 @@ async function train(argv: string[]): Promise<number> {
     if (distributed) {
       // The other workers are being stopped too; a checkpoint being written is a temporary
       // directory, so leaving now keeps the last complete one.
-      process.exit(130);
+      process.exit(signalExitCode(signal));
     }
     stoppedBy = signal;
     process.stderr.write(`\n${signal}: stopping after the current step; the last checkpoint is kept\n`);
@@ -325,10 +325,6 @@ async function train(argv: string[]): Promise<number> {
   return 0;
 }
 
-/** The shell's convention: 128 + the signal's number (130 for SIGINT, 143 for SIGTERM). */
-function signalExitCode(signal: NodeJS.Signals): number {
-  return signal === 'SIGTERM' ? 143 : 130;
-}
 
 /** A word as a POSIX shell reads it back. */
 function shellQuote(word: string): string {

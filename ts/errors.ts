@@ -49,3 +49,8 @@ export class NativeError extends AccordionError {
     super(code || 'ERR_NATIVE', message);
   }
 }
+
+/** The shell's convention for a process stopped by a signal: 128 + its number (130 SIGINT, 143 SIGTERM). */
+export function signalExitCode(signal: NodeJS.Signals): number {
+  return signal === 'SIGTERM' ? 143 : 130;
+}

@@ -9,7 +9,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
-import { UsageError } from '../errors.js';
+import { UsageError, signalExitCode } from '../errors.js';
 import { StoreServer } from './store.js';
 
 export interface LaunchOptions {
@@ -90,7 +90,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
 
   const children: { rank: number; child: ChildProcess; exited: boolean }[] = [];
   let failure: string | undefined;
-  let interrupted = false;
+  let interrupted: NodeJS.Signals | undefined;
   let killTimer: NodeJS.Timeout | undefined;
 
   const stopAll = () => {
@@ -104,7 +104,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     }, grace);
   };
   const onSignal = (signal: NodeJS.Signals) => {
-    interrupted = true;
+    interrupted ??= signal;
     failure ??= `interrupted by ${signal}`;
     stopAll();
   };
@@ -163,6 +163,6 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
   await store?.close();
-  if (failure) return { exitCode: interrupted ? 130 : 1, failure };
+  if (failure) return { exitCode: interrupted ? signalExitCode(interrupted) : 1, failure };
   return { exitCode: 0 };
 }
