@@ -5,7 +5,7 @@
  */
 import { binding, call, type CompressorName, type MemoryStats, type NativeEngine, type StateEntry, type StepResult } from './native.js';
 import { parseDevice, type DeviceName } from './device.js';
-import type { Batcher } from './batcher.js';
+import { Batcher } from './batcher.js';
 import type { ProcessGroup } from './cluster/group.js';
 import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors.js';
 import { CheckpointError, UsageError } from './errors.js';
@@ -17,9 +17,10 @@ export interface ModelOptions {
   architecture: Architecture;
   /** Number of classes (10 for CIFAR-10, 100 for CIFAR-100); the vocabulary size for 'lstm'. */
   classes?: number;
-  /** 'lstm': hidden (= embedding) size (default 650), layers (2), dropout (0.4). */
+  /** 'lstm': hidden (= embedding) size (default 650), layers (2). */
   hidden?: number;
   layers?: number;
+  /** Dropout probability in [0, 1): the LSTM's (default 0.4) or VGG's classifier's (default 0.5); 0 turns it off. */
   dropout?: number;
   /** Seed of the weight initialisation (and of dropout): the same weights on every device. */
   seed?: number;
@@ -44,6 +45,53 @@ export interface ModelOptions {
   group?: ProcessGroup;
   /** Batch norm normalises with its running statistics during training too (default false). */
   frozenBatchNorm?: boolean;
+  /**
+   * Keep a copy of each step's local gradients (before the exchange and compression replace them)
+   * for gradients() (default false: no copies).
+   */
+  keepGradients?: boolean;
+}
+
+/** A batch of the caller's images for Model.trainStep. */
+export interface ImageBatch {
+  /** N images as float32 NCHW (N, 3, height, width), already normalised. */
+  images: Float32Array;
+  /** N class indices in [0, classes). */
+  labels: Int32Array | readonly number[];
+  /** Image size (default 32 × 32; VGG takes 32 × 32 only). */
+  height?: number;
+  width?: number;
+}
+
+/** A window of token ids for the language model's Model.trainStep: (steps, batch) time-major. */
+export interface TokenWindow {
+  /** steps × batch input token ids, time-major: tokens[t·batch + b]. */
+  tokens: Int32Array | readonly number[];
+  /** The token to predict at each position (usually the next one), same layout. */
+  targets: Int32Array | readonly number[];
+  steps: number;
+  batch: number;
+  /** Clip the local gradients to this global norm before the exchange (default 0: no clipping). */
+  clipNorm?: number;
+}
+
+/** Options of Model.forward. */
+export interface ForwardOptions {
+  /** Training mode (batch statistics, which batch norm folds into its running ones; dropout) or evaluation (default). */
+  train?: boolean;
+  /** Images: size of each image (default 32 × 32). */
+  height?: number;
+  width?: number;
+  /** Language model: the window's layout (tokens.length = steps × batch). */
+  steps?: number;
+  batch?: number;
+}
+
+/** The language model's carried state: per layer, h and c, each (batch, hidden) row-major. */
+export interface HiddenState {
+  batch: number;
+  h: Float32Array[];
+  c: Float32Array[];
 }
 
 export class Model {
@@ -52,6 +100,9 @@ export class Model {
   readonly device: DeviceName;
   private engine: NativeEngine | null;
   private readonly params: { name: string; shape: number[] }[];
+  private readonly keepsGradients: boolean;
+  private readonly layerCount: number;
+  private readonly hiddenSize: number;
 
   private constructor(options: ModelOptions, engine: NativeEngine, params: { name: string; shape: number[] }[]) {
     this.architecture = options.architecture;
@@ -59,6 +110,9 @@ export class Model {
     this.device = options.device ?? 'cpu';
     this.engine = engine;
     this.params = params;
+    this.keepsGradients = options.keepGradients ?? false;
+    this.layerCount = options.layers ?? 2;
+    this.hiddenSize = options.hidden ?? 650;
   }
 
   /**
@@ -71,6 +125,10 @@ export class Model {
       throw new UsageError(`unknown model '${options.architecture}' (choose one of: ${ARCHITECTURES.join(', ')})`);
     const classes = options.classes ?? 10;
     if (!Number.isInteger(classes) || classes < 2) throw new UsageError(`classes must be an integer ≥ 2, got ${classes}`);
+    if (options.dropout !== undefined && !(typeof options.dropout === 'number' && options.dropout >= 0 && options.dropout < 1))
+      throw new UsageError(`dropout must be a number in [0, 1), got ${options.dropout}`);
+    if (options.keepGradients !== undefined && typeof options.keepGradients !== 'boolean')
+      throw new UsageError(`keepGradients must be a boolean, got ${String(options.keepGradients)}`);
     const device = parseDevice(options.device ?? 'cpu');
     const engine = new binding.Engine({
       model: options.architecture,
@@ -91,6 +149,7 @@ export class Model {
       hidden: options.hidden,
       layers: options.layers,
       dropout: options.dropout,
+      keepGradients: options.keepGradients ?? false,
     });
     try {
       return new Model(options, engine, await call(engine.ready()));
@@ -116,13 +175,41 @@ export class Model {
   }
 
   /**
-   * One training step: forward, loss and backward on the batcher's next batch (or the mean gradient
-   * of the next `microBatches` batches, for a batch larger than fits at once), the gradient
-   * exchange and the SGD update. Null at the epoch's end.
+   * One training step: forward, loss and backward, the gradient exchange (with compression) and the
+   * SGD update.
+   * - `trainStep(batcher, microBatches = 1)`: on the batcher's next batch (or the mean gradient of
+   *   the next `microBatches` batches, for a batch larger than fits at once); null at the epoch's end.
+   * - `trainStep({ images, labels, height?, width? })`: on the caller's tensors (an image model):
+   *   N normalised images as float32 NCHW and N labels, exactly as a batcher's batch of them.
+   * - `trainStep({ tokens, targets, steps, batch, clipNorm? })`: the language model on a window of
+   *   token ids (time-major), as trainTokens; the hidden state is carried to the next window.
+   * Arguments are validated before any native work; the arrays must not change until it resolves.
    */
-  async trainStep(batcher: Batcher, microBatches = 1): Promise<StepResult | null> {
-    if (!Number.isInteger(microBatches) || microBatches < 1) throw new UsageError(`microBatches must be a positive integer, got ${microBatches}`);
-    return call(this.native.trainStep(batcher.native, microBatches));
+  async trainStep(batcher: Batcher, microBatches?: number): Promise<StepResult | null>;
+  async trainStep(data: ImageBatch | TokenWindow): Promise<StepResult>;
+  async trainStep(source: Batcher | ImageBatch | TokenWindow, microBatches = 1): Promise<StepResult | null> {
+    if (source instanceof Batcher) {
+      if (!Number.isInteger(microBatches) || microBatches < 1) throw new UsageError(`microBatches must be a positive integer, got ${microBatches}`);
+      return call(this.native.trainStep(source.native, microBatches));
+    }
+    if (typeof source !== 'object' || source === null)
+      throw new UsageError(`trainStep takes a Batcher, { images, labels } or { tokens, targets, steps, batch }, got ${describe(source)}`);
+    if (this.architecture === 'lstm') {
+      if (!('tokens' in source)) throw new UsageError("trainStep: model 'lstm' trains on token windows ({ tokens, targets, steps, batch })");
+      if ('images' in source) throw new UsageError("trainStep: model 'lstm' trains on token windows ({ tokens, targets, steps, batch }), not images");
+      const w = source as TokenWindow;
+      const { tokens, targets, steps, batch } = this.tokenWindow(w.tokens, w.targets, w.steps, w.batch, 'trainStep');
+      const clipNorm = w.clipNorm ?? 0;
+      if (typeof clipNorm !== 'number' || !(clipNorm >= 0) || clipNorm === Infinity)
+        throw new UsageError(`trainStep: clipNorm must be a finite number ≥ 0, got ${String(clipNorm)}`);
+      return call(this.native.trainTokens(tokens, targets!, steps, batch, clipNorm));
+    }
+    if ('tokens' in source) throw new UsageError(`trainStep: model '${this.architecture}' trains on images ({ images, labels }), not token windows`);
+    const b = source as ImageBatch;
+    const labels = this.ids(b.labels, 'labels', 'trainStep', this.classes, 'classes');
+    const { height, width } = this.imageSize(b.height, b.width, 'trainStep');
+    const images = this.images(b.images, labels.length, height, width, 'trainStep');
+    return call(this.native.trainOn(images, labels, height, width));
   }
 
   /**
@@ -131,12 +218,14 @@ export class Model {
    * exchange. The hidden state is carried to the next window.
    */
   async trainTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number, clipNorm = 0): Promise<StepResult> {
-    return call(this.native.trainTokens(inputs, targets, steps, batch, clipNorm));
+    return this.trainStep({ tokens: inputs, targets, steps, batch, clipNorm });
   }
 
   /** Language model: the loss over a window, without updating (evaluation mode, state carried). */
   async evaluateTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number): Promise<StepResult> {
-    return call(this.native.evaluateTokens(inputs, targets, steps, batch));
+    if (this.architecture !== 'lstm') throw new UsageError(`evaluateTokens: model '${this.architecture}' takes images, not token windows`);
+    const w = this.tokenWindow(inputs, targets, steps, batch, 'evaluateTokens');
+    return call(this.native.evaluateTokens(w.tokens, w.targets!, w.steps, w.batch));
   }
 
   /** Language model: zeroes the carried hidden and cell states. */
@@ -151,9 +240,125 @@ export class Model {
 
   /** Logits (N × classes, row-major) for N images given as float32 NCHW (N, 3, height, width). */
   async predict(images: Float32Array, count: number, height = 32, width = 32): Promise<Float32Array> {
+    if (this.architecture === 'lstm') throw new UsageError("predict: model 'lstm' takes token windows; use forward(tokens, { steps, batch })");
+    if (!Number.isInteger(count) || count < 1) throw new UsageError(`predict: count must be a positive integer, got ${count}`);
+    ({ height, width } = this.imageSize(height, width, 'predict'));
+    if (!(images instanceof Float32Array)) throw new UsageError(`predict: images must be a Float32Array, got ${describe(images)}`);
     if (images.length !== count * 3 * height * width)
       throw new UsageError(`predict: ${images.length} floats do not make ${count} images of 3×${height}×${width}`);
     return call(this.native.predict(images, count, height, width));
+  }
+
+  /**
+   * Logits in training mode (`train: true`: batch statistics, which batch norm also folds into its
+   * running statistics, and dropout drawn) or evaluation mode (default; as predict). Images: float32
+   * NCHW (N, 3, height, width), N from the length; returns N × classes, row-major. Language model:
+   * `forward(tokens, { steps, batch })` returns the logits of every position (steps·batch × vocabulary,
+   * time-major rows), carrying the hidden state as a step does.
+   */
+  async forward(input: Float32Array | Int32Array | readonly number[], options: ForwardOptions = {}): Promise<Float32Array> {
+    if (typeof options !== 'object' || options === null) throw new UsageError(`forward: options must be an object, got ${describe(options)}`);
+    const train = options.train ?? false;
+    if (typeof train !== 'boolean') throw new UsageError(`forward: train must be a boolean, got ${describe(train)}`);
+    if (this.architecture === 'lstm') {
+      const { tokens, steps, batch } = this.tokenWindow(input as Int32Array, undefined, options.steps, options.batch, 'forward');
+      return call(this.native.forwardTokens(tokens, steps, batch, train));
+    }
+    const { height, width } = this.imageSize(options.height, options.width, 'forward');
+    if (!(input instanceof Float32Array)) throw new UsageError(`forward: images must be a Float32Array, got ${describe(input)}`);
+    const per = 3 * height * width;
+    if (input.length === 0 || input.length % per !== 0)
+      throw new UsageError(`forward: images hold ${input.length} floats, not a whole positive number of 3×${height}×${width} images`);
+    return call(this.native.forward(input, input.length / per, height, width, train));
+  }
+
+  /**
+   * The last step's local gradients by parameter name (after averaging micro-batches and clipping,
+   * before the exchange and compression): needs the keepGradients option at create().
+   */
+  async gradients(): Promise<Map<string, { shape: number[]; data: Float32Array }>> {
+    if (!this.keepsGradients) throw new UsageError('gradients: create the model with keepGradients: true to keep each step\'s local gradients');
+    const entries = await call(this.native.gradients());
+    if (entries.length === 0) throw new UsageError('gradients: no training step has run yet');
+    return new Map(entries.map((e) => [e.name, { shape: e.shape, data: e.data }]));
+  }
+
+  /** Language model: the carried hidden and cell states (null when none is carried, e.g. after resetState). */
+  async hiddenState(): Promise<HiddenState | null> {
+    if (this.architecture !== 'lstm') throw new UsageError(`hiddenState: model '${this.architecture}' carries no hidden state`);
+    const states = await call(this.native.hiddenState());
+    if (states.length === 0) return null;
+    const h = states.filter((_, i) => i % 2 === 0);
+    const c = states.filter((_, i) => i % 2 === 1);
+    return { batch: h[0]!.length / this.hiddenSize, h, c };
+  }
+
+  /** Language model: replaces the carried states (per layer, h and c of batch × hidden floats). */
+  async setHiddenState(state: HiddenState): Promise<void> {
+    if (this.architecture !== 'lstm') throw new UsageError(`setHiddenState: model '${this.architecture}' carries no hidden state`);
+    if (typeof state !== 'object' || state === null) throw new UsageError(`setHiddenState: state must be { batch, h, c }, got ${describe(state)}`);
+    const { batch, h, c } = state;
+    if (!Number.isInteger(batch) || batch < 1) throw new UsageError(`setHiddenState: batch must be a positive integer, got ${String(batch)}`);
+    const states: Float32Array[] = [];
+    for (const [name, list] of [['h', h], ['c', c]] as const)
+      if (!Array.isArray(list) || list.length !== this.layerCount)
+        throw new UsageError(`setHiddenState: ${name} must be an array of ${this.layerCount} Float32Arrays (one per layer)`);
+    for (let l = 0; l < this.layerCount; l++)
+      for (const [name, t] of [['h', h[l]], ['c', c[l]]] as const) {
+        if (!(t instanceof Float32Array)) throw new UsageError(`setHiddenState: ${name}[${l}] must be a Float32Array, got ${describe(t)}`);
+        if (t.length !== batch * this.hiddenSize)
+          throw new UsageError(`setHiddenState: ${name}[${l}] holds ${t.length} floats, not batch × hidden = ${batch}×${this.hiddenSize}`);
+        states.push(t);
+      }
+    await call(this.native.setHiddenState(states, batch));
+  }
+
+  /** Height and width of caller images: positive integers (default 32), 32 × 32 for VGG. */
+  private imageSize(height: unknown = 32, width: unknown = 32, where: string): { height: number; width: number } {
+    for (const [name, v] of [['height', height], ['width', width]] as const)
+      if (!Number.isInteger(v) || (v as number) < 1) throw new UsageError(`${where}: ${name} must be a positive integer, got ${describe(v)}`);
+    if (this.architecture === 'vgg19bn' && (height !== 32 || width !== 32))
+      throw new UsageError(`${where}: model 'vgg19bn' takes 32×32 images, got height ${String(height)} and width ${String(width)}`);
+    return { height: height as number, width: width as number };
+  }
+
+  /** Checks that `images` is a Float32Array of n × 3 × height × width floats. */
+  private images(images: unknown, n: number, height: number, width: number, where: string): Float32Array {
+    if (!(images instanceof Float32Array)) throw new UsageError(`${where}: images must be a Float32Array (N, 3, H, W), got ${describe(images)}`);
+    if (images.length !== n * 3 * height * width)
+      throw new UsageError(`${where}: images hold ${images.length} floats, not ${n} images (one per label) of 3×${height}×${width} = ${n * 3 * height * width}`);
+    return images;
+  }
+
+  /** Integer ids (labels or tokens) in [0, limit) as an Int32Array, from an Int32Array or a number array. */
+  private ids(values: unknown, name: string, where: string, limit: number, what: string): Int32Array {
+    let out: Int32Array;
+    if (values instanceof Int32Array) out = values;
+    else if (Array.isArray(values)) {
+      for (let i = 0; i < values.length; i++)
+        if (!Number.isInteger(values[i])) throw new UsageError(`${where}: ${name}[${i}] is ${describe(values[i])}, not an integer`);
+      out = Int32Array.from(values as number[]);
+    } else throw new UsageError(`${where}: ${name} must be an Int32Array or an array of integers, got ${describe(values)}`);
+    if (out.length === 0) throw new UsageError(`${where}: ${name} is empty`);
+    for (let i = 0; i < out.length; i++)
+      if (out[i]! < 0 || out[i]! >= limit)
+        throw new UsageError(`${where}: ${name}[${i}] is ${out[i]}, outside the ${what} [0, ${limit})`);
+    return out;
+  }
+
+  /** A language-model window: token ids (and targets) of steps × batch entries in the vocabulary. */
+  private tokenWindow(tokens: unknown, targets: unknown, steps: unknown, batch: unknown, where: string) {
+    for (const [name, v] of [['steps', steps], ['batch', batch]] as const)
+      if (!Number.isInteger(v) || (v as number) < 1) throw new UsageError(`${where}: ${name} must be a positive integer, got ${describe(v)}`);
+    const n = (steps as number) * (batch as number);
+    const ids = this.ids(tokens, 'tokens', where, this.classes, 'vocabulary');
+    if (ids.length !== n) throw new UsageError(`${where}: tokens hold ${ids.length} ids, not steps × batch = ${n}`);
+    let out: Int32Array | undefined;
+    if (targets !== undefined) {
+      out = this.ids(targets, 'targets', where, this.classes, 'vocabulary');
+      if (out.length !== n) throw new UsageError(`${where}: targets hold ${out.length} ids, not steps × batch = ${n}`);
+    }
+    return { tokens: ids, targets: out, steps: steps as number, batch: batch as number };
   }
 
   /** The state_dict (optionally with optimiser and random-stream state) as named tensors. */
@@ -162,9 +367,16 @@ export class Model {
     return entries.map((e) => ({ name: e.name, dtype: e.dtype, shape: e.shape, data: new Uint8Array(e.data as ArrayBuffer) }));
   }
 
-  /** Loads named tensors; every state_dict entry must be present with its shape and dtype. */
-  async loadStateDict(tensors: Iterable<NamedTensor>): Promise<void> {
+  /**
+   * Loads named tensors, strictly (as PyTorch's load_state_dict(strict=True)): every state_dict entry
+   * must be present with its shape, and an unknown name is an error naming it. The language model's
+   * `decoder.weight` (PyTorch lists the tied weight twice) must equal `encoder.weight`. Float64
+   * tensors of float32 entries are cast to float32, with a note (returned, and emitted as a process
+   * warning). Trainer entries ("optimizer.", "compressor.", "rng.") are read where they apply.
+   */
+  async loadStateDict(tensors: Iterable<NamedTensor>): Promise<string[]> {
     const entries: StateEntry[] = [];
+    const cast: string[] = [];
     for (const t of tensors) {
       if (t.dtype !== 'F32' && t.dtype !== 'I64' && t.dtype !== 'F64')
         throw new CheckpointError(`tensor '${t.name}' has dtype ${t.dtype}; the engine's state uses F32, F64 and I64`);
@@ -174,9 +386,21 @@ export class Model {
           `tensor '${t.name}' holds non-finite values (${bad.value} at element ${bad.index}${bad.count > 1 ? `, ${bad.count} such elements in all` : ''}); ` +
             'such a state cannot be loaded (training had diverged before it was saved, or the file was altered)',
         );
+      if (t.dtype === 'F64' && !F64_ENTRIES.has(t.name)) {
+        entries.push({ name: t.name, dtype: 'F32', shape: t.shape, data: toFloat32(t.data) });
+        cast.push(t.name);
+        continue;
+      }
       entries.push({ name: t.name, dtype: t.dtype, shape: t.shape, data: t.data });
     }
     await call(this.native.setState(entries));
+    const notes: string[] = [];
+    if (cast.length) {
+      const note = `cast ${cast.length} float64 tensor${cast.length > 1 ? 's' : ''} to float32: ${cast.map((n) => `'${n}'`).join(', ')}`;
+      notes.push(note);
+      process.emitWarning(note, { code: 'ACCORDION_CAST_FLOAT64' });
+    }
+    return notes;
   }
 
   /** Writes the weights (PyTorch state_dict) to a safetensors file, atomically. */
@@ -185,10 +409,10 @@ export class Model {
   }
 
   /** Loads weights from a safetensors file (ours, or a PyTorch state_dict in that layout). */
-  async load(path: string): Promise<void> {
+  async load(path: string): Promise<string[]> {
     const { tensors } = readSafetensors(path);
     try {
-      await this.loadStateDict(tensors.values());
+      return await this.loadStateDict(tensors.values());
     } catch (err) {
       throw new CheckpointError(`${path}: ${(err as Error).message}`);
     }
@@ -232,6 +456,26 @@ export class Model {
     this.engine = null;
     if (engine) await engine.dispose();
   }
+}
+
+/** Entries of the engine's state that are float64 themselves (not cast). */
+const F64_ENTRIES = new Set(['compressor.levels']);
+
+/** Float64 little-endian bytes as float32 bytes (rounded to nearest). */
+function toFloat32(data: Uint8Array): Uint8Array {
+  const bytes = data.byteOffset % 8 === 0 ? data : data.slice();
+  const values = new Float64Array(bytes.buffer, bytes.byteOffset, Math.floor(bytes.byteLength / 8));
+  return new Uint8Array(Float32Array.from(values).buffer);
+}
+
+/** A short description of a value for error messages. */
+function describe(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return `an array of ${v.length}`;
+  if (ArrayBuffer.isView(v)) return `a ${v.constructor.name} of ${(v as unknown as { length?: number }).length ?? v.byteLength}`;
+  if (typeof v === 'object') return `a ${(v as object).constructor?.name ?? 'object'}`;
+  if (typeof v === 'string') return `'${v}'`;
+  return String(v);
 }
 
 /** The first NaN or infinity of a floating-point tensor (and how many there are), or undefined. */

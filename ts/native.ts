@@ -82,10 +82,13 @@ export interface EngineOptions {
   /** Exchange gradients with the other workers of this group. */
   group?: NativeProcessGroup;
   frozenBatchNorm?: boolean;
-  /** Language model: hidden (= embedding) size, layers, dropout. */
+  /** Language model: hidden (= embedding) size, layers. */
   hidden?: number;
   layers?: number;
+  /** Dropout probability: the language model's (default 0.4) or VGG's classifier's (default 0.5). */
   dropout?: number;
+  /** Keep a copy of each step's local gradients for gradients() (default false). */
+  keepGradients?: boolean;
 }
 
 export interface BatcherOptions {
@@ -131,6 +134,17 @@ export interface NativeEngine {
   evaluateTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number): Promise<StepResult>;
   resetState(): Promise<void>;
   memoryStats(): Promise<MemoryStats>;
+  /** One optimiser step on caller tensors: N images (N, 3, height, width) NCHW and N labels. */
+  trainOn(images: Float32Array, labels: Int32Array, height: number, width: number): Promise<StepResult>;
+  /** Logits (N, classes) in training or evaluation mode. */
+  forward(images: Float32Array, n: number, height: number, width: number, training: boolean): Promise<Float32Array>;
+  /** Language model: logits (steps·batch, vocabulary) of a (steps, batch) window of token ids. */
+  forwardTokens(tokens: Int32Array, steps: number, batch: number, training: boolean): Promise<Float32Array>;
+  /** The last step's local gradients (with keepGradients), in state_dict order; [] before a step. */
+  gradients(): Promise<{ name: string; shape: number[]; data: Float32Array }[]>;
+  /** Language model: the carried states, per layer h then c, each (batch, hidden); [] when none. */
+  hiddenState(): Promise<Float32Array[]>;
+  setHiddenState(states: Float32Array[], batch: number): Promise<void>;
   dispose(): Promise<void>;
 }
 

@@ -59,6 +59,31 @@ void LanguageModel::resetState() {
   }
 }
 
+std::vector<Tensor> LanguageModel::hiddenState() const {
+  std::vector<Tensor> out;
+  for (const Layer& layer : layers_) {
+    if (!layer.h.defined()) return {};
+    out.push_back(layer.h);
+    out.push_back(layer.c);
+  }
+  return out;
+}
+
+void LanguageModel::setHiddenState(const std::vector<Tensor>& hostStates) {
+  if (hostStates.size() != 2 * layers_.size())
+    throw invalidArgument("the hidden state has " + std::to_string(layers_.size()) + " layers of h and c, got " +
+                          std::to_string(hostStates.size()) + " tensors");
+  const int64_t batch = hostStates.empty() ? 0 : hostStates[0].dim(0);
+  for (const Tensor& t : hostStates)
+    if (t.rank() != 2 || t.dim(0) != batch || t.dim(1) != spec_.hidden)
+      throw invalidArgument("every hidden and cell state must be (batch, " + std::to_string(spec_.hidden) + "), got " +
+                            shapeString(t.shape()));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    layers_[l].h = ops_.toDevice(hostStates[2 * l]);
+    layers_[l].c = ops_.toDevice(hostStates[2 * l + 1]);
+  }
+}
+
 void LanguageModel::drawMask(int64_t n, Array<uint8_t>& mask) {
   hostMask_.resize(n);
   for (int64_t i = 0; i < n; ++i) hostMask_[i] = dropoutRng_.uniform() >= spec_.dropout;

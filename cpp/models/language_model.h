@@ -36,6 +36,12 @@ class LanguageModel {
   double forwardBackward(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch, bool backward,
                          int64_t* correct);
   Random& dropoutRandom() { return dropoutRng_; }
+  // The logits (T·B, vocabulary) of the last forward, on the model's device.
+  const Tensor& logits() const { return logits_; }
+  // The carried states: per layer h then c, each (B, H) on the model's device; empty after a reset.
+  std::vector<Tensor> hiddenState() const;
+  // Replaces the carried states (per layer h then c, each (B, H) in host memory; all the same B).
+  void setHiddenState(const std::vector<Tensor>& hostStates);
 
  private:
   struct Layer {

@@ -30,8 +30,9 @@ static std::unique_ptr<Sequential> buildResNet18(Backend& ops, int64_t classes, 
 }
 
 // VGG-19 with batch norm (configuration E), conv init N(0, √(2/(k·k·C_out))) with zero bias;
-// the CIFAR-10 classifier is 512→512→512→10, the CIFAR-100 one 512→4096→4096→100.
-static std::unique_ptr<Sequential> buildVgg19bn(Backend& ops, int64_t classes, Random& rng, uint64_t seed,
+// the CIFAR-10 classifier is 512→512→512→10, the CIFAR-100 one 512→4096→4096→100, with dropout of
+// probability `dropoutP` (0.5 by default; 0 turns it off, the layers stay for the state_dict's indices).
+static std::unique_ptr<Sequential> buildVgg19bn(Backend& ops, int64_t classes, float dropoutP, Random& rng, uint64_t seed,
                                                 std::vector<Random*>& streams) {
   const int cfg[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 256, 0, 512, 512, 512, 512, 0, 512, 512, 512, 512, 0};
   auto features = std::make_unique<Sequential>(ops);
@@ -55,7 +56,7 @@ static std::unique_ptr<Sequential> buildVgg19bn(Backend& ops, int64_t classes, R
   const int64_t hidden = classes > 10 ? 4096 : 512;
   uint64_t dropoutSeed = seed * 1000003 + 17;
   auto dropout = [&]() {
-    auto d = std::make_unique<Dropout>(ops, 0.5f, dropoutSeed++);
+    auto d = std::make_unique<Dropout>(ops, dropoutP, dropoutSeed++);
     streams.push_back(&d->rng());
     return d;
   };
@@ -76,11 +77,13 @@ static std::unique_ptr<Sequential> buildVgg19bn(Backend& ops, int64_t classes, R
 
 Model::Model(const ModelSpec& spec, Backend& backend) : spec_(spec) {
   if (spec.classes < 2) throw invalidArgument("a model needs at least 2 classes, got " + std::to_string(spec.classes));
+  if (!(spec.dropout >= 0.0f && spec.dropout < 1.0f))
+    throw invalidArgument("dropout must be in [0, 1), got " + std::to_string(spec.dropout));
   Random rng(spec.seed);
   if (spec.architecture == "resnet18") {
     root_ = buildResNet18(backend, spec.classes, rng);
   } else if (spec.architecture == "vgg19bn") {
-    root_ = buildVgg19bn(backend, spec.classes, rng, spec.seed, randomStreams_);
+    root_ = buildVgg19bn(backend, spec.classes, spec.dropout, rng, spec.seed, randomStreams_);
   } else if (spec.architecture == "lstm") {
     language_ = std::make_unique<LanguageModel>(LanguageModelSpec{spec.classes, spec.hidden, spec.layers, spec.dropout, spec.seed}, backend);
     state_ = language_->state();

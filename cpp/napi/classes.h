@@ -92,6 +92,12 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   Napi::Value evaluateTokens(const Napi::CallbackInfo& info);
   Napi::Value resetState(const Napi::CallbackInfo& info);
   Napi::Value memoryStats(const Napi::CallbackInfo& info);
+  Napi::Value trainOn(const Napi::CallbackInfo& info);
+  Napi::Value forward(const Napi::CallbackInfo& info);
+  Napi::Value forwardTokens(const Napi::CallbackInfo& info);
+  Napi::Value gradients(const Napi::CallbackInfo& info);
+  Napi::Value hiddenState(const Napi::CallbackInfo& info);
+  Napi::Value setHiddenState(const Napi::CallbackInfo& info);
 
   std::unique_ptr<Session> session_;  // built and used on the engine's thread
   std::shared_ptr<WorkerThread> worker_;  // the process group's thread when the engine has one

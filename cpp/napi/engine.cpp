@@ -19,6 +19,11 @@ Napi::Function EngineWrap::define(Napi::Env env) {
                       InstanceMethod("evaluateTokens", &EngineWrap::evaluateTokens),
                       InstanceMethod("resetState", &EngineWrap::resetState),
                       InstanceMethod("memoryStats", &EngineWrap::memoryStats),
+                      InstanceMethod("trainOn", &EngineWrap::trainOn), InstanceMethod("forward", &EngineWrap::forward),
+                      InstanceMethod("forwardTokens", &EngineWrap::forwardTokens),
+                      InstanceMethod("gradients", &EngineWrap::gradients),
+                      InstanceMethod("hiddenState", &EngineWrap::hiddenState),
+                      InstanceMethod("setHiddenState", &EngineWrap::setHiddenState),
                       InstanceMethod("dispose", &EngineWrap::dispose)});
 }
 
@@ -44,7 +49,9 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine
   Napi::Object o = info[0].As<Napi::Object>();
   ModelSpec spec{stringOption(o, "model", "resnet18"), static_cast<int64_t>(numberOption(o, "classes", 10)),
                  static_cast<uint64_t>(numberOption(o, "seed", 0)), static_cast<int64_t>(numberOption(o, "hidden", 650)),
-                 static_cast<int64_t>(numberOption(o, "layers", 2)), static_cast<float>(numberOption(o, "dropout", 0.4))};
+                 static_cast<int64_t>(numberOption(o, "layers", 2)), 0.4f};
+  // Dropout: the LSTM's (0.4 by default) or VGG's classifier's (0.5 by default).
+  spec.dropout = static_cast<float>(numberOption(o, "dropout", spec.architecture == "lstm" ? 0.4 : 0.5));
   SgdOptions sgd{numberOption(o, "learningRate", 0.1), numberOption(o, "momentum", 0.9), numberOption(o, "weightDecay", 1e-4),
                  boolOption(o, "nesterov", true)};
   ReducerOptions reducer;
@@ -60,6 +67,7 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine
   reducer.minCompressionRate = numberOption(o, "minCompressionRate", 1.0);
   reducer.accumulateNorms = boolOption(o, "accumulateNorms", false);
   const bool frozenBatchNorm = boolOption(o, "frozenBatchNorm", false);
+  const bool keepGradients = boolOption(o, "keepGradients", false);
   ProcessGroupWrap* groupWrap = nullptr;
   Napi::Value group = o.Get("group");
   if (!group.IsUndefined() && !group.IsNull()) {
@@ -79,7 +87,7 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine
   ready_ = std::make_unique<Napi::ObjectReference>(Napi::Persistent(
       schedule<std::vector<std::pair<std::string, Shape>>>(
           env, *worker_,
-          [self, spec, sgd, reducer, groupWrap, frozenBatchNorm, device, communicator] {
+          [self, spec, sgd, reducer, groupWrap, frozenBatchNorm, keepGradients, device, communicator] {
             std::shared_ptr<ProcessGroup> group;
             if (groupWrap) {
               std::shared_ptr<GlooGroup> gloo = groupWrap->group();  // connected by the earlier job on this thread, if it succeeded
@@ -90,6 +98,7 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine
             }
             self->session_ = std::make_unique<Session>(spec, sgd, reducer, group, device);
             if (frozenBatchNorm) self->session_->model().freezeBatchNorm(true);
+            if (keepGradients) self->session_->keepGradients(true);
             std::vector<std::pair<std::string, Shape>> params;
             for (const Parameter* p : self->session_->model().parameters()) params.emplace_back(p->name, p->value.shape());
             return params;
@@ -360,6 +369,132 @@ Napi::Value EngineWrap::memoryStats(const Napi::CallbackInfo& info) {
         return o;
       },
       {info.This()});
+}
+
+// trainOn(images: Float32Array (N, 3, H, W) NCHW, labels: Int32Array (N), height, width) →
+// Promise<StepResult>: one optimiser step on the caller's tensors, as trainStep on a batch. The arrays
+// are read on the engine's thread: they must not change until the promise settles.
+Napi::Value EngineWrap::trainOn(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Float32Array images = float32Arg(info, 0, "images");
+  if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
+    throw typeError(env, "labels must be an Int32Array");
+  auto labels = info[1].As<Napi::Int32Array>();
+  const int64_t n = static_cast<int64_t>(labels.ElementLength()), h = info[2].As<Napi::Number>().Int64Value(),
+                w = info[3].As<Napi::Number>().Int64Value();
+  if (n <= 0 || h <= 0 || w <= 0 || static_cast<int64_t>(images.ElementLength()) != n * 3 * h * w)
+    throw typeError(env, "images must hold N×3×H×W floats for N labels");
+  EngineWrap* self = this;
+  const float* data = images.Data();
+  const int32_t* ids = labels.Data();
+  return schedule<StepResult>(
+      env, worker(env), [self, data, ids, n, h, w] { return self->session().trainStep(data, ids, n, h, w); },
+      [](Napi::Env env, StepResult& r) -> Napi::Value { return stepResultValue(env, r); }, {info.This(), info[0], info[1]});
+}
+
+// forward(images: Float32Array (N, 3, H, W) NCHW, n, height, width, training) → Promise<Float32Array (N, classes)>
+Napi::Value EngineWrap::forward(const Napi::CallbackInfo& info) {
+  Napi::Float32Array images = float32Arg(info, 0, "images");
+  const int64_t n = info[1].As<Napi::Number>().Int64Value(), h = info[2].As<Napi::Number>().Int64Value(),
+                w = info[3].As<Napi::Number>().Int64Value();
+  const bool training = info.Length() > 4 && info[4].ToBoolean().Value();
+  if (n <= 0 || h <= 0 || w <= 0 || static_cast<int64_t>(images.ElementLength()) != n * 3 * h * w)
+    throw typeError(info.Env(), "images must hold N×3×H×W floats");
+  EngineWrap* self = this;
+  const float* data = images.Data();
+  return schedule<Tensor>(
+      info.Env(), worker(info.Env()), [self, data, n, h, w, training] { return self->session().forward(data, n, h, w, training); },
+      [](Napi::Env env, Tensor& logits) -> Napi::Value { return toJs(env, logits); }, {info.This(), info[0]});
+}
+
+// forwardTokens(inputs: Int32Array (T, B), steps, batch, training) → Promise<Float32Array (T·B, vocabulary)>
+Napi::Value EngineWrap::forwardTokens(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
+    throw typeError(env, "tokens must be an Int32Array");
+  auto tokens = info[0].As<Napi::Int32Array>();
+  const int64_t steps = info[1].As<Napi::Number>().Int64Value(), batch = info[2].As<Napi::Number>().Int64Value();
+  const bool training = info.Length() > 3 && info[3].ToBoolean().Value();
+  if (steps <= 0 || batch <= 0 || static_cast<int64_t>(tokens.ElementLength()) != steps * batch)
+    throw typeError(env, "tokens must hold steps × batch token ids");
+  EngineWrap* self = this;
+  const int32_t* ids = tokens.Data();
+  return schedule<Tensor>(
+      env, worker(env), [self, ids, steps, batch, training] { return self->session().forwardTokens(ids, steps, batch, training); },
+      [](Napi::Env env, Tensor& logits) -> Napi::Value { return toJs(env, logits, false); }, {info.This(), info[0]});
+}
+
+// gradients() → Promise<[{ name, shape, data: Float32Array }]>: the last step's local gradients (with
+// the keepGradients option), in state_dict order; [] before the first step.
+Napi::Value EngineWrap::gradients(const Napi::CallbackInfo& info) {
+  EngineWrap* self = this;
+  return schedule<std::vector<StateEntry>>(
+      info.Env(), worker(info.Env()), [self] { return self->session().localGradients(); },
+      [](Napi::Env env, std::vector<StateEntry>& entries) -> Napi::Value {
+        Napi::Array out = Napi::Array::New(env, entries.size());
+        for (size_t i = 0; i < entries.size(); ++i) {
+          Napi::Float32Array data = Napi::Float32Array::New(env, entries[i].bytes.size() / sizeof(float));
+          if (!entries[i].bytes.empty()) std::memcpy(data.Data(), entries[i].bytes.data(), entries[i].bytes.size());
+          Napi::Object e = Napi::Object::New(env);
+          e.Set("name", entries[i].name);
+          e.Set("shape", shapeValue(env, entries[i].shape));
+          e.Set("data", data);
+          out.Set(static_cast<uint32_t>(i), e);
+        }
+        return out;
+      },
+      {info.This()});
+}
+
+// hiddenState() → Promise<Float32Array[]>: the language model's carried states, per layer h then c,
+// each (B, H) row-major; [] when none is carried (after a reset).
+Napi::Value EngineWrap::hiddenState(const Napi::CallbackInfo& info) {
+  EngineWrap* self = this;
+  return schedule<std::vector<Tensor>>(
+      info.Env(), worker(info.Env()),
+      [self] {
+        LanguageModel* lm = self->session().model().language();
+        if (!lm) throw invalidArgument("model '" + self->session().model().spec().architecture + "' carries no hidden state");
+        std::vector<Tensor> out;
+        for (const Tensor& t : lm->hiddenState()) out.push_back(self->session().backend().toHost(t));
+        return out;
+      },
+      [](Napi::Env env, std::vector<Tensor>& states) -> Napi::Value {
+        Napi::Array out = Napi::Array::New(env, states.size());
+        for (size_t i = 0; i < states.size(); ++i) out.Set(static_cast<uint32_t>(i), toJs(env, states[i], false));
+        return out;
+      },
+      {info.This()});
+}
+
+// setHiddenState(states: Float32Array[] (per layer h then c), batch) → Promise<void>
+Napi::Value EngineWrap::setHiddenState(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsArray()) throw typeError(env, "states must be an array of Float32Arrays");
+  const int64_t batch = info[1].As<Napi::Number>().Int64Value();
+  Napi::Array list = info[0].As<Napi::Array>();
+  auto states = std::make_shared<std::vector<Tensor>>();
+  for (uint32_t i = 0; i < list.Length(); ++i) {
+    Napi::Value v = list.Get(i);
+    if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+      throw typeError(env, "state " + std::to_string(i) + " must be a Float32Array");
+    auto a = v.As<Napi::Float32Array>();
+    const int64_t n = static_cast<int64_t>(a.ElementLength());
+    if (batch <= 0 || n % batch != 0) throw typeError(env, "state " + std::to_string(i) + " does not hold batch × hidden floats");
+    Tensor t({batch, n / batch});
+    if (n) std::memcpy(t.data(), a.Data(), n * sizeof(float));
+    states->push_back(std::move(t));
+  }
+  EngineWrap* self = this;
+  return schedule<bool>(
+      env, worker(env),
+      [self, states] {
+        LanguageModel* lm = self->session().model().language();
+        if (!lm) throw invalidArgument("model '" + self->session().model().spec().architecture + "' carries no hidden state");
+        lm->setHiddenState(*states);
+        return true;
+      },
+      [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
 }
 
 // dispose() → Promise<void>: frees the model once queued work has finished; later calls fail.

@@ -56,6 +56,38 @@ std::vector<double> Session::readStatus(int64_t count) {
 }
 
 std::optional<StepResult> Session::trainStep(Batcher& batcher, int64_t microBatches) {
+  return step([&batcher](Batch& batch) { return batcher.next(batch); }, [this, &batcher] { stageFollowing(batcher); },
+              microBatches);
+}
+
+StepResult Session::trainStep(const float* imagesNchw, const int32_t* labels, int64_t n, int64_t height, int64_t width) {
+  if (n < 1 || height < 1 || width < 1) throw invalidArgument("a step needs at least one image of at least 1×1 pixels");
+  const int64_t classes = model_.spec().classes;
+  for (int64_t i = 0; i < n; ++i)
+    if (labels[i] < 0 || labels[i] >= classes)
+      throw invalidArgument("label " + std::to_string(labels[i]) + " at index " + std::to_string(i) + " is outside [0, " +
+                            std::to_string(classes) + ")");
+  // The caller's tensors as a batch in the backend's layout and memory, then the Batcher path's step.
+  Batch batch;
+  batch.channelsLast = backend_->channelsLast();
+  batch.images = backend_->empty({n, 3, height, width});
+  backend_->uploadImages(imagesNchw, batch.images.data(), n, 3, height, width);
+  batch.labels = Array<int32_t>(n, *backend_);
+  backend_->upload(batch.labels.data(), labels, n * sizeof(int32_t));
+  bool given = false;
+  std::optional<StepResult> result = step(
+      [&](Batch& out) {
+        if (given) return false;
+        out = batch;
+        given = true;
+        return true;
+      },
+      [] {}, 1);
+  return *result;
+}
+
+std::optional<StepResult> Session::step(const std::function<bool(Batch&)>& next, const std::function<void()>& afterBackward,
+                                        int64_t microBatches) {
   if (microBatches < 1) throw invalidArgument("a step needs at least one micro-batch, got " + std::to_string(microBatches));
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
@@ -64,11 +96,11 @@ std::optional<StepResult> Session::trainStep(Batcher& batcher, int64_t microBatc
   ensureSize(status_, 2 * microBatches + 1, *backend_);
   std::vector<int64_t> sizes;
   Batch batch;
-  while (static_cast<int64_t>(sizes.size()) < microBatches && batcher.next(batch)) {
+  while (static_cast<int64_t>(sizes.size()) < microBatches && next(batch)) {
     const int64_t taken = static_cast<int64_t>(sizes.size());
     forwardLoss(batch, status_.data() + 2 * taken);
     model_.backward(gradLogits_);
-    stageFollowing(batcher);
+    afterBackward();
     sizes.push_back(batch.size());
     if (microBatches == 1) break;
     // A large batch from micro-batches: sum their mean gradients, averaged below.
@@ -111,6 +143,14 @@ std::optional<StepResult> Session::trainStep(Batcher& batcher, int64_t microBatc
 
 void Session::exchangeAndUpdate(StepResult& result, double computeSecondsSoFar, int64_t firstBad) {
   using Clock = std::chrono::steady_clock;
+  if (keepGradients_) {
+    auto& params = model_.parameters();
+    localGradients_.resize(params.size());
+    for (size_t k = 0; k < params.size(); ++k) {
+      ensureShape(localGradients_[k], params[k]->grad.shape(), *backend_);
+      backend_->copy(localGradients_[k].data(), params[k]->grad.data(), params[k]->grad.bytes());
+    }
+  }
   const auto reduceStart = Clock::now();
   const ReduceResult reduced = reducer_->reduce(firstBad);
   const auto reduceEnd = Clock::now();
@@ -184,13 +224,47 @@ StepResult Session::evaluate(Batcher& batcher) {
 }
 
 Tensor Session::predict(const float* imagesNchw, int64_t n, int64_t height, int64_t width) {
+  return forward(imagesNchw, n, height, width, false);
+}
+
+Tensor Session::forward(const float* imagesNchw, int64_t n, int64_t height, int64_t width, bool training) {
   Tensor images = backend_->empty({n, 3, height, width});
   backend_->uploadImages(imagesNchw, images.data(), n, 3, height, width);
   const bool wasTraining = model_.training();
-  model_.setTraining(false);
+  model_.setTraining(training);
   Tensor logits = backend_->toHost(model_.forward(images));
   model_.setTraining(wasTraining);
   return logits;
+}
+
+Tensor Session::forwardTokens(const int32_t* inputs, int64_t steps, int64_t batch, bool training) {
+  LanguageModel& lm = language();
+  const std::vector<int32_t> noTargets(static_cast<size_t>(steps * batch), 0);  // the loss is computed, not used
+  const bool wasTraining = lm.training();
+  lm.setTraining(training);
+  int64_t correct = 0;
+  lm.forwardBackward(inputs, noTargets.data(), steps, batch, false, &correct);
+  lm.setTraining(wasTraining);
+  return backend_->toHost(lm.logits());
+}
+
+void Session::keepGradients(bool keep) {
+  keepGradients_ = keep;
+  if (!keep) localGradients_.clear();
+}
+
+std::vector<StateEntry> Session::localGradients() {
+  std::vector<StateEntry> out;
+  auto& params = model_.parameters();
+  if (localGradients_.size() != params.size()) return out;
+  for (size_t k = 0; k < params.size(); ++k) {
+    const Tensor& g = localGradients_[k];
+    StateEntry e{params[k]->name, "F32", g.shape(), std::vector<uint8_t>(g.bytes())};
+    backend_->download(e.bytes.data(), g.data(), g.bytes());
+    out.push_back(std::move(e));
+  }
+  backend_->synchronize();
+  return out;
 }
 
 void Session::broadcastState(int root) {
@@ -251,11 +325,17 @@ std::vector<StateEntry> Session::state(bool includeTrainer) {
 
 void Session::loadState(const std::vector<StateEntry>& entries) {
   std::map<std::string, const StateEntry*> byName;
-  for (const auto& e : entries) byName[e.name] = &e;
+  for (const auto& e : entries) {
+    if (byName.count(e.name)) throw EngineError("ERR_STATE_MISMATCH", "the state has two entries named '" + e.name + "'");
+    byName[e.name] = &e;
+  }
+  std::vector<std::string> missing;
+  std::map<std::string, bool> known;  // every name the model or its trainer reads
   auto find = [&](const std::string& name, const char* dtype, const Shape& shape, bool required) -> const StateEntry* {
+    known[name] = true;
     auto it = byName.find(name);
     if (it == byName.end()) {
-      if (required) throw EngineError("ERR_STATE_MISMATCH", "the state has no entry '" + name + "'");
+      if (required) missing.push_back(name);
       return nullptr;
     }
     const StateEntry& e = *it->second;
@@ -275,6 +355,35 @@ void Session::loadState(const std::vector<StateEntry>& entries) {
                                        refs.buffers[index]->value.data());
     if (kind == 2) hostCopies.emplace_back(find(refs.counters[index].name, "I64", {}, true), refs.counters[index].value);
   }
+  auto list = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (size_t i = 0; i < names.size(); ++i) out += (i ? ", '" : "'") + names[i] + "'";
+    return out;
+  };
+  if (!missing.empty())
+    throw EngineError("ERR_STATE_MISMATCH", std::string(missing.size() == 1 ? "the state has no entry " : "the state has no entries ") +
+                                                list(missing));
+  // Unknown model entries are refused (strict, as PyTorch's load_state_dict). Trainer entries of
+  // another configuration (another compressor, no momentum) are not the model's and are skipped.
+  // The language model's decoder.weight (PyTorch's state_dict lists the tied weight twice) must
+  // equal encoder.weight: an untied model cannot load into this one.
+  std::vector<std::string> unknown;
+  for (const auto& [name, e] : byName) {
+    if (known.count(name)) continue;
+    if (name.rfind("optimizer.", 0) == 0 || name.rfind("compressor.", 0) == 0 || name.rfind("rng.", 0) == 0) continue;
+    if (name == "decoder.weight" && model_.language() && byName.count("encoder.weight")) {
+      const StateEntry& encoder = *byName.at("encoder.weight");
+      if (e->dtype != encoder.dtype || e->shape != encoder.shape || e->bytes != encoder.bytes)
+        throw EngineError("ERR_STATE_MISMATCH",
+                          "entry 'decoder.weight' differs from 'encoder.weight': this language model ties its decoder to its "
+                          "embedding and cannot load an untied model's weights");
+      continue;
+    }
+    unknown.push_back(name);
+  }
+  if (!unknown.empty())
+    throw EngineError("ERR_STATE_MISMATCH", std::string(unknown.size() == 1 ? "the state has an unknown entry " : "the state has unknown entries ") +
+                                                list(unknown) + " (not in this " + model_.spec().architecture + "'s state_dict)");
   for (size_t k = 0; k < refs.parameters.size(); ++k) {
     Tensor& buffer = optimizer_.momentumBuffers()[k];
     if (auto e = find("optimizer.momentum_buffer." + refs.parameters[k]->name, "F32", buffer.shape(), false))

@@ -1,6 +1,7 @@
 // One process's training state: a model on its device, its optimiser and the step that joins them.
 // On a GPU a step enqueues its work on the model's stream and waits once, where the loss is read.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ class Session {
   // each, their mean gradient, the gradient exchange (with compression) and the update. A
   // non-finite loss or gradient stops before anything is updated. Nullopt at the epoch's end.
   std::optional<StepResult> trainStep(Batcher& batcher, int64_t microBatches = 1);
+  // The same step on the caller's tensors: `n` images in PyTorch's layout (N, 3, H, W), already
+  // normalised, and their labels, both in host memory (read before this returns).
+  StepResult trainStep(const float* imagesNchw, const int32_t* labels, int64_t n, int64_t height, int64_t width);
   // Language model: one optimiser step on a (T, B) window of input and target token ids, with the
   // local gradients clipped to a global norm of `clipNorm` (0: no clipping) before the exchange.
   StepResult trainTokens(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch, double clipNorm);
@@ -57,6 +61,19 @@ class Session {
   StepResult evaluate(Batcher& batcher);
   // Logits (N, classes) on the host for images given in PyTorch's layout (N, 3, H, W).
   Tensor predict(const float* imagesNchw, int64_t n, int64_t height, int64_t width);
+  // Logits (N, classes) on the host in training mode (batch statistics, which batch norm also folds
+  // into its running statistics; dropout drawn) or evaluation mode (as predict).
+  Tensor forward(const float* imagesNchw, int64_t n, int64_t height, int64_t width, bool training);
+  // Language model: logits (T·B, vocabulary) on the host for a (T, B) window of token ids, in
+  // training or evaluation mode; the hidden state is carried as by a step.
+  Tensor forwardTokens(const int32_t* inputs, int64_t steps, int64_t batch, bool training);
+
+  // With `keep`, every step keeps a copy of the local gradients (after micro-batch averaging and
+  // clipping, before the exchange and compression replace them); off by default (no copies).
+  void keepGradients(bool keep);
+  // The last step's kept local gradients by parameter name (F32, parameter shapes); empty before
+  // the first step or without keepGradients.
+  std::vector<StateEntry> localGradients();
 
   // The model's state_dict (names, shapes and dtypes as PyTorch's), optionally with the trainer's
   // state: momentum buffers, compressor memories, Q and levels, random streams ("optimizer.",
@@ -82,6 +99,10 @@ class Session {
   // The batch's images and labels on this session's device: the batch itself on the CPU, else its
   // copy, uploaded now unless it was staged earlier.
   std::pair<Tensor, Array<int32_t>> onDevice(Batch& batch);
+  // A step over the batches `next` yields (at most `microBatches`); `afterBackward` runs after each
+  // batch's backward. Nullopt when `next` yields none.
+  std::optional<StepResult> step(const std::function<bool(Batch&)>& next, const std::function<void()>& afterBackward,
+                                 int64_t microBatches);
   // Starts uploading the batcher's following batch, so that the copy overlaps the work enqueued.
   void stageFollowing(Batcher& batcher);
   // Forward and loss of one batch: the mean loss and correct count go to status[0] and status[1].
@@ -91,6 +112,8 @@ class Session {
 
   Tensor gradLogits_;
   std::vector<Tensor> accumulated_;  // micro-batch gradient sums
+  bool keepGradients_ = false;
+  std::vector<Tensor> localGradients_;  // copies of the last step's local gradients (keepGradients)
   Array<double> status_;             // on the device: losses, correct counts and the finite check of a step
 };
 
