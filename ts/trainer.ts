@@ -383,8 +383,9 @@ export class Trainer extends EventEmitter {
           // rather than surfacing later as a NaN loss.
           await trainer.model.loadStateDict([...checkpoint.model, ...checkpoint.trainer]);
         } catch (err) {
-          if (!(err instanceof CheckpointError)) throw err;
-          throw new CheckpointError(`cannot resume from ${checkpoint.dir}: ${err.message}`);
+          // Non-finite values, and entries that do not match the model (ERR_STATE_MISMATCH).
+          if (!(err instanceof CheckpointError) && (err as { code?: string }).code !== 'ERR_STATE_MISMATCH') throw err;
+          throw new CheckpointError(`cannot resume from ${checkpoint.dir}: ${(err as Error).message}`);
         }
         const extra = checkpoint.position.extra;
         trainer.startEpoch = checkpoint.position.epochsCompleted;
