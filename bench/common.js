@@ -143,6 +143,20 @@ export function defaultThreads() {
   return Number.isInteger(n) && n > 0 ? n : 2;
 }
 
+/**
+ * Ends a GPU benchmark at once, with exit code 1 and the cause, unless `device` can run a model.
+ * `requireDevice` is the library's (the benchmarks load the library themselves).
+ */
+export function exitUnlessDevice(script, device, requireDevice) {
+  if (device === 'cpu') return;
+  try {
+    requireDevice(device);
+  } catch (err) {
+    console.error(`${script}: --device ${device}: ${err.message}`);
+    process.exit(1);
+  }
+}
+
 export function positiveInt(name, text, { min = 1 } = {}) {
   const n = Number(text);
   if (!Number.isInteger(n) || n < min) {

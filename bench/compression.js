@@ -22,7 +22,7 @@ import { parseArgs } from 'node:util';
 import { Bench } from 'tinybench';
 import { Model, parseDevice, requireDevice, setThreads } from '../lib/index.js';
 import { binding } from '../lib/native.js';
-import { BENCH_DIR, PYTHON, ROOT, defaultThreads, fmt, formatTable, peerEnv, positiveInt, probeTorch } from './common.js';
+import { BENCH_DIR, PYTHON, ROOT, defaultThreads, exitUnlessDevice, fmt, formatTable, peerEnv, positiveInt, probeTorch } from './common.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -38,14 +38,7 @@ const device = parseDevice(opts.device, '--device');
 const gpu = device !== 'cpu';
 const groups = new Set((opts.only ?? (gpu ? 'powersgd,topk,norms' : 'powersgd,topk,gs,norms')).split(','));
 if (gpu && groups.has('gs')) throw new Error('--only gs: Gram-Schmidt alone is a CPU case (on a GPU it runs inside the PowerSGD rounds)');
-if (gpu) {
-  try {
-    requireDevice(device);
-  } catch (err) {
-    console.error(`bench/compression.js: --device ${device}: ${err.message}`);
-    process.exit(1);
-  }
-}
+exitUnlessDevice('bench/compression.js', device, requireDevice);
 const minTime = opts.quick ? 0.05 : 0.3; // seconds per case, both sides
 setThreads(threads);
 

@@ -14,7 +14,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import {
-  BENCH_DIR, defaultThreads, fastest, fmt, formatTable, machineInfo, median, pct, positiveInt, probeTorch, round3, runTorchPeer, spread,
+  BENCH_DIR, defaultThreads, exitUnlessDevice, fastest, fmt, formatTable, machineInfo, median, pct, positiveInt, probeTorch, round3, runTorchPeer, spread,
 } from './common.js';
 
 const TORCH_LSTM = join(BENCH_DIR, 'peers', 'torch_lstm.py');
@@ -206,14 +206,7 @@ async function main() {
     process.exit(1);
   }
   lib.setThreads(opts.threads);
-  if (opts.device !== 'cpu') {
-    try {
-      lib.requireDevice(opts.device);
-    } catch (err) {
-      console.error(`bench/lstm.js: --device ${opts.device}: ${err.message}`);
-      process.exit(1);
-    }
-  }
+  exitUnlessDevice('bench/lstm.js', opts.device, lib.requireDevice);
 
   const machine = machineInfo(lib.buildInfo());
   const torch = probeTorch();

@@ -8,7 +8,7 @@
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import {
-  defaultThreads, fastest, fmt, formatTable, machineInfo, median, pct, positiveInt, probeTorch, round3, runTorchStep, spread,
+  defaultThreads, exitUnlessDevice, fastest, fmt, formatTable, machineInfo, median, pct, positiveInt, probeTorch, round3, runTorchStep, spread,
 } from './common.js';
 
 const USAGE = `usage: node bench/step.js [options]
@@ -143,14 +143,7 @@ async function main() {
   const torch = probeTorch();
   console.log(`step bench: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, ` +
     `oneDNN ${machine.onednn}, torch ${torch.ok ? torch.version : 'unavailable'}`);
-  if (opts.device !== 'cpu') {
-    try {
-      lib.requireDevice(opts.device);
-    } catch (err) {
-      console.error(`bench/step.js: --device ${opts.device}: ${err.message}`);
-      process.exit(1);
-    }
-  }
+  exitUnlessDevice('bench/step.js', opts.device, lib.requireDevice);
   console.log(`device ${opts.device}${opts.device !== 'cpu' ? ` (${lib.deviceQuery().devices[0].name})` : ''}, ` +
     `batch ${opts.batch}, ${opts.threads} threads, ${opts.warmup} warmup + ${opts.steps} timed steps, ` +
     `${opts.rounds} round(s)${opts.channelsLast ? ', torch channels-last' : ''}`);

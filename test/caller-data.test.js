@@ -9,18 +9,8 @@ import path from 'node:path';
 import { Model, Batcher } from '../lib/index.js';
 import { writeSafetensors } from '../lib/safetensors.js';
 import { assertGradientsClose } from './helpers/gradcheck.js';
+import { tinyImageSet } from './helpers/images.js';
 
-/** Deterministic uint8 images with labels i mod classes. */
-function tinyImageSet(count, classes, seed) {
-  const images = new Uint8Array(count * 3072);
-  let s = seed >>> 0;
-  for (let i = 0; i < images.length; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    images[i] = s >>> 24;
-  }
-  const labels = Int32Array.from({ length: count }, (_, i) => i % classes);
-  return { images, labels, count, classes, height: 32, width: 32, channels: 3 };
-}
 
 const bytesOf = (t) => Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength);
 const floats = (e) => new Float32Array(e.data.slice().buffer);

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import { Model, Batcher } from '../lib/index.js';
+import { tinyImageSet } from './helpers/images.js';
 
 // Parameter counts from ALGORITHMS.md section 0 (paper Tables 8-10).
 const COUNTS = [
@@ -8,18 +9,6 @@ const COUNTS = [
   ['vgg19bn', 10, 20_565_834],
   ['vgg19bn', 100, 39_327_652],
 ];
-
-/** Deterministic, distinct images: a fixed batch the model has to memorise. */
-function tinyImageSet(count, classes, seed) {
-  const images = new Uint8Array(count * 3072);
-  let s = seed >>> 0;
-  for (let i = 0; i < images.length; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    images[i] = s >>> 24;
-  }
-  const labels = Int32Array.from({ length: count }, (_, i) => i % classes);
-  return { images, labels, count, classes, height: 32, width: 32, channels: 3 };
-}
 
 describe('models', function () {
   for (const [architecture, classes, expected] of COUNTS) {
