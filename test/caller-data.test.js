@@ -11,7 +11,6 @@ import { writeSafetensors } from '../lib/safetensors.js';
 import { assertGradientsClose } from './helpers/gradcheck.js';
 import { tinyImageSet } from './helpers/images.js';
 
-
 const bytesOf = (t) => Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength);
 const floats = (e) => new Float32Array(e.data.slice().buffer);
 const sameState = (a, b) => a.length === b.length && a.every((e, i) => e.name === b[i].name && bytesOf(e).equals(bytesOf(b[i])));
