@@ -1,5 +1,6 @@
 // Collectives and rendezvous failures between real worker processes on 127.0.0.1.
 import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
 import * as net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
@@ -409,6 +410,59 @@ describe('the rendezvous store before a connection presents the token', function
     } finally {
       for (const s of strangers) s.socket.destroy();
       await server.close();
+    }
+  });
+});
+
+/** The TCP ports a process listens on, from /proc (its socket inodes matched against the kernel's table). */
+function listeningPorts(pid) {
+  const inodes = new Set();
+  for (const fd of fs.readdirSync(`/proc/${pid}/fd`)) {
+    try {
+      const m = /^socket:\[(\d+)\]$/.exec(fs.readlinkSync(`/proc/${pid}/fd/${fd}`));
+      if (m) inodes.add(m[1]);
+    } catch {
+      /* closed meanwhile */
+    }
+  }
+  const ports = [];
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    if (!fs.existsSync(table)) continue;
+    for (const line of fs.readFileSync(table, 'utf8').trim().split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f[3] === '0A' && inodes.has(f[9])) ports.push(parseInt(f[1].split(':')[1], 16));
+    }
+  }
+  return ports;
+}
+
+describe("Gloo's ports while the workers connect", function () {
+  it('drops a stray connection that sends junk to a pair port, names its address, and the job runs', async function () {
+    this.timeout(60000);
+    const port = await freePort();
+    const spec = { timeoutMs: 20000, encoding: 'base64', cases: [{ op: 'allReduce', length: 1000 }] };
+    // Rank 0 starts alone: it hosts the store and listens for rank 1 on a Gloo pair port.
+    const zero = startWorker(spec, jobEnv(0, 2, port), 45000);
+    const child = [...live].at(-1);
+    let pairPorts = [];
+    for (let i = 0; i < 200 && pairPorts.length === 0; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      pairPorts = listeningPorts(child.pid).filter((p) => p !== port);
+    }
+    expect(pairPorts, 'rank 0 never listened for rank 1').to.have.length(1);
+    const stray = await rawConnection(pairPorts[0]);
+    const strayAddress = `127.0.0.1:${stray.socket.localPort}`;
+    stray.socket.write(Buffer.from(Array.from({ length: 4096 }, (_, i) => (i * 151 + 7) & 0xff)));
+    await new Promise((r) => setTimeout(r, 300));
+    const one = startWorker(spec, jobEnv(1, 2, port), 45000);
+    const exits = await Promise.all([zero, one]);
+    stray.socket.destroy();
+    for (const e of exits) expect(e.code, exitText(e)).to.equal(0);
+    expect(exits[0].stderr).to.include(`rank 0 was reached by a stray connection from ${strayAddress} on its port for rank 1`);
+    const want = dataFor(0, 1000, 0).map((v, i) => v + dataFor(1, 1000, 0)[i]);
+    for (const e of exits) {
+      const got = decode(JSON.parse(e.stdout.trim().split('\n').at(-1)).results[0]);
+      for (let i = 0; i < want.length; i++) expect(got[i]).to.be.closeTo(want[i], 1e-5);
     }
   });
 });

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "comm/gloo_mesh.h"
 #include "core/errors.h"
 
 namespace accordion {
@@ -43,15 +44,9 @@ GlooGroup::GlooGroup(const GlooOptions& o) : options_(o), rank_(o.rank), size_(o
     throw invalidArgument("rank " + std::to_string(o.rank) + " is outside a world of size " + std::to_string(o.size));
   store_ = std::make_shared<StoreClient>(o.storeHost, o.storePort, o.token, o.timeout);
   try {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = o.hostname;
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(o.rank, o.size);
-    context->setTimeout(o.timeout);
     StoreAdapter adapter(store_);
     gloo::rendezvous::PrefixStore prefixed("gloo/" + o.prefix, adapter);
-    context->connectFullMesh(prefixed, device);
-    context_ = context;
+    context_ = connectMesh({o.rank, o.size, o.hostname, o.timeout}, prefixed);
   } catch (const EngineError&) {
     throw;
   } catch (const std::exception& e) {
