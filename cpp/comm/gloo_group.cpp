@@ -6,10 +6,8 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
-#include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
-#include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
 #include <cstring>
