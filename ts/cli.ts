@@ -10,6 +10,7 @@ import { AccordionError, UsageError, signalExitCode } from './errors.js';
 import { DEFAULT_CONFIG, Trainer, type TrainConfig, type TrainSummary } from './trainer.js';
 import { ARCHITECTURES } from './model.js';
 import { distributedEnv } from './cluster/group.js';
+import { watchLifeline } from './cluster/lifeline.js';
 import { launch } from './cluster/launch.js';
 import { writeReport } from './report/report.js';
 import { resolveCheckpointDir } from './checkpoint.js';
@@ -253,6 +254,9 @@ async function train(argv: string[]): Promise<number> {
   }
   if (!args.model) throw new UsageError(`option --model is required (one of: ${ARCHITECTURES.join(', ')})`);
   const distributed = distributedEnv();
+  // A worker of `accordion launch` stops the moment its launcher is gone, even one killed outright,
+  // as if the launcher had stopped it with SIGTERM: leaving now keeps the last complete checkpoint.
+  watchLifeline(() => process.exit(signalExitCode('SIGTERM')));
   // --workers N outside a launched job: become the launcher of N workers on this machine.
   if (!distributed && typeof args.workers === 'number' && args.workers > 1) {
     const masterPort = argv.includes('--master-port') ? undefined : 0;
