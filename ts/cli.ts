@@ -10,6 +10,7 @@ import { AccordionError, UsageError, signalExitCode } from './errors.js';
 import { DEFAULT_CONFIG, Trainer, type TrainConfig, type TrainSummary } from './trainer.js';
 import { ARCHITECTURES } from './model.js';
 import { distributedEnv } from './cluster/group.js';
+import { describeLaunch } from './cluster/environment.js';
 import { watchLifeline } from './cluster/lifeline.js';
 import { launch } from './cluster/launch.js';
 import { writeReport } from './report/report.js';
@@ -167,7 +168,7 @@ Commands:
   train    train a model (accordion train --help for options; --workers N starts N processes)
   launch   start one training process per worker, like torchrun (accordion launch --help)
   report   write an HTML report of run directories: accordion report RUN_DIR [RUN_DIR …] [--out FILE]
-  info     show how the native addon was built and which devices it sees`;
+  info     show how the native addon was built, which devices it sees and which launcher started it`;
 
 const LAUNCH_OPTIONS: { flag: string; key: string; kind: 'int' | 'string'; help: string; dflt: string }[] = [
   { flag: '--nproc-per-node', key: 'nprocPerNode', kind: 'int', help: 'worker processes on this node', dflt: '1' },
@@ -413,7 +414,15 @@ function reportCommand(argv: string[]): number {
 
 async function info(): Promise<void> {
   const { binding } = await import('./native.js');
-  process.stdout.write(JSON.stringify({ build: binding.buildInfo(), devices: binding.deviceQuery() }, null, 2) + '\n');
+  // The launcher this process would train under, or why its environment is not usable.
+  let job: string;
+  try {
+    job = describeLaunch(distributedEnv());
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    job = `error: ${err.message}`;
+  }
+  process.stdout.write(JSON.stringify({ build: binding.buildInfo(), devices: binding.deviceQuery(), job }, null, 2) + '\n');
 }
 
 export async function main(argv: string[]): Promise<number> {
