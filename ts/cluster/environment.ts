@@ -5,8 +5,10 @@
  *   accordion  `accordion launch`: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT,
  *              ACCORDION_JOB_TOKEN and ACCORDION_STORE_HOSTED=1 (the launcher hosts the store)
  *   torchrun   torchrun or a Kubeflow PyTorchJob: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
+ *              (MASTER_PORT + 1 when torchrun's own store holds MASTER_PORT: TORCHELASTIC_USE_AGENT_STORE)
  *   slurm      a task of an srun step: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; master: the first
- *              host of the step's node list unless MASTER_ADDR is set
+ *              host of the step's node list unless MASTER_ADDR is set (MPI variables that disagree
+ *              come from an mpirun inside the allocation, and win)
  *   openmpi    Open MPI's mpirun: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK; MASTER_ADDR required
  *   mpich      MPICH or Intel MPI (Hydra): PMI_RANK, PMI_SIZE, MPI_LOCALRANKID or PMI_LOCAL_RANK;
  *              MASTER_ADDR required
@@ -109,7 +111,12 @@ function torchrunStyle(env: Env): LaunchEnvironment {
   checkRank(rank, worldSize, ['RANK', 'WORLD_SIZE']);
   const storeHosted = env.ACCORDION_STORE_HOSTED === '1';
   const addr = masterAddr(env, '127.0.0.1');
-  const port = masterPort(env);
+  let port = masterPort(env);
+  // torchrun's agent keeps its own store on MASTER_PORT and says so: the job's store takes the next port.
+  if (!storeHosted && env.TORCHELASTIC_USE_AGENT_STORE?.toLowerCase() === 'true') {
+    if (port === 65535) throw new UsageError("MASTER_PORT 65535 holds torchrun's store and the job's store takes the next port: give torchrun a lower --master-port");
+    port += 1;
+  }
   // A Kubeflow PyTorchJob runs one worker per pod and sets no LOCAL_RANK: each is its pod's first.
   const localRank = integer(env, 'LOCAL_RANK', env.KUBERNETES_SERVICE_HOST !== undefined ? 0 : rank);
   return {
@@ -124,7 +131,7 @@ function torchrunStyle(env: Env): LaunchEnvironment {
   };
 }
 
-/** An MPI launcher's rank and size, when its variables are set (for the SLURM cross-check too). */
+/** An MPI launcher's rank and size, when its variables are set. */
 function mpiRank(env: Env): { launcher: 'openmpi' | 'mpich'; names: [string, string]; rank: number; worldSize: number } | undefined {
   if (env.OMPI_COMM_WORLD_RANK !== undefined || env.OMPI_COMM_WORLD_SIZE !== undefined)
     return { launcher: 'openmpi', names: ['OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE'], rank: integer(env, 'OMPI_COMM_WORLD_RANK'), worldSize: integer(env, 'OMPI_COMM_WORLD_SIZE') };
@@ -137,13 +144,6 @@ function slurm(env: Env): LaunchEnvironment | undefined {
   const rank = integer(env, 'SLURM_PROCID');
   const worldSize = integer(env, 'SLURM_NTASKS');
   checkRank(rank, worldSize, ['SLURM_PROCID', 'SLURM_NTASKS']);
-  // mpirun started inside an srun step: SLURM's variables describe mpirun's daemons, not its ranks.
-  const mpi = mpiRank(env);
-  if (mpi && (mpi.rank !== rank || mpi.worldSize !== worldSize))
-    throw new UsageError(
-      `SLURM_PROCID ${rank} of SLURM_NTASKS ${worldSize} disagrees with ${mpi.names[0]} ${mpi.rank} of ${mpi.names[1]} ${mpi.worldSize}: ` +
-        'start the workers with srun itself, or clear SLURM_PROCID for them (mpirun … env -u SLURM_PROCID node …)',
-    );
   if (worldSize === 1) return undefined; // a step of one task trains alone
   const nodelistVar = env.SLURM_STEP_NODELIST !== undefined ? 'SLURM_STEP_NODELIST' : env.SLURM_NODELIST !== undefined ? 'SLURM_NODELIST' : undefined;
   const addr = masterAddr(
@@ -194,18 +194,33 @@ function mpi(env: Env): LaunchEnvironment | undefined {
  */
 export function detectLauncher(env: Env = process.env): LaunchEnvironment | undefined {
   if (env.RANK !== undefined || env.WORLD_SIZE !== undefined) return torchrunStyle(env);
+  const mpiPlace = mpiRank(env);
   // A batch script or an salloc shell also has SLURM_PROCID and SLURM_NTASKS; only srun starts a step.
-  if (env.SLURM_PROCID !== undefined && env.SLURM_NTASKS !== undefined && env.SLURM_STEP_ID !== undefined) return slurm(env);
-  if (mpiRank(env)) return mpi(env);
+  if (env.SLURM_PROCID !== undefined && env.SLURM_NTASKS !== undefined && env.SLURM_STEP_ID !== undefined) {
+    // srun's MPI support (PMI) gives the same place. Otherwise mpirun started this process inside
+    // the step (its daemons on other nodes run as srun tasks): its ranks inherit SLURM variables
+    // that describe those daemons, and mpirun's own tell where this process is.
+    const inner = mpiPlace && (String(mpiPlace.rank) !== env.SLURM_PROCID || String(mpiPlace.worldSize) !== env.SLURM_NTASKS);
+    if (!inner) return slurm(env);
+  }
+  if (mpiPlace) return mpi(env);
   return undefined;
 }
+
+/** How messages name each launcher. */
+export const LAUNCHER_NAMES: Record<Launcher, string> = {
+  accordion: 'accordion launch',
+  torchrun: 'torchrun or Kubeflow PyTorchJob',
+  slurm: 'SLURM (srun)',
+  openmpi: 'Open MPI',
+  mpich: 'MPICH or Intel MPI',
+};
 
 /** One line for `accordion info`: the launcher, the worker's place and the master. */
 export function describeLaunch(job: LaunchEnvironment | undefined): string {
   if (!job) return 'running alone';
-  const by = { accordion: 'accordion launch', torchrun: 'torchrun or Kubeflow PyTorchJob', slurm: 'SLURM (srun)', openmpi: 'Open MPI', mpich: 'MPICH or Intel MPI' }[job.launcher];
   return (
-    `${by}: rank ${job.rank} of ${job.worldSize}, local rank ${job.localRank}, master ${job.masterAddr}:${job.masterPort}` +
+    `${LAUNCHER_NAMES[job.launcher]}: rank ${job.rank} of ${job.worldSize}, local rank ${job.localRank}, master ${job.masterAddr}:${job.masterPort}` +
     (job.storeHosted ? ' (store hosted by the launcher)' : ' (rank 0 hosts the store)')
   );
 }
