@@ -10,7 +10,7 @@ import { AccordionError, UsageError, signalExitCode } from './errors.js';
 import { DEFAULT_CONFIG, Trainer, type TrainConfig, type TrainSummary } from './trainer.js';
 import { ARCHITECTURES } from './model.js';
 import { distributedEnv } from './cluster/group.js';
-import { describeLaunch } from './cluster/environment.js';
+import { LAUNCHER_NAMES, describeLaunch } from './cluster/environment.js';
 import { watchLifeline } from './cluster/lifeline.js';
 import { launch } from './cluster/launch.js';
 import { writeReport } from './report/report.js';
@@ -263,6 +263,9 @@ async function train(argv: string[]): Promise<number> {
     const masterPort = argv.includes('--master-port') ? undefined : 0;
     return runLaunch({ nprocPerNode: args.workers, masterPort, trainArgs: argv });
   }
+  // The default run directory is stamped with each process's own clock; `accordion launch` picks one.
+  if (distributed && distributed.launcher !== 'accordion' && distributed.worldSize > 1 && !args.outDir && !args.resume)
+    throw new UsageError(`under ${LAUNCHER_NAMES[distributed.launcher]} the ranks write one run directory: give every rank the same --out (or --resume)`);
   if (args.dataDir && !args.dataset) args.dataset = args.model === 'lstm' ? 'wikitext2' : 'cifar10';
   args.outDir ??= args.resume ? undefined : defaultRunDir(String(args.model));
   // A signal while the data is read and the model built: nothing has been trained or written yet.
