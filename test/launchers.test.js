@@ -185,7 +185,7 @@ describe('launchers: detection from the environment', function () {
 const marker = `launchers-test-${randomBytes(6).toString('hex')}`;
 const live = new Set();
 
-/** Processes (not zombies) carrying `marker` = `value`, as { pid, ppid }. */
+/** Processes (not zombies) whose environment holds `name`=`value`, as { pid, ppid }. */
 function markedProcesses(name, value) {
   const found = [];
   for (const entry of fs.readdirSync('/proc')) {
