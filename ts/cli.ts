@@ -10,6 +10,8 @@ import { AccordionError, UsageError, signalExitCode } from './errors.js';
 import { DEFAULT_CONFIG, Trainer, type TrainConfig, type TrainSummary } from './trainer.js';
 import { ARCHITECTURES } from './model.js';
 import { distributedEnv } from './cluster/group.js';
+import { LAUNCHER_NAMES, describeLaunch } from './cluster/environment.js';
+import { watchLifeline } from './cluster/lifeline.js';
 import { launch } from './cluster/launch.js';
 import { writeReport } from './report/report.js';
 import { resolveCheckpointDir } from './checkpoint.js';
@@ -166,7 +168,7 @@ Commands:
   train    train a model (accordion train --help for options; --workers N starts N processes)
   launch   start one training process per worker, like torchrun (accordion launch --help)
   report   write an HTML report of run directories: accordion report RUN_DIR [RUN_DIR …] [--out FILE]
-  info     show how the native addon was built and which devices it sees`;
+  info     show how the native addon was built, which devices it sees and which launcher started it`;
 
 const LAUNCH_OPTIONS: { flag: string; key: string; kind: 'int' | 'string'; help: string; dflt: string }[] = [
   { flag: '--nproc-per-node', key: 'nprocPerNode', kind: 'int', help: 'worker processes on this node', dflt: '1' },
@@ -253,11 +255,17 @@ async function train(argv: string[]): Promise<number> {
   }
   if (!args.model) throw new UsageError(`option --model is required (one of: ${ARCHITECTURES.join(', ')})`);
   const distributed = distributedEnv();
+  // A worker of `accordion launch` stops the moment its launcher is gone, even one killed outright,
+  // as if the launcher had stopped it with SIGTERM: leaving now keeps the last complete checkpoint.
+  watchLifeline(() => process.exit(signalExitCode('SIGTERM')));
   // --workers N outside a launched job: become the launcher of N workers on this machine.
   if (!distributed && typeof args.workers === 'number' && args.workers > 1) {
     const masterPort = argv.includes('--master-port') ? undefined : 0;
     return runLaunch({ nprocPerNode: args.workers, masterPort, trainArgs: argv });
   }
+  // The default run directory is stamped with each process's own clock; `accordion launch` picks one.
+  if (distributed && distributed.launcher !== 'accordion' && distributed.worldSize > 1 && !args.outDir && !args.resume)
+    throw new UsageError(`under ${LAUNCHER_NAMES[distributed.launcher]} the ranks write one run directory: give every rank the same --out (or --resume)`);
   if (args.dataDir && !args.dataset) args.dataset = args.model === 'lstm' ? 'wikitext2' : 'cifar10';
   args.outDir ??= args.resume ? undefined : defaultRunDir(String(args.model));
   // A signal while the data is read and the model built: nothing has been trained or written yet.
@@ -409,7 +417,15 @@ function reportCommand(argv: string[]): number {
 
 async function info(): Promise<void> {
   const { binding } = await import('./native.js');
-  process.stdout.write(JSON.stringify({ build: binding.buildInfo(), devices: binding.deviceQuery() }, null, 2) + '\n');
+  // The launcher this process would train under, or why its environment is not usable.
+  let job: string;
+  try {
+    job = describeLaunch(distributedEnv());
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    job = `error: ${err.message}`;
+  }
+  process.stdout.write(JSON.stringify({ build: binding.buildInfo(), devices: binding.deviceQuery(), job }, null, 2) + '\n');
 }
 
 export async function main(argv: string[]): Promise<number> {

@@ -1,46 +1,22 @@
 /**
  * A process group for data-parallel training: Gloo collectives (native) between one process per
- * worker, connected through the job's rendezvous store. Workers find each other the way torchrun's
- * do, through RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT (plus ACCORDION_JOB_TOKEN).
+ * worker, connected through the job's rendezvous store. Workers find each other through their
+ * launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR … or SLURM's or MPI's variables).
  */
 import { createHash } from 'node:crypto';
 import { binding, call, type NativeProcessGroup } from '../native.js';
 import { UsageError } from '../errors.js';
+import { DEFAULT_MASTER_PORT, detectLauncher, type LaunchEnvironment } from './environment.js';
 import { RendezvousError, StoreClient, StoreServer } from './store.js';
 
-export interface DistributedEnv {
-  rank: number;
-  worldSize: number;
-  localRank: number;
-  masterAddr: string;
-  masterPort: number;
-  token: string;
-  /** Whether the launcher hosts the store (else rank 0 does). */
-  storeHosted: boolean;
-}
+export type DistributedEnv = LaunchEnvironment;
 
-/** The worker's place in the job from its environment; undefined when it runs alone. */
+/**
+ * The worker's place in the job from its launcher's environment (accordion launch, torchrun,
+ * Kubeflow, SLURM, Open MPI, MPICH: see environment.ts); undefined when it runs alone.
+ */
 export function distributedEnv(env: NodeJS.ProcessEnv = process.env): DistributedEnv | undefined {
-  if (env.WORLD_SIZE === undefined) return undefined;
-  const int = (name: string, fallback?: number): number => {
-    const raw = env[name];
-    if (raw === undefined && fallback !== undefined) return fallback;
-    const v = Number(raw);
-    if (raw === undefined || !Number.isInteger(v) || v < 0) throw new UsageError(`environment variable ${name} must be a non-negative integer, got '${raw}'`);
-    return v;
-  };
-  const worldSize = int('WORLD_SIZE');
-  const rank = int('RANK');
-  if (worldSize < 1 || rank >= worldSize) throw new UsageError(`RANK ${rank} is outside WORLD_SIZE ${worldSize}`);
-  return {
-    rank,
-    worldSize,
-    localRank: int('LOCAL_RANK', rank),
-    masterAddr: env.MASTER_ADDR ?? '127.0.0.1',
-    masterPort: int('MASTER_PORT', 29500),
-    token: env.ACCORDION_JOB_TOKEN ?? '',
-    storeHosted: env.ACCORDION_STORE_HOSTED === '1',
-  };
+  return detectLauncher(env);
 }
 
 export interface ConnectOptions {
@@ -80,7 +56,7 @@ export class ProcessGroup {
     if (!Number.isInteger(worldSize) || worldSize < 1 || !Number.isInteger(rank) || rank < 0 || rank >= worldSize)
       throw new UsageError(`rank ${rank} is outside a world of size ${worldSize}`);
     const host = options.masterAddr ?? '127.0.0.1';
-    const port = options.masterPort ?? 29500;
+    const port = options.masterPort ?? DEFAULT_MASTER_PORT;
     const token = options.token ?? '';
     const timeoutMs = options.timeoutMs ?? 60_000;
     const server = options.hostStore ? await StoreServer.listen({ host, port, token }) : undefined;

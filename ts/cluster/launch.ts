@@ -3,13 +3,16 @@
  * job's rendezvous store (on node 0), gives every worker RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
  * MASTER_PORT and the job token, shows rank 0's output as is and prefixes the others' lines, and
  * stops the whole job when any worker fails: the remaining workers get SIGTERM, then SIGKILL after
- * a grace period, and the launcher exits non-zero naming the rank and its exit cause.
+ * a grace period, and the launcher exits non-zero naming the rank and its exit cause. Every worker
+ * holds a lifeline to the launcher (lifeline.ts), so that a launcher killed outright (SIGKILL, out of
+ * memory) takes its workers with it.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { UsageError, signalExitCode } from '../errors.js';
+import { LIFELINE_FD, LIFELINE_VARIABLE } from './lifeline.js';
 import { StoreServer } from './store.js';
 
 export interface LaunchOptions {
@@ -115,7 +118,8 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   for (let local = 0; local < nprocPerNode; local++) {
     const rank = nodeRank * nprocPerNode + local;
     const child = spawn(options.command[0]!, options.command.slice(1), {
-      stdio: ['ignore', 'pipe', 'pipe'],
+      // The last one is the lifeline: this process holds its other end until it ends.
+      stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
       env: {
         ...baseEnv,
         RANK: String(rank),
@@ -126,6 +130,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
         MASTER_PORT: String(masterPort),
         ACCORDION_JOB_TOKEN: token,
         ACCORDION_STORE_HOSTED: '1',
+        [LIFELINE_VARIABLE]: String(LIFELINE_FD),
         OMP_NUM_THREADS: baseEnv.OMP_NUM_THREADS ?? threadsPerWorker,
       },
     });
@@ -144,6 +149,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
         });
         child.on('exit', (code, signal) => {
           entry.exited = true;
+          child.stdio[LIFELINE_FD]?.destroy();
           if ((code !== 0 || signal) && !failure) {
             // A worker that waited in vain for a stopped one fails first: name the stopped one too.
             const stopped = children.filter((c) => !c.exited && isStopped(c.child.pid)).map((c) => c.rank);

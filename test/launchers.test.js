@@ -1,0 +1,472 @@
+// Workers started by other launchers (torchrun, Kubeflow, SLURM, Open MPI, MPICH): the detection
+// of each launcher's environment on a hand-made table, 2 real ranks under a torchrun-like and a
+// SLURM-like environment and under Open MPI's mpirun, each against the same job under our own
+// launcher, and workers of `accordion launch` that stop when their launcher is killed outright.
+import { spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { expect } from 'chai';
+import { freePort } from '../bench/common.js';
+import { detectLauncher, firstSlurmHost } from '../lib/cluster/environment.js';
+import { loadCheckpoint } from '../lib/index.js';
+
+const CLI = fileURLToPath(new URL('../lib/cli.js', import.meta.url));
+
+describe('launchers: the first host of a SLURM node list', function () {
+  const table = [
+    ['node[01-04,07]', 'node01'],
+    ['a,b', 'a'],
+    ['gpu-[3-5]', 'gpu-3'],
+    ['n[001-002]x', 'n001x'],
+    ['host', 'host'],
+    ['a[1-2],b[3-4]', 'a1'],
+    ['gpu[003]', 'gpu003'],
+    ['node[7,01-04]', 'node7'],
+    ['rack[2-3]-n[05,09]', 'rack2-n05'],
+    ['host.example.org,other', 'host.example.org'],
+    ['127.0.0.1', '127.0.0.1'],
+  ];
+  for (const [list, first] of table)
+    it(`${list} → ${first}`, function () {
+      expect(firstSlurmHost(list)).to.equal(first);
+    });
+
+  const bad = [
+    ['node[01-04', /SLURM_NODELIST is not a SLURM node list \(a '\[' without its '\]'\): 'node\[01-04'/],
+    ['node01]', /without its '\['/],
+    ['', /no host name/],
+    [',node1', /no host name/],
+    ['node[a-b]', /'\[a-b\]' does not start with a number/],
+    ['node[[1]]', /nested brackets/],
+  ];
+  for (const [list, message] of bad)
+    it(`refuses '${list}'`, function () {
+      expect(() => firstSlurmHost(list)).to.throw(message);
+    });
+});
+
+describe('launchers: detection from the environment', function () {
+  const srun = (rank, extra = {}) => ({
+    SLURM_JOB_ID: '4242',
+    SLURM_STEP_ID: '0',
+    SLURM_PROCID: String(rank),
+    SLURM_NTASKS: '8',
+    SLURM_LOCALID: String(rank % 4),
+    SLURM_NODELIST: 'gpu[07-08]',
+    ...extra,
+  });
+  const openmpi = (rank, extra = {}) => ({
+    OMPI_COMM_WORLD_RANK: String(rank),
+    OMPI_COMM_WORLD_SIZE: '4',
+    OMPI_COMM_WORLD_LOCAL_RANK: String(rank % 2),
+    PMIX_NAMESPACE: '1611399169',
+    MASTER_ADDR: 'head',
+    ...extra,
+  });
+  const place = (launcher, rank, worldSize, localRank, masterAddr, masterPort, storeHosted = false) => ({
+    launcher,
+    rank,
+    worldSize,
+    localRank,
+    masterAddr,
+    masterPort,
+    storeHosted,
+  });
+
+  const table = [
+    ['no launcher', {}, undefined],
+    [
+      'accordion launch',
+      { RANK: '1', WORLD_SIZE: '4', LOCAL_RANK: '1', MASTER_ADDR: '10.0.0.1', MASTER_PORT: '1234', ACCORDION_JOB_TOKEN: 't', ACCORDION_STORE_HOSTED: '1' },
+      place('accordion', 1, 4, 1, '10.0.0.1', 1234, true),
+    ],
+    [
+      'torchrun',
+      { RANK: '3', WORLD_SIZE: '8', LOCAL_RANK: '1', MASTER_ADDR: 'node0', MASTER_PORT: '29400', TORCHELASTIC_RUN_ID: 'run' },
+      place('torchrun', 3, 8, 1, 'node0', 29400),
+    ],
+    [
+      'a Kubeflow PyTorchJob pod (no LOCAL_RANK: the pod\'s only worker)',
+      { RANK: '2', WORLD_SIZE: '3', MASTER_ADDR: 'job-master-0', MASTER_PORT: '23456', KUBERNETES_SERVICE_HOST: '10.96.0.1' },
+      place('torchrun', 2, 3, 0, 'job-master-0', 23456),
+    ],
+    [
+      "torchrun's static rendezvous (its agent's store holds MASTER_PORT): the next port",
+      { RANK: '1', WORLD_SIZE: '2', LOCAL_RANK: '1', MASTER_ADDR: 'node0', MASTER_PORT: '29500', TORCHELASTIC_USE_AGENT_STORE: 'True', TORCHELASTIC_RUN_ID: 'none' },
+      place('torchrun', 1, 2, 1, 'node0', 29501),
+    ],
+    [
+      'torchrun --standalone (MASTER_PORT free)',
+      { RANK: '1', WORLD_SIZE: '2', LOCAL_RANK: '1', MASTER_ADDR: 'node0', MASTER_PORT: '41234', TORCHELASTIC_USE_AGENT_STORE: 'False' },
+      place('torchrun', 1, 2, 1, 'node0', 41234),
+    ],
+    ['RANK and WORLD_SIZE by hand (one machine)', { RANK: '1', WORLD_SIZE: '2' }, place('torchrun', 1, 2, 1, '127.0.0.1', 29500)],
+    ['torchrun inside an srun step and under mpirun: torchrun wins', { ...srun(5), ...openmpi(3), RANK: '0', WORLD_SIZE: '2', MASTER_ADDR: 'm' }, place('torchrun', 0, 2, 0, 'm', 29500)],
+    ['srun: master is the first host of SLURM_NODELIST', srun(5), place('slurm', 5, 8, 1, 'gpu07', 29500)],
+    ['srun with MASTER_ADDR and MASTER_PORT', srun(0, { MASTER_ADDR: 'login1', MASTER_PORT: '4000' }), place('slurm', 0, 8, 0, 'login1', 4000)],
+    ['srun: the step\'s node list first', srun(2, { SLURM_STEP_NODELIST: 'gpu[11-12]' }), place('slurm', 2, 8, 2, 'gpu11', 29500)],
+    ['srun --mpi=pmi2 (PMI_RANK agrees): SLURM', srun(6, { PMI_RANK: '6', PMI_SIZE: '8' }), place('slurm', 6, 8, 2, 'gpu07', 29500)],
+    ['srun with one task: alone', srun(0, { SLURM_NTASKS: '1' }), undefined],
+    ['a batch script (SLURM variables, no step): alone', { ...srun(0), SLURM_STEP_ID: undefined }, undefined],
+    ['a batch script running mpirun: Open MPI', { ...srun(0), SLURM_STEP_ID: undefined, ...openmpi(3) }, place('openmpi', 3, 4, 1, 'head', 29500)],
+    ["a rank of mpirun started inside an srun step (SLURM's variables describe mpirun's daemon): Open MPI", srun(1, { SLURM_NTASKS: '2', ...openmpi(3) }), place('openmpi', 3, 4, 1, 'head', 29500)],
+    ['a rank of mpiexec inside an srun step whose SLURM_NTASKS alone disagrees: MPICH', srun(1, { SLURM_NTASKS: '2', PMI_RANK: '1', PMI_SIZE: '4', MASTER_ADDR: 'h' }), place('mpich', 1, 4, 1, 'h', 29500)],
+    ['Open MPI', openmpi(3, { MASTER_PORT: '5000' }), place('openmpi', 3, 4, 1, 'head', 5000)],
+    ['Open MPI before MPICH', { ...openmpi(2), PMI_RANK: '0', PMI_SIZE: '9' }, place('openmpi', 2, 4, 0, 'head', 29500)],
+    ['mpirun -n 1: alone', openmpi(0, { OMPI_COMM_WORLD_SIZE: '1' }), undefined],
+    ['MPICH (Hydra: MPI_LOCALRANKID)', { PMI_RANK: '3', PMI_SIZE: '4', MPI_LOCALRANKID: '1', MASTER_ADDR: 'h', MASTER_PORT: '3000' }, place('mpich', 3, 4, 1, 'h', 3000)],
+    ['MPICH (PMI_LOCAL_RANK)', { PMI_RANK: '3', PMI_SIZE: '4', PMI_LOCAL_RANK: '0', MASTER_ADDR: 'h' }, place('mpich', 3, 4, 0, 'h', 29500)],
+    ['MPICH without a local rank: LOCAL_RANK is the rank', { PMI_RANK: '3', PMI_SIZE: '4', MASTER_ADDR: 'h' }, place('mpich', 3, 4, 3, 'h', 29500)],
+  ];
+  for (const [name, env, want] of table)
+    it(name, function () {
+      const got = detectLauncher(env);
+      if (want === undefined) return expect(got).to.equal(undefined);
+      const { token, ...rest } = got;
+      expect(rest).to.deep.equal(want);
+      expect(token).to.be.a('string').that.is.not.empty;
+    });
+
+  const errors = [
+    ['a RANK that is not an integer', { RANK: 'x', WORLD_SIZE: '2' }, /environment variable RANK must be a non-negative integer, got 'x'/],
+    ['RANK outside the world', { RANK: '2', WORLD_SIZE: '2' }, /RANK 2 is outside the world of 2 ranks \(WORLD_SIZE\): ranks go from 0 to 1/],
+    ['RANK without WORLD_SIZE', { RANK: '0' }, /environment variable WORLD_SIZE is not set, but RANK is/],
+    ['an empty world', { RANK: '0', WORLD_SIZE: '0' }, /WORLD_SIZE must be at least 1/],
+    ['a LOCAL_RANK that is not an integer', { RANK: '0', WORLD_SIZE: '2', LOCAL_RANK: '-1' }, /LOCAL_RANK must be a non-negative integer, got '-1'/],
+    ['MASTER_PORT out of range', { RANK: '0', WORLD_SIZE: '2', MASTER_PORT: '70000' }, /MASTER_PORT must be a TCP port from 1 to 65535, got '70000'/],
+    ["torchrun's store on the last port", { RANK: '0', WORLD_SIZE: '2', MASTER_PORT: '65535', TORCHELASTIC_USE_AGENT_STORE: 'True' }, /MASTER_PORT 65535 holds torchrun's store.*lower --master-port/],
+    ['an empty MASTER_ADDR', { RANK: '0', WORLD_SIZE: '2', MASTER_ADDR: ' ' }, /MASTER_ADDR is empty/],
+    ['Open MPI without MASTER_ADDR', { ...openmpi(1), MASTER_ADDR: undefined }, /^Open MPI gives no master address: set MASTER_ADDR \(and MASTER_PORT\) to rank 0's host$/],
+    ['MPICH without MASTER_ADDR', { PMI_RANK: '1', PMI_SIZE: '2' }, /^MPICH gives no master address: set MASTER_ADDR \(and MASTER_PORT\) to rank 0's host$/],
+    ['Open MPI without its size', { OMPI_COMM_WORLD_RANK: '1', MASTER_ADDR: 'h' }, /environment variable OMPI_COMM_WORLD_SIZE is not set/],
+    ['an Open MPI rank outside the world', openmpi(4), /OMPI_COMM_WORLD_RANK 4 is outside the world of 4 ranks \(OMPI_COMM_WORLD_SIZE\)/],
+    ['a bad SLURM_PROCID', srun('one'), /SLURM_PROCID must be a non-negative integer, got 'one'/],
+    ['SLURM_PROCID outside the step', srun(8), /SLURM_PROCID 8 is outside the world of 8 ranks \(SLURM_NTASKS\)/],
+    ['srun without a node list or MASTER_ADDR', { ...srun(1), SLURM_NODELIST: undefined }, /SLURM gives no node list \(SLURM_NODELIST\).*set MASTER_ADDR \(and MASTER_PORT\)/],
+    ['a malformed SLURM_NODELIST', srun(1, { SLURM_NODELIST: 'gpu[07-08' }), /SLURM_NODELIST is not a SLURM node list/],
+  ];
+  for (const [name, env, message] of errors)
+    it(`refuses ${name}, naming the variable`, function () {
+      let err;
+      try {
+        detectLauncher(env);
+      } catch (e) {
+        err = e;
+      }
+      expect(err, 'no error').to.not.equal(undefined);
+      expect(err.code).to.equal('ERR_USAGE');
+      expect(err.message).to.match(message);
+    });
+
+  it('derives one token per job, the same on every rank, and ACCORDION_JOB_TOKEN overrides it', function () {
+    const tokens = (envs) => envs.map((env) => detectLauncher(env).token);
+    for (const [label, rank0, rank1, otherJob] of [
+      ['slurm', srun(0), srun(5), srun(0, { SLURM_JOB_ID: '4243' })],
+      ['openmpi', openmpi(0), openmpi(3), openmpi(0, { PMIX_NAMESPACE: '77' })],
+      ['torchrun', { RANK: '0', WORLD_SIZE: '2', MASTER_ADDR: 'a', MASTER_PORT: '1' }, { RANK: '1', WORLD_SIZE: '2', MASTER_ADDR: 'a', MASTER_PORT: '1' }, { RANK: '0', WORLD_SIZE: '2', MASTER_ADDR: 'a', MASTER_PORT: '2' }],
+      ['mpich', { PMI_RANK: '0', PMI_SIZE: '2', MASTER_ADDR: 'a' }, { PMI_RANK: '1', PMI_SIZE: '2', MASTER_ADDR: 'a' }, { PMI_RANK: '0', PMI_SIZE: '2', MASTER_ADDR: 'b' }],
+    ]) {
+      const [t0, t1, other] = tokens([rank0, rank1, otherJob]);
+      expect(t0, `${label}: ranks of one job`).to.equal(t1);
+      expect(other, `${label}: another job`).to.not.equal(t0);
+      expect(detectLauncher({ ...rank1, ACCORDION_JOB_TOKEN: 'secret' }).token, label).to.equal('secret');
+    }
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Real jobs. Every process is started with a marker in its environment, and killLeftovers kills
+// whatever still carries it, so a failed test never leaves ranks behind.
+
+const marker = `launchers-test-${randomBytes(6).toString('hex')}`;
+const live = new Set();
+
+/** Processes (not zombies) whose environment holds `name`=`value`, as { pid, ppid }. */
+function markedProcesses(name, value) {
+  const found = [];
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let environ;
+    let stat;
+    try {
+      environ = fs.readFileSync(`/proc/${entry}/environ`, 'utf8').split('\0');
+      stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+    } catch {
+      continue; // gone meanwhile
+    }
+    if (!environ.includes(`${name}=${value}`)) continue;
+    const after = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (after[0] !== 'Z') found.push({ pid: Number(entry), ppid: Number(after[1]) });
+  }
+  return found;
+}
+
+/** The test's environment without any launcher's variables, plus the marker. */
+function cleanEnv(extra) {
+  const env = {};
+  for (const [name, value] of Object.entries(process.env))
+    if (!/^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_.*|SLURM_.*|OMPI_.*|PMIX_.*|PMI_.*|MPI_LOCALRANKID|ACCORDION_.*)$/.test(name))
+      env[name] = value;
+  return { ...env, OMP_NUM_THREADS: '1', LAUNCHERS_TEST: marker, ...extra };
+}
+
+/** Starts a process; `exited` resolves with { code, signal, stdout, stderr } once it has exited. */
+function start(command, args, env, options = {}) {
+  const child = spawn(command, args, { env, stdio: ['ignore', 'pipe', 'pipe'], ...options });
+  const entry = { child, stdout: '', stderr: '' };
+  live.add(entry);
+  child.stdout.setEncoding('utf8').on('data', (s) => (entry.stdout += s));
+  child.stderr.setEncoding('utf8').on('data', (s) => (entry.stderr += s));
+  entry.exited = new Promise((resolve) => {
+    child.once('error', (err) => resolve({ code: null, signal: null, stdout: entry.stdout, stderr: `${entry.stderr}${err.message}` }));
+    child.once('close', (code, signal) => {
+      live.delete(entry);
+      resolve({ code, signal, stdout: entry.stdout, stderr: entry.stderr });
+    });
+  });
+  return entry;
+}
+
+/** A TCP server listening on 127.0.0.1:`port`. */
+function listenOn(port) {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer((socket) => socket.destroy());
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', () => resolve(server));
+  });
+}
+
+/** A port held by a listening server (as torchrun's store holds MASTER_PORT) whose next port is free. */
+async function heldPortBeforeFreeOne() {
+  for (let attempt = 0; attempt < 20; attempt++) {
+    const port = await freePort();
+    const server = await listenOn(port).catch(() => undefined);
+    const next = server && (await listenOn(port + 1).catch(() => undefined));
+    if (next) {
+      await new Promise((resolve) => next.close(resolve));
+      return { port, server };
+    }
+    server?.close();
+  }
+  throw new Error('found no free port followed by a free one');
+}
+
+/** The exit, or { timedOut: true } after `ms`. */
+function exitWithin(entry, ms) {
+  let timer;
+  const timeout = new Promise((resolve) => (timer = setTimeout(() => resolve({ timedOut: true }), ms)));
+  return Promise.race([entry.exited, timeout]).finally(() => clearTimeout(timer));
+}
+
+async function waitFor(what, condition, ms, interval = 100) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = condition();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, interval));
+  }
+}
+
+async function killLeftovers() {
+  for (const entry of live) entry.child.kill('SIGKILL');
+  for (const p of markedProcesses('LAUNCHERS_TEST', marker)) {
+    try {
+      process.kill(p.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+  await Promise.all([...live].map((e) => exitWithin(e, 5000)));
+}
+
+describe('launchers: 2 ranks started by other launchers train as under accordion launch', function () {
+  let root;
+  let reference;
+  afterEach(killLeftovers);
+  // One short epoch of the synthetic preset on each of 2 ranks.
+  const trainArgs = ['--model', 'resnet18', '--dataset', 'synthetic', '--synthetic-train', '64', '--synthetic-test', '32', '--batch-size', '16',
+    '--eval-batch-size', '16', '--epochs', '1', '--quiet'];
+
+  before(async function () {
+    this.timeout(240000);
+    root = fs.mkdtempSync(path.join(os.tmpdir(), 'accordion-launchers-'));
+    reference = path.join(root, 'reference');
+    const job = start(process.execPath, [CLI, 'train', ...trainArgs, '--workers', '2', '--out', reference], cleanEnv({ XDG_CACHE_HOME: path.join(root, 'cache') }));
+    const exit = await exitWithin(job, 180000);
+    expect(exit.timedOut, `the reference job did not finish; stderr:\n${job.stderr}`).to.not.equal(true);
+    expect(exit.code, `the reference job exited with ${exit.code ?? exit.signal}; stderr:\n${exit.stderr}`).to.equal(0);
+  });
+
+  after(function () {
+    if (root) fs.rmSync(root, { recursive: true, force: true });
+  });
+
+  /** Each rank's exit must be 0, within 3 minutes. */
+  async function expectAllSucceeded(entries, label) {
+    const exits = await Promise.all(entries.map((e) => exitWithin(e, 180000)));
+    exits.forEach((exit, rank) => {
+      expect(exit.timedOut, `${label}: process ${rank} did not finish; stderr:\n${entries[rank].stderr}`).to.not.equal(true);
+      expect(exit.code, `${label}: process ${rank} exited with ${exit.code ?? exit.signal}; stderr:\n${exit.stderr}`).to.equal(0);
+    });
+    return exits;
+  }
+
+  /**
+   * The run in `dir` is the reference job's: the same metrics for the epoch, and for every rank the
+   * same model and trainer state (momentum, running statistics), bit for bit. Ranks that ran alone,
+   * or any other world, would see other batches and end elsewhere.
+   */
+  function expectSameAsReference(dir, label) {
+    const summary = (d) => JSON.parse(fs.readFileSync(path.join(d, 'summary.json'), 'utf8'));
+    const fields = ['trainLoss', 'trainAccuracy', 'testLoss', 'testAccuracy', 'samples', 'batchSize', 'floatsSent', 'lr'];
+    const pick = (s) => s.epochs.map((e) => Object.fromEntries(fields.map((f) => [f, e[f]])));
+    const want = summary(reference);
+    expect(want.epochs.length).to.equal(1);
+    expect(pick(summary(dir)), `${label}: metrics`).to.deep.equal(pick(want));
+    for (const rank of [0, 1]) {
+      const a = loadCheckpoint(reference, rank);
+      const b = loadCheckpoint(dir, rank);
+      expect(b.position.config.workers, `${label}: rank ${rank}: workers`).to.equal(2);
+      for (const list of ['model', 'trainer']) {
+        const got = new Map(b[list].map((t) => [t.name, Buffer.from(t.data)]));
+        expect([...got.keys()].sort(), `${label}: rank ${rank} ${list}`).to.deep.equal(a[list].map((t) => t.name).sort());
+        for (const t of a[list]) expect(got.get(t.name).equals(Buffer.from(t.data)), `${label}: rank ${rank}: ${t.name}`).to.equal(true);
+      }
+    }
+  }
+
+  it("a torchrun-like environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT held by torchrun's own store) set by hand", async function () {
+    this.timeout(240000);
+    const dir = path.join(root, 'torchrun');
+    // torchrun's agent listens on MASTER_PORT (its store) while the workers run; the job's store takes the next port.
+    const { port, server: agentStore } = await heldPortBeforeFreeOne();
+    try {
+      const ranks = [0, 1].map((rank) =>
+        start(process.execPath, [CLI, 'train', ...trainArgs, '--out', dir], cleanEnv({
+          XDG_CACHE_HOME: path.join(root, 'cache'),
+          RANK: String(rank),
+          WORLD_SIZE: '2',
+          LOCAL_RANK: String(rank),
+          LOCAL_WORLD_SIZE: '2',
+          MASTER_ADDR: '127.0.0.1',
+          MASTER_PORT: String(port),
+          TORCHELASTIC_RUN_ID: 'none',
+          TORCHELASTIC_USE_AGENT_STORE: 'True',
+        })),
+      );
+      await expectAllSucceeded(ranks, 'torchrun-like');
+      expectSameAsReference(dir, 'torchrun-like');
+    } finally {
+      agentStore.close();
+    }
+  });
+
+  it('a SLURM-like environment (an srun step: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODELIST) set by hand', async function () {
+    this.timeout(240000);
+    const dir = path.join(root, 'slurm');
+    const port = await freePort();
+    // Rank 0 is on the first host of the list; a later one would not be reachable.
+    const ranks = [0, 1].map((rank) =>
+      start(process.execPath, [CLI, 'train', ...trainArgs, '--out', dir], cleanEnv({
+        XDG_CACHE_HOME: path.join(root, 'cache'),
+        SLURM_JOB_ID: '4242',
+        SLURM_STEP_ID: '0',
+        SLURM_PROCID: String(rank),
+        SLURM_NTASKS: '2',
+        SLURM_LOCALID: String(rank),
+        SLURM_NODELIST: 'localhost,unreachable-node[2-3]',
+        MASTER_PORT: String(port),
+      })),
+    );
+    await expectAllSucceeded(ranks, 'SLURM-like');
+    expectSameAsReference(dir, 'SLURM-like');
+  });
+
+  it("2 ranks under Open MPI's mpirun", async function () {
+    this.timeout(240000);
+    const version = spawnSync('mpirun', ['--version'], { encoding: 'utf8' });
+    if (version.error) expect.fail(`mpirun is not available (${version.error.message}): install openmpi-bin (apt-get install openmpi-bin)`);
+    if (!/Open MPI/.test(version.stdout + version.stderr)) expect.fail(`mpirun is not Open MPI's (${version.stdout.trim()}): install openmpi-bin`);
+    const dir = path.join(root, 'openmpi');
+    const port = await freePort();
+    const env = cleanEnv({ XDG_CACHE_HOME: path.join(root, 'cache'), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port) });
+    const asRoot = process.getuid?.() === 0 ? ['--allow-run-as-root'] : [];
+    const forwarded = ['MASTER_ADDR', 'MASTER_PORT', 'OMP_NUM_THREADS', 'XDG_CACHE_HOME', 'LAUNCHERS_TEST'].flatMap((name) => ['-x', name]);
+    const job = start('mpirun', [...asRoot, '--oversubscribe', '-n', '2', ...forwarded, process.execPath, CLI, 'train', ...trainArgs, '--out', dir], env);
+    await expectAllSucceeded([job], 'mpirun');
+    expectSameAsReference(dir, 'mpirun');
+  });
+
+  it('a rank started by another launcher without --out is refused before the rendezvous (exit 2)', function () {
+    const r = spawnSync(process.execPath, [CLI, 'train', ...trainArgs], { encoding: 'utf8', timeout: 60000,
+      env: cleanEnv({ SLURM_JOB_ID: '1', SLURM_STEP_ID: '0', SLURM_PROCID: '1', SLURM_NTASKS: '2', SLURM_LOCALID: '1', SLURM_NODELIST: 'localhost' }) });
+    expect(r.status, r.stderr).to.equal(2);
+    expect(r.stderr).to.include('under SLURM (srun) the ranks write one run directory: give every rank the same --out (or --resume)');
+  });
+
+  it('accordion info shows the launcher detected, or running alone', function () {
+    const info = (extra) => {
+      const r = spawnSync(process.execPath, [CLI, 'info'], { encoding: 'utf8', env: cleanEnv(extra), timeout: 60000 });
+      expect(r.status, r.stderr).to.equal(0);
+      return JSON.parse(r.stdout).job;
+    };
+    expect(info({})).to.equal('running alone');
+    expect(info({ SLURM_JOB_ID: '1', SLURM_STEP_ID: '0', SLURM_PROCID: '1', SLURM_NTASKS: '4', SLURM_LOCALID: '1', SLURM_NODELIST: 'gpu[07-08]' })).to.equal(
+      'SLURM (srun): rank 1 of 4, local rank 1, master gpu07:29500 (rank 0 hosts the store)',
+    );
+    expect(info({ RANK: '2', WORLD_SIZE: '3', LOCAL_RANK: '0', MASTER_ADDR: 'm', MASTER_PORT: '23456' })).to.equal(
+      'torchrun or Kubeflow PyTorchJob: rank 2 of 3, local rank 0, master m:23456 (rank 0 hosts the store)',
+    );
+    expect(info({ OMPI_COMM_WORLD_RANK: '1', OMPI_COMM_WORLD_SIZE: '2' })).to.equal(
+      "error: Open MPI gives no master address: set MASTER_ADDR (and MASTER_PORT) to rank 0's host",
+    );
+  });
+});
+
+describe('launchers: workers of accordion launch when the launcher is killed', function () {
+  let root;
+  afterEach(killLeftovers);
+
+  before(function () {
+    root = fs.mkdtempSync(path.join(os.tmpdir(), 'accordion-lifeline-'));
+  });
+
+  after(function () {
+    if (root) fs.rmSync(root, { recursive: true, force: true });
+  });
+
+  const epochsIn = (dir) => {
+    const checkpoints = path.join(dir, 'checkpoints');
+    return fs.existsSync(checkpoints) ? fs.readdirSync(checkpoints).filter((n) => /^epoch-\d+$/.test(n)).sort() : [];
+  };
+
+  it('stop at once when the launcher gets SIGKILL (--quiet), and write no further checkpoint', async function () {
+    this.timeout(240000);
+    const dir = path.join(root, 'run');
+    const job = `lifeline-${randomBytes(4).toString('hex')}`;
+    const launcher = start(
+      process.execPath,
+      [CLI, 'train', '--model', 'resnet18', '--dataset', 'synthetic', '--synthetic-train', '256', '--synthetic-test', '64', '--batch-size', '16',
+        '--eval-batch-size', '64', '--epochs', '50', '--checkpoint-every', '1', '--quiet', '--workers', '2', '--out', dir],
+      cleanEnv({ XDG_CACHE_HOME: path.join(root, 'cache'), LIFELINE_JOB: job }),
+    );
+    const workers = () => markedProcesses('LIFELINE_JOB', job).filter((p) => p.pid !== launcher.child.pid);
+    await waitFor('the first checkpoint', () => {
+      if (launcher.child.exitCode !== null) throw new Error(`the job ended before its first checkpoint; stderr:\n${launcher.stderr}`);
+      return epochsIn(dir).length > 0;
+    }, 180000);
+    const before = epochsIn(dir);
+    const pids = workers().map((p) => p.pid);
+    expect(pids, 'the launcher has two workers').to.have.length(2);
+    launcher.child.kill('SIGKILL');
+    // Bounded, generous: the workers would otherwise train on through 50 epochs.
+    await waitFor('both workers to stop after the launcher was killed', () => pids.every((pid) => !workers().some((p) => p.pid === pid)), 30000);
+    expect(workers(), 'processes of the job left running').to.deep.equal([]);
+    expect(epochsIn(dir), 'checkpoints after the launcher was killed').to.deep.equal(before);
+  });
+});
