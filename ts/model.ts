@@ -410,10 +410,27 @@ export class Model {
     return notes;
   }
 
-  /** Writes the weights (PyTorch state_dict) to a safetensors file, atomically. */
+  /**
+   * The model entries of a state (weights and buffers, as stateDict() gives them) as PyTorch's
+   * state_dict lists them, for files PyTorch loads with load_state_dict(strict=True): the language
+   * model's decoder.weight, which is encoder.weight (tied), is written as well, before decoder.bias.
+   * Other models' states are returned as they are.
+   */
+  forPyTorch(tensors: NamedTensor[]): NamedTensor[] {
+    const encoder = tensors.find((t) => t.name === 'encoder.weight');
+    if (this.architecture !== 'lstm' || !encoder || tensors.some((t) => t.name === 'decoder.weight')) return tensors;
+    const decoder: NamedTensor = { ...encoder, name: 'decoder.weight' };
+    const at = tensors.findIndex((t) => t.name === 'decoder.bias');
+    return at < 0 ? [...tensors, decoder] : [...tensors.slice(0, at), decoder, ...tensors.slice(at)];
+  }
+
+  /**
+   * Writes the weights (PyTorch state_dict, the language model's tied decoder.weight included) to a
+   * safetensors file, atomically.
+   */
   async save(path: string, metadata: Record<string, string> = {}): Promise<void> {
     if (typeof path !== 'string' || path === '') throw new UsageError(`save: path must be a file name, got ${describe(path)}`);
-    writeSafetensors(path, await this.stateDict(false), { format: 'pt', architecture: this.architecture, classes: String(this.classes), ...metadata });
+    writeSafetensors(path, this.forPyTorch(await this.stateDict(false)), { format: 'pt', architecture: this.architecture, classes: String(this.classes), ...metadata });
   }
 
   /** Loads weights from a safetensors file (ours, or a PyTorch state_dict in that layout). */
