@@ -77,14 +77,20 @@ inline Napi::Int32Array int32Arg(const Napi::CallbackInfo& info, size_t i, const
   return info[i].As<Napi::Int32Array>();
 }
 
-// An array of non-negative integer dimensions whose product stays within kMaxElements.
-inline Shape shapeArg(Napi::Env env, Napi::Value v, const char* what) {
-  if (!v.IsArray()) throw typeError(env, std::string(what) + " must be an array of dimensions");
+// An array of integers, each in [min, max].
+inline std::vector<int64_t> integerList(Napi::Env env, Napi::Value v, const std::string& what, int64_t min, int64_t max) {
+  if (!v.IsArray()) throw typeError(env, what + " must be an array of integers");
   Napi::Array a = v.As<Napi::Array>();
-  if (a.Length() > 8) throw rangeError(env, std::string(what) + " has " + std::to_string(a.Length()) + " dimensions, at most 8");
-  Shape shape;
-  for (uint32_t i = 0; i < a.Length(); ++i)
-    shape.push_back(integerValue(env, a.Get(i), std::string(what) + "[" + std::to_string(i) + "]", 0, kMaxSafeInteger));
+  std::vector<int64_t> out;
+  for (uint32_t i = 0; i < a.Length(); ++i) out.push_back(integerValue(env, a.Get(i), what + "[" + std::to_string(i) + "]", min, max));
+  return out;
+}
+
+// An array of at most 8 non-negative integer dimensions whose product stays within kMaxElements.
+inline Shape shapeArg(Napi::Env env, Napi::Value v, const char* what) {
+  if (v.IsArray() && v.As<Napi::Array>().Length() > 8)
+    throw rangeError(env, std::string(what) + " has " + std::to_string(v.As<Napi::Array>().Length()) + " dimensions, at most 8");
+  Shape shape = integerList(env, v, what, 0, kMaxSafeInteger);
   elementCount(env, shape, what);
   return shape;
 }

@@ -85,7 +85,7 @@ Napi::Value ProcessGroupWrap::allGather(const Napi::CallbackInfo& info) {
   const int64_t count = static_cast<int64_t>(data.ElementLength());
   std::vector<int64_t> counts;
   if (info.Length() > 1 && !info[1].IsUndefined()) {
-    counts = shapeArg(env, info[1], "counts");
+    counts = integerList(env, info[1], "counts", 0, kMaxElements);
     if (static_cast<int>(counts.size()) != size_)
       throw typeError(env, "counts must have one entry per rank (" + std::to_string(size_) + ")");
     if (counts[rank_] != count)
@@ -95,7 +95,10 @@ Napi::Value ProcessGroupWrap::allGather(const Napi::CallbackInfo& info) {
   int64_t total = count * size_;
   if (!counts.empty()) {
     total = 0;
-    for (int64_t c : counts) total += c;
+    for (int64_t c : counts) {
+      total += c;
+      if (total > kMaxElements) throw rangeError(env, "counts add up to more than " + std::to_string(kMaxElements) + " floats");
+    }
   }
   Napi::Float32Array result;
   if (info.Length() > 2 && !info[2].IsUndefined()) {
