@@ -21,7 +21,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Bench } from 'tinybench';
 import { Model, parseDevice, requireDevice, setThreads } from '../lib/index.js';
-import { binding } from '../lib/native.js';
+import { ReducerProbe, orthogonalize } from '../lib/testing.js';
 import { BENCH_DIR, PYTHON, ROOT, defaultThreads, exitUnlessDevice, fmt, formatTable, peerEnv, positiveInt, probeTorch } from './common.js';
 
 const { values: opts } = parseArgs({
@@ -57,7 +57,7 @@ const vgg = await shapesOf('vgg19bn');
 const cases = [];
 
 function reducerCase(name, group, shapes, options, peer) {
-  const probe = new binding.ReducerProbe(shapes, { workers: 1, device, ...options });
+  const probe = new ReducerProbe(shapes, { workers: 1, device, ...options });
   probe.randomize(1);
   cases.push({ name, group, floats: shapes.reduce((s, sh) => s + numel(sh), 0), peer: peer && { name, ...peer }, ours: () => probe.run() });
 }
@@ -104,7 +104,7 @@ if (groups.has('gs')) {
       peer: { name: `gram-schmidt ${rows}x${cols}`, kind: 'gram_schmidt', rows, cols },
       ours: () => {
         work.set(base);
-        binding.orthogonalize(work, rows, cols, 1e-8);
+        orthogonalize(work, rows, cols, 1e-8);
       },
     });
   }

@@ -5,6 +5,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Trainer, Model, MetricsLog, loadCheckpoint, readSafetensors, writeSafetensors, readMetrics } from '../lib/index.js';
+import { splitTextIntoWikiText } from '../lib/data/wikitext.js';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
 const PYTHON = '/usr/bin/python3';
@@ -229,5 +230,104 @@ describe('checkpoints', function () {
         expectLogitsClose(ours, JSON.parse(r.stdout).logits);
       });
     }
+
+    // PyTorch's examples/word_language_model RNNModel, LSTM flavour with tie_weights (ninp = nhid),
+    // returning the decoder's logits rather than their log-softmax. Loads each file strictly and
+    // prints the logits of one (T, B) window from a zero state in evaluation mode.
+    const RNN_MODEL = `
+import json, sys
+import torch
+import torch.nn as nn
+sys.path.insert(0, sys.argv[1])
+from safetensors_io import load_state_dict
+
+class RNNModel(nn.Module):
+    def __init__(self, ntoken, ninp, nhid, nlayers, dropout=0.5):
+        super().__init__()
+        self.ntoken = ntoken
+        self.drop = nn.Dropout(dropout)
+        self.encoder = nn.Embedding(ntoken, ninp)
+        self.rnn = nn.LSTM(ninp, nhid, nlayers, dropout=dropout)
+        self.decoder = nn.Linear(nhid, ntoken)
+        self.decoder.weight = self.encoder.weight
+        self.nlayers, self.nhid = nlayers, nhid
+
+    def init_hidden(self, bsz):
+        weight = next(self.parameters())
+        return (weight.new_zeros(self.nlayers, bsz, self.nhid), weight.new_zeros(self.nlayers, bsz, self.nhid))
+
+    def forward(self, input, hidden):
+        emb = self.drop(self.encoder(input))
+        output, hidden = self.rnn(emb, hidden)
+        output = self.drop(output)
+        return self.decoder(output).view(-1, self.ntoken), hidden
+
+spec = json.loads(sys.argv[2])
+torch.set_num_threads(1)
+out = {}
+for path in spec['files']:
+    state = load_state_dict(path)
+    model = RNNModel(spec['vocabulary'], spec['hidden'], spec['hidden'], spec['layers'], 0.4)
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    tokens = torch.tensor(spec['tokens'], dtype=torch.long).view(spec['steps'], spec['batch'])
+    with torch.no_grad():
+        logits, _ = model(tokens, model.init_hidden(spec['batch']))
+    out[path] = {
+        'tied': bool(torch.equal(state['decoder.weight'], state['encoder.weight'])),
+        'logits': logits.flatten().tolist(),
+    }
+print(json.dumps(out))
+`;
+
+    it("an LSTM checkpoint, and a saved LSTM, load into PyTorch's word_language_model (tied, strict) and give the same logits", async function () {
+      // A short run on a small text: its checkpoint holds trained (not initial) weights.
+      const words = ['the', 'cat', 'sat', 'on', 'a', 'mat', 'dog', 'ran', 'to', 'red', 'ball', 'and', 'saw', 'big', 'tree'];
+      const lines = Array.from({ length: 120 }, (_, i) => Array.from({ length: 6 + (i % 5) }, (_, j) => words[(i * 7 + j * j * 3 + j) % words.length]).join(' '));
+      const data = path.join(tmp, 'lstm-text');
+      splitTextIntoWikiText(lines.join('\n') + '\n', data);
+      const runDir = path.join(tmp, 'lstm-run');
+      const trainer = await Trainer.create({
+        model: 'lstm', dataset: 'wikitext2', dataDir: data, hidden: 12, layers: 2, epochs: 1, batchSize: 4, evalBatchSize: 4, bptt: 6,
+        lr: 1, seed: 3, outDir: runDir, progress: false,
+      });
+      await trainer.fit();
+      const vocabulary = trainer.task.classes;
+      await trainer.dispose();
+      const checkpointFile = path.join(loadCheckpoint(runDir).dir, 'model.safetensors');
+      const names = [...readSafetensors(checkpointFile).tensors.keys()];
+      expect(names).to.include('decoder.weight').and.include('encoder.weight');
+
+      // Our logits on one window, from the checkpoint's weights (our strict loader takes the tied entry).
+      const steps = 5, batch = 3;
+      const tokens = Array.from({ length: steps * batch }, (_, i) => (i * 11 + 4) % vocabulary);
+      const model = await Model.create({ architecture: 'lstm', classes: vocabulary, hidden: 12, layers: 2 });
+      await model.load(checkpointFile);
+      await model.resetState();
+      const ours = await model.forward(Int32Array.from(tokens), { steps, batch });
+      const savedFile = path.join(tmp, 'lstm-saved.safetensors');
+      await model.save(savedFile);
+      await model.dispose();
+
+      const spec = { files: [checkpointFile, savedFile], vocabulary, hidden: 12, layers: 2, tokens, steps, batch };
+      const r = spawnSync(PYTHON, ['-c', RNN_MODEL, path.join(ROOT, 'bench/peers'), JSON.stringify(spec)], {
+        encoding: 'utf8',
+        env: { ...process.env, OMP_NUM_THREADS: '1' },
+      });
+      expect(r.status, r.stdout + r.stderr).to.equal(0);
+      const results = JSON.parse(r.stdout);
+      for (const file of spec.files) {
+        const { tied, logits } = results[file];
+        expect(tied, `${file}: decoder.weight equals encoder.weight`).to.equal(true);
+        expect(logits.length).to.equal(ours.length).and.to.equal(steps * batch * vocabulary);
+        let worst = 0, scale = 0;
+        for (let i = 0; i < logits.length; i++) {
+          worst = Math.max(worst, Math.abs(ours[i] - logits[i]));
+          scale = Math.max(scale, Math.abs(logits[i]));
+        }
+        expect(scale, 'logits of a trained model are not all zero').to.be.above(0.01);
+        expect(worst / scale, `${file}: largest difference ${worst} against logits up to ${scale}`).to.be.below(1e-4);
+      }
+    });
   });
 });

@@ -1,16 +1,15 @@
-// Gradient compression (PowerSGD, TopK, dense) through binding.ReducerProbe, checked against the
+// Gradient compression (PowerSGD, TopK, dense) through ReducerProbe (accordion-engine/testing), checked against the
 // oracles of ../shared/ALGORITHMS.md sections 2.1, 3, 4.3 and 5, on the CPU and on a GPU (pending
 // without one). Reference arithmetic here is float64; the engine computes in float32, hence the
 // tolerances.
 import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { binding } from '../lib/native.js';
 import { Model } from '../lib/index.js';
+import { ReducerProbe } from '../lib/testing.js';
 import { DEVICES, requireDevice } from './helpers/devices.js';
 
-const { ReducerProbe } = binding;
-const nativeUrl = new URL('../lib/native.js', import.meta.url).href;
+const testingUrl = new URL('../lib/testing.js', import.meta.url).href;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -724,8 +723,8 @@ for (const target of DEVICES) {
         // Run in a child process: if the healthy worker waits forever in the all-reduce, the test
         // must fail rather than hang mocha.
         const script = `
-          import { binding } from ${JSON.stringify(nativeUrl)};
-          const p = new binding.ReducerProbe([[3, 2]], { compressor: 'powersgd', level: 1, workers: 2, minCompressionRate: 0, device: ${JSON.stringify(device)} });
+          import { ReducerProbe } from ${JSON.stringify(testingUrl)};
+          const p = new ReducerProbe([[3, 2]], { compressor: 'powersgd', level: 1, workers: 2, minCompressionRate: 0, device: ${JSON.stringify(device)} });
           const good = new Float32Array([1, 2, 3, 4, 5, 6]);
           const bad = new Float32Array([1, NaN, 3, 4, 5, 6]);
           let code = null;

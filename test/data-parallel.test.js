@@ -10,7 +10,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { freePort } from '../bench/common.js';
-import { binding } from '../lib/native.js';
+import { ReducerProbe } from '../lib/testing.js';
 import { Trainer, loadCheckpoint } from '../lib/index.js';
 import { decode, gradientFor, numel } from './helpers/reducer-worker.js';
 import { train } from './helpers/train-worker.js';
@@ -192,7 +192,7 @@ describe('data parallel: gradient exchange between worker processes', function (
         const spec = { shapes, steps, seed: 7, timeoutMs: 30000, ...config };
         const results = await runJob(REDUCER_WORKER, workers, spec);
 
-        const oracle = new binding.ReducerProbe(shapes, { ...config, seed: spec.seed, workers });
+        const oracle = new ReducerProbe(shapes, { ...config, seed: spec.seed, workers });
         // Otherwise the comparison of memories would be one of nulls only.
         shapes.forEach((shape, p) =>
           expect(oracle.isCompressed(p), `parameter ${p} (${shape}) compressed`).to.equal(config.compressor !== 'none' && shape.length > 1),

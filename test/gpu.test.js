@@ -11,6 +11,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Batcher, Model, Trainer, loadCheckpoint, loadImageDataset, parseDevice, writeSyntheticCifar10 } from '../lib/index.js';
 import { binding } from '../lib/native.js';
+import { ReducerProbe } from '../lib/testing.js';
 import { workerDevice } from '../lib/device.js';
 import { UsageError } from '../lib/errors.js';
 import { freePort } from '../bench/common.js';
@@ -310,7 +311,7 @@ describe('GPU training (cuda:0)', function () {
       ['topk', 0.01, 1e-6],
       ['none', 1, 1e-6],
     ]) {
-      const probes = Object.fromEntries(['cpu', 'cuda'].map((device) => [device, new binding.ReducerProbe(shapes, { compressor, level, workers: 2, device, accumulateNorms: true })]));
+      const probes = Object.fromEntries(['cpu', 'cuda'].map((device) => [device, new ReducerProbe(shapes, { compressor, level, workers: 2, device, accumulateNorms: true })]));
       for (let s = 0; s < 3; s++) {
         // Worker w sees the gradient of step s + w: two real, different gradients per step.
         const grads = [gradients[s], gradients[s + 1]];

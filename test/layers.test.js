@@ -2,6 +2,7 @@ import { expect, assert } from 'chai';
 import os from 'node:os';
 
 import { binding } from '../lib/native.js';
+import { LayerProbe, crossEntropy } from '../lib/testing.js';
 import {
   makeRng,
   randomNormal,
@@ -98,7 +99,7 @@ describe('layers (LayerProbe)', function () {
     cases.forEach((c, i) => {
       const name = `k${c.kernel} s${c.stride} p${c.padding} ${c.bias ? 'bias' : 'no bias'}, input ${c.x.join('x')}`;
       it(`gradients w.r.t. input and parameters: ${name}`, () => {
-        const probe = new binding.LayerProbe('conv2d', {
+        const probe = new LayerProbe('conv2d', {
           inChannels: c.x[1],
           outChannels: c.out,
           kernel: c.kernel,
@@ -120,7 +121,7 @@ describe('layers (LayerProbe)', function () {
     it('forward matches a float64 convolution (k3, stride 2, padding 1, bias, 7x6 input)', () => {
       const xShape = [2, 3, 7, 6];
       const wShape = [4, 3, 3, 3];
-      const probe = new binding.LayerProbe('conv2d', { inChannels: 3, outChannels: 4, kernel: 3, stride: 2, padding: 1, bias: true, seed: 3 });
+      const probe = new LayerProbe('conv2d', { inChannels: 3, outChannels: 4, kernel: 3, stride: 2, padding: 1, bias: true, seed: 3 });
       const x = randomNormal(numel(xShape), 31);
       const w = randomNormal(numel(wShape), 32, 0.3);
       const b = randomNormal(4, 33, 0.5);
@@ -137,7 +138,7 @@ describe('layers (LayerProbe)', function () {
     it('backward matches float64 dx, dW and db, with state() in PyTorch layout', () => {
       const xShape = [2, 3, 6, 5];
       const wShape = [4, 3, 3, 3];
-      const probe = new binding.LayerProbe('conv2d', { inChannels: 3, outChannels: 4, kernel: 3, stride: 2, padding: 1, bias: true, seed: 8 });
+      const probe = new LayerProbe('conv2d', { inChannels: 3, outChannels: 4, kernel: 3, stride: 2, padding: 1, bias: true, seed: 8 });
       const x = randomNormal(numel(xShape), 81);
       const out = probe.forward(x, xShape);
       const dy = randomNormal(out.data.length, 82);
@@ -163,7 +164,7 @@ describe('layers (LayerProbe)', function () {
       // A single non-zero tap makes the output a shifted copy of one input channel, so any
       // transposition of the weight shows up as the wrong channel or the wrong shift.
       const xShape = [1, 3, 5, 6];
-      const probe = new binding.LayerProbe('conv2d', { inChannels: 3, outChannels: 2, kernel: 3, stride: 1, padding: 1, bias: false, seed: 1 });
+      const probe = new LayerProbe('conv2d', { inChannels: 3, outChannels: 2, kernel: 3, stride: 1, padding: 1, bias: false, seed: 1 });
       const w = new Float32Array(2 * 3 * 3 * 3);
       const [o, ci, ki, kj] = [1, 2, 0, 2];
       w[((o * 3 + ci) * 3 + ki) * 3 + kj] = 1;
@@ -178,7 +179,7 @@ describe('layers (LayerProbe)', function () {
     });
 
     it('rejects an input with the wrong channel count', () => {
-      const probe = new binding.LayerProbe('conv2d', { inChannels: 3, outChannels: 2, kernel: 3, stride: 1, padding: 1, seed: 1 });
+      const probe = new LayerProbe('conv2d', { inChannels: 3, outChannels: 2, kernel: 3, stride: 1, padding: 1, seed: 1 });
       const err = thrown(() => probe.forward(new Float32Array(2 * 2 * 5 * 5), [2, 2, 5, 5]));
       expect(err).to.be.instanceOf(Error);
       expect(err.code).to.equal('ERR_INVALID_ARGUMENT');
@@ -187,7 +188,7 @@ describe('layers (LayerProbe)', function () {
     });
 
     it('refuses backward before any forward', () => {
-      const probe = new binding.LayerProbe('conv2d', { inChannels: 2, outChannels: 2, kernel: 3, seed: 1 });
+      const probe = new LayerProbe('conv2d', { inChannels: 2, outChannels: 2, kernel: 3, seed: 1 });
       const err = thrown(() => probe.backward(new Float32Array(8)));
       expect(err.code).to.equal('ERR_INVALID_STATE');
     });
@@ -210,7 +211,7 @@ describe('layers (LayerProbe)', function () {
       return x;
     }
     function probeWith(params = true) {
-      const probe = new binding.LayerProbe('batchnorm2d', { channels: 3 });
+      const probe = new LayerProbe('batchnorm2d', { channels: 3 });
       if (params) {
         probe.setValue('weight', gamma);
         probe.setValue('bias', beta);
@@ -282,12 +283,12 @@ describe('layers (LayerProbe)', function () {
   describe('relu', () => {
     const shape = [3, 2, 5, 7];
     it('gradient w.r.t. the input (inputs kept ≥ 0.1 away from the kink)', () => {
-      const probe = new binding.LayerProbe('relu', {});
+      const probe = new LayerProbe('relu', {});
       record('relu', checkLayerGradients(probe, awayFromZero(numel(shape), 11, 0.1), shape, { seed: 12, label: 'relu' }));
     });
 
     it('forward and backward are exact', () => {
-      const probe = new binding.LayerProbe('relu', {});
+      const probe = new LayerProbe('relu', {});
       const x = awayFromZero(numel(shape), 13, 0.1);
       const dy = randomNormal(x.length, 14);
       const { data } = probe.forward(x, shape);
@@ -306,13 +307,13 @@ describe('layers (LayerProbe)', function () {
       const name = `${c.kernel}x${c.kernel} stride ${c.stride} padding ${c.padding}, input ${c.x.join('x')}`;
       // Distinct values 0.05 apart and h = 0.01: the arg-max of every window is stable under ±h.
       it(`gradient w.r.t. the input: ${name}`, () => {
-        const probe = new binding.LayerProbe('maxpool2d', { kernel: c.kernel, stride: c.stride, padding: c.padding });
+        const probe = new LayerProbe('maxpool2d', { kernel: c.kernel, stride: c.stride, padding: c.padding });
         const x = distinctValues(numel(c.x), 40 + i, 0.05);
         record(`maxpool2d ${c.kernel}x${c.kernel}`, checkLayerGradients(probe, x, c.x, { seed: 50 + i, label: `maxpool2d ${name}` }));
       });
 
       it(`forward matches a naive max (−∞ padding): ${name}`, () => {
-        const probe = new binding.LayerProbe('maxpool2d', { kernel: c.kernel, stride: c.stride, padding: c.padding });
+        const probe = new LayerProbe('maxpool2d', { kernel: c.kernel, stride: c.stride, padding: c.padding });
         // All-negative values: zero padding instead of −∞ would show up on every border window.
         const x = distinctValues(numel(c.x), 60 + i, 0.05).map((v) => v - 10);
         const { data, shape } = probe.forward(x, c.x);
@@ -326,12 +327,12 @@ describe('layers (LayerProbe)', function () {
   describe('globalavgpool', () => {
     const shape = [2, 3, 5, 6];
     it('gradient w.r.t. the input', () => {
-      const probe = new binding.LayerProbe('globalavgpool', {});
+      const probe = new LayerProbe('globalavgpool', {});
       record('globalavgpool', checkLayerGradients(probe, randomNormal(numel(shape), 70), shape, { seed: 71, label: 'globalavgpool' }));
     });
 
     it('forward is the mean over H and W', () => {
-      const probe = new binding.LayerProbe('globalavgpool', {});
+      const probe = new LayerProbe('globalavgpool', {});
       const x = randomNormal(numel(shape), 72);
       const out = probe.forward(x, shape);
       expect(out.shape).to.deep.equal([2, 3]);
@@ -344,7 +345,7 @@ describe('layers (LayerProbe)', function () {
   describe('flatten', () => {
     it('gradient w.r.t. the input', () => {
       const shape = [2, 3, 5, 6];
-      const probe = new binding.LayerProbe('flatten', {});
+      const probe = new LayerProbe('flatten', {});
       record('flatten', checkLayerGradients(probe, randomNormal(numel(shape), 80), shape, { seed: 81, label: 'flatten' }));
     });
 
@@ -354,7 +355,7 @@ describe('layers (LayerProbe)', function () {
       [3, 4, 1, 1],
     ]) {
       it(`forward and backward keep PyTorch's channel-major order exactly (${shape.join('x')})`, () => {
-        const probe = new binding.LayerProbe('flatten', {});
+        const probe = new LayerProbe('flatten', {});
         const x = randomNormal(numel(shape), 82);
         const out = probe.forward(x, shape);
         expect(out.shape).to.deep.equal([shape[0], shape[1] * shape[2] * shape[3]]);
@@ -367,13 +368,13 @@ describe('layers (LayerProbe)', function () {
 
   describe('linear', () => {
     it('gradients w.r.t. input, weight and bias', () => {
-      const probe = new binding.LayerProbe('linear', { inFeatures: 5, outFeatures: 4, seed: 90 });
+      const probe = new LayerProbe('linear', { inFeatures: 5, outFeatures: 4, seed: 90 });
       const res = record('linear', checkLayerGradients(probe, randomNormal(15, 91), [3, 5], { seed: 92, label: 'linear' }));
       expect(res.map((r) => r.name)).to.deep.equal(['input', 'weight', 'bias']);
     });
 
     it('forward is x·Wᵀ + b', () => {
-      const probe = new binding.LayerProbe('linear', { inFeatures: 6, outFeatures: 3, seed: 93 });
+      const probe = new LayerProbe('linear', { inFeatures: 6, outFeatures: 3, seed: 93 });
       const x = randomNormal(12, 94);
       const w = stateOf(probe, 'weight');
       const b = stateOf(probe, 'bias');
@@ -387,7 +388,7 @@ describe('layers (LayerProbe)', function () {
     });
 
     it('rejects an input with the wrong feature count', () => {
-      const probe = new binding.LayerProbe('linear', { inFeatures: 6, outFeatures: 3, seed: 1 });
+      const probe = new LayerProbe('linear', { inFeatures: 6, outFeatures: 3, seed: 1 });
       const err = thrown(() => probe.forward(new Float32Array(10), [2, 5]));
       expect(err.code).to.equal('ERR_INVALID_ARGUMENT');
       expect(err.message).to.include('(N, 6)');
@@ -401,7 +402,7 @@ describe('layers (LayerProbe)', function () {
     const scale = Math.fround(1 / Math.fround(1 - Math.fround(p)));
 
     it('backward applies the forward mask: dx = dy · mask / (1 − p) exactly', () => {
-      const probe = new binding.LayerProbe('dropout', { p, seed: 21 });
+      const probe = new LayerProbe('dropout', { p, seed: 21 });
       const x = awayFromZero(numel(shape), 22, 0.1);
       const { data } = probe.forward(x, shape, true);
       const keep = Array.from(data, (v) => v !== 0);
@@ -419,8 +420,8 @@ describe('layers (LayerProbe)', function () {
     it('drops about a fraction p, draws a fresh mask per forward, and is reproducible from the seed', () => {
       const big = [4, 5, 25, 40];
       const x = new Float32Array(numel(big)).fill(1);
-      const a = new binding.LayerProbe('dropout', { p, seed: 5 });
-      const b = new binding.LayerProbe('dropout', { p, seed: 5 });
+      const a = new LayerProbe('dropout', { p, seed: 5 });
+      const b = new LayerProbe('dropout', { p, seed: 5 });
       const m1 = a.forward(x, big).data;
       const m2 = a.forward(x, big).data;
       expect(Array.from(b.forward(x, big).data)).to.deep.equal(Array.from(m1));
@@ -431,7 +432,7 @@ describe('layers (LayerProbe)', function () {
     });
 
     it('is the identity in eval mode, forward and backward', () => {
-      const probe = new binding.LayerProbe('dropout', { p, seed: 24 });
+      const probe = new LayerProbe('dropout', { p, seed: 24 });
       const x = randomNormal(numel(shape), 25);
       const out = probe.forward(x, shape, false);
       expect(out.shape).to.deep.equal(shape);
@@ -448,7 +449,7 @@ describe('layers (LayerProbe)', function () {
     ];
     blocks.forEach((c, i) => {
       it(`gradients w.r.t. input and every parameter: ${c.name}`, () => {
-        const probe = new binding.LayerProbe('basicblock', { inPlanes: c.inPlanes, planes: c.planes, stride: c.stride, seed: 30 + i });
+        const probe = new LayerProbe('basicblock', { inPlanes: c.inPlanes, planes: c.planes, stride: c.stride, seed: 30 + i });
         const names = probe.state().filter((e) => e.kind === 'parameter').map((e) => e.name);
         const expected = ['conv1.weight', 'bn1.weight', 'bn1.bias', 'conv2.weight', 'bn2.weight', 'bn2.bias'];
         if (c.shortcut) expected.push('shortcut.0.weight', 'shortcut.1.weight', 'shortcut.1.bias');
@@ -473,7 +474,7 @@ describe('layers (LayerProbe)', function () {
       });
 
       it(`forward matches a float64 composition of the reference layers: ${c.name}`, () => {
-        const probe = new binding.LayerProbe('basicblock', { inPlanes: c.inPlanes, planes: c.planes, stride: c.stride, seed: 40 + i });
+        const probe = new LayerProbe('basicblock', { inPlanes: c.inPlanes, planes: c.planes, stride: c.stride, seed: 40 + i });
         const rng = makeRng(400 + i);
         const values = {};
         for (const e of probe.state()) {
@@ -513,7 +514,7 @@ describe('layers (LayerProbe)', function () {
 
   describe('crossEntropy', () => {
     it('hand-computed example: logits [1, 2, 3], label 2', () => {
-      const r = binding.crossEntropy(new Float32Array([1, 2, 3]), 1, 3, new Int32Array([2]));
+      const r = crossEntropy(new Float32Array([1, 2, 3]), 1, 3, new Int32Array([2]));
       expect(r.loss).to.be.closeTo(Math.log(Math.E + Math.E ** 2 + Math.E ** 3) - 3, 1e-7);
       expect(r.loss).to.be.closeTo(0.40760596, 1e-7);
       expect(r.correct).to.equal(1);
@@ -522,14 +523,14 @@ describe('layers (LayerProbe)', function () {
     });
 
     it('is stable for large logits (shift invariance)', () => {
-      const r = binding.crossEntropy(new Float32Array([1001, 1002, 1003, -1000, -999, -998]), 2, 3, new Int32Array([2, 0]));
+      const r = crossEntropy(new Float32Array([1001, 1002, 1003, -1000, -999, -998]), 2, 3, new Int32Array([2, 0]));
       expect(r.loss).to.be.closeTo((0.40760596 + 2.40760596) / 2, 1e-6);
       expect(r.correct).to.equal(1);
     });
 
     it('counts the rows whose arg-max is the label', () => {
       const logits = new Float32Array([1, 2, 3, 3, 1, 2, 0, 5, 1, 2, 2.5, 1]);
-      const r = binding.crossEntropy(logits, 4, 3, new Int32Array([2, 2, 1, 0]));
+      const r = crossEntropy(logits, 4, 3, new Int32Array([2, 2, 1, 0]));
       expect(r.correct).to.equal(2);
     });
 
@@ -538,7 +539,7 @@ describe('layers (LayerProbe)', function () {
       const k = 5;
       const logits = randomNormal(n * k, 120, 2);
       const labels = new Int32Array([1, 4, 0]);
-      const r = binding.crossEntropy(logits, n, k, labels);
+      const r = crossEntropy(logits, n, k, labels);
       let want = 0;
       for (let row = 0; row < n; row++) {
         const z = Array.from(logits.slice(row * k, (row + 1) * k));
@@ -549,7 +550,7 @@ describe('layers (LayerProbe)', function () {
       expect(r.loss).to.be.closeTo(want / n, 1e-6 * Math.max(1, want / n));
       const x = Float32Array.from(logits);
       const idx = sampleIndices(x.length, x.length, 1);
-      const num = numericalGradient(() => binding.crossEntropy(x, n, k, labels).loss, x, idx, 1e-2);
+      const num = numericalGradient(() => crossEntropy(x, n, k, labels).loss, x, idx, 1e-2);
       const c = assertGradientsClose(r.grad, num, idx, {}, 'crossEntropy dL/dlogits', [n, k]);
       record('crossEntropy', [{ name: 'logits', ...c }]);
       // Σ_j dL/dz_j = 0 per row: softmax sums to 1.
@@ -558,7 +559,7 @@ describe('layers (LayerProbe)', function () {
 
     it('rejects a label outside 0..K−1', () => {
       for (const bad of [3, 7, -1]) {
-        const err = thrown(() => binding.crossEntropy(new Float32Array([1, 2, 3, 4, 5, 6]), 2, 3, new Int32Array([0, bad])));
+        const err = thrown(() => crossEntropy(new Float32Array([1, 2, 3, 4, 5, 6]), 2, 3, new Int32Array([0, bad])));
         expect(err, `label ${bad}`).to.be.instanceOf(Error);
         expect(err.code, `label ${bad}`).to.equal('ERR_INVALID_ARGUMENT');
         expect(err.message).to.include(String(bad));

@@ -495,5 +495,61 @@ describe('LSTM language model', function () {
       expect(r.stdout).to.include(`model lstm, ${6 * 8 + 6 + 8 * 64 + 64} parameters, dataset wikitext2`);
       expect(r.stdout).to.match(/perplexity: validation \d+\.\d\d, test \d+\.\d\d/);
     });
+
+    // --text FILE: a plain text file, split 90/5/5 by lines into the run directory.
+    const WORDS = ['the', 'cat', 'sat', 'on', 'a', 'mat'];
+    const textLines = (n) => Array.from({ length: n }, (_, i) => Array.from({ length: 3 + (i % 4) }, (_, j) => WORDS[(i + 2 * j) % WORDS.length]).join(' '));
+    const tinyText = ['--hidden', '8', '--layers', '1', '--epochs', '1', '--batch-size', '2', '--eval-batch-size', '1', '--bptt', '5', '--lr', '1', '--quiet'];
+
+    it('command line: --text FILE trains on a plain text file split 90/5/5 by lines, and resumes with it', function () {
+      const lines = textLines(40);
+      const file = path.join(tmpDir(), 'story.txt');
+      fs.writeFileSync(file, lines.join('\n') + '\n');
+      const run = path.join(tmpDir(), 'run');
+      const r = cli(['train', '--model', 'lstm', '--text', file, ...tinyText, '--out', run]);
+      expect(r.code, r.stderr).to.equal(0);
+      // Lines 1–36 train, 37–38 validate, 39–40 test, in order; every word is in the training lines.
+      const split = path.join(run, 'text-split');
+      const read = (name) => fs.readFileSync(path.join(split, name), 'utf8');
+      expect(read('wiki.train.tokens')).to.equal(lines.slice(0, 36).join('\n') + '\n');
+      expect(read('wiki.valid.tokens')).to.equal(lines.slice(36, 38).join('\n') + '\n');
+      expect(read('wiki.test.tokens')).to.equal(lines.slice(38).join('\n') + '\n');
+      const tokens = (part) => part.reduce((n, line) => n + line.split(' ').length + 1, 0); // words and <eos> per line
+      expect(r.stderr).to.include(`(${tokens(lines.slice(0, 36))} train / ${tokens(lines.slice(38))} test tokens)`);
+      const v = WORDS.length + 1; // the six words and <eos>
+      expect(r.stdout).to.include(`model lstm, ${v * 8 + v + 8 * 64 + 64} parameters, dataset wikitext2`);
+      expect(r.stdout).to.match(/perplexity: validation \d+\.\d\d, test \d+\.\d\d/);
+
+      const resumed = cli(['train', '--model', 'lstm', '--text', file, ...tinyText, '--epochs', '2', '--resume', run]);
+      expect(resumed.code, resumed.stderr).to.equal(0);
+      expect(resumed.stdout).to.include('epochs 2,');
+    });
+
+    for (const [what, setup, code, message] of [
+      ['a missing file', (dir) => path.join(dir, 'absent.txt'), 1, /option --text: text file not found: .*absent\.txt/],
+      ['a directory', (dir) => dir, 1, /option --text: .* is a directory, not a text file/],
+      ['an empty file', (dir) => (fs.writeFileSync(path.join(dir, 'empty.txt'), ''), path.join(dir, 'empty.txt')), 1, /option --text: text file .*empty\.txt is empty/],
+      ['a file of white space', (dir) => (fs.writeFileSync(path.join(dir, 'blank.txt'), ' \n\t\n'), path.join(dir, 'blank.txt')), 1, /has no words/],
+      ['a file of 3 lines', (dir) => (fs.writeFileSync(path.join(dir, 'short.txt'), 'a b\nc d\ne f\n'), path.join(dir, 'short.txt')), 1, /has 3 lines, too few to split 90\/5\/5/],
+    ])
+      it(`command line: --text with ${what} exits ${code} naming the problem`, function () {
+        const dir = tmpDir();
+        const run = path.join(tmpDir(), 'run');
+        const r = cli(['train', '--model', 'lstm', '--text', setup(dir), ...tinyText, '--out', run]);
+        expect(r.code, r.stderr).to.equal(code);
+        expect(r.stderr).to.match(message);
+        expect(fs.existsSync(path.join(run, 'text-split')), 'no split is written').to.equal(false);
+      });
+
+    it('command line: --text with --data, or with an image model, exits 2', function () {
+      const file = path.join(tmpDir(), 'story.txt');
+      fs.writeFileSync(file, textLines(40).join('\n') + '\n');
+      const both = cli(['train', '--model', 'lstm', '--text', file, '--data', tmpDir(), '--quiet', '--out', path.join(tmpDir(), 'run')]);
+      expect(both.code, both.stderr).to.equal(2);
+      expect(both.stderr).to.match(/--text and --data exclude each other/);
+      const image = cli(['train', '--model', 'resnet18', '--text', file, '--quiet', '--out', path.join(tmpDir(), 'run')]);
+      expect(image.code, image.stderr).to.equal(2);
+      expect(image.stderr).to.match(/--text is for --model lstm/);
+    });
   });
 });

@@ -15,6 +15,7 @@
  *
  * The same rule drives batch-size mode on the whole-model norm (one "parameter").
  */
+import { UsageError } from './errors.js';
 
 export type Regime = 'critical' | 'stable';
 
@@ -75,7 +76,7 @@ export interface Decision {
 /** Applies the rule at the end of an epoch; the returned regimes govern the next epoch. */
 export function endOfEpoch(state: AccordionState, end: EpochEnd, rule: AccordionRule): Decision {
   const n = state.regimes.length;
-  if (end.norms.length !== n) throw new Error(`expected ${n} norms, got ${end.norms.length}`);
+  if (end.norms.length !== n) throw new UsageError(`endOfEpoch: expected ${n} norms (one per parameter), got ${end.norms.length}`);
   const regimes = [...state.regimes];
   const ratios: (number | undefined)[] = new Array(n).fill(undefined);
   let reference = state.reference;

@@ -79,7 +79,7 @@ export async function saveCheckpoint(runDir: string, model: Model, position: Tra
   await group?.barrier();
   attempt(() => {
     if (rank === 0)
-      writeSafetensors(path.join(tmp, 'model.safetensors'), state.filter((t) => !isTrainer(t)), {
+      writeSafetensors(path.join(tmp, 'model.safetensors'), model.forPyTorch(state.filter((t) => !isTrainer(t))), {
         format: 'pt',
         architecture: model.architecture,
         classes: String(model.classes),

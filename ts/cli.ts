@@ -6,7 +6,7 @@
 import * as path from 'node:path';
 import { readFileSync, realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { AccordionError, UsageError, signalExitCode } from './errors.js';
+import { AccordionError, DataError, UsageError, signalExitCode } from './errors.js';
 import { DEFAULT_CONFIG, Trainer, type TrainConfig, type TrainSummary } from './trainer.js';
 import { ARCHITECTURES } from './model.js';
 import { distributedEnv } from './cluster/group.js';
@@ -15,12 +15,13 @@ import { watchLifeline } from './cluster/lifeline.js';
 import { launch } from './cluster/launch.js';
 import { writeReport } from './report/report.js';
 import { resolveCheckpointDir } from './checkpoint.js';
+import { splitTextFile } from './data/wikitext.js';
 
 type Kind = 'int' | 'number' | 'string' | 'list' | 'flag';
 
 interface OptionSpec {
   flag: string;
-  key: keyof TrainConfig | 'help' | 'config';
+  key: keyof TrainConfig | 'help' | 'config' | 'text';
   kind: Kind;
   help: string;
   choices?: readonly string[];
@@ -33,6 +34,7 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--device', key: 'device', kind: 'string', help: 'where the model trains: cpu, cuda (GPU 0) or cuda:N' },
   { flag: '--dataset', key: 'dataset', kind: 'string', choices: ['synthetic', 'cifar10', 'cifar100', 'wikitext2'], help: 'dataset; cifar10 when --data is given (wikitext2 for lstm)' },
   { flag: '--data', key: 'dataDir', kind: 'string', help: 'directory of the CIFAR binary files, or of wiki.{train,valid,test}.tokens for lstm' },
+  { flag: '--text', key: 'text', kind: 'string', help: 'lstm: a plain text file to train on instead of --data, its lines split 90/5/5 into train/valid/test' },
   { flag: '--epochs', key: 'epochs', kind: 'int', help: 'epochs to train (6 on synthetic data)' },
   { flag: '--batch-size', key: 'batchSize', kind: 'int', help: 'batch size per worker (64 on synthetic data)' },
   { flag: '--eval-batch-size', key: 'evalBatchSize', kind: 'int', help: 'batch size for evaluation' },
@@ -268,6 +270,7 @@ async function train(argv: string[]): Promise<number> {
     throw new UsageError(`under ${LAUNCHER_NAMES[distributed.launcher]} the ranks write one run directory: give every rank the same --out (or --resume)`);
   if (args.dataDir && !args.dataset) args.dataset = args.model === 'lstm' ? 'wikitext2' : 'cifar10';
   args.outDir ??= args.resume ? undefined : defaultRunDir(String(args.model));
+  if (args.text !== undefined) useTextFile(args);
   // A signal while the data is read and the model built: nothing has been trained or written yet.
   const onEarlySignal = (signal: NodeJS.Signals) => {
     process.stderr.write(`\naccordion: interrupted by ${signal} before training started; no checkpoint was written\n`);
@@ -333,6 +336,31 @@ async function train(argv: string[]): Promise<number> {
   return 0;
 }
 
+/**
+ * --text FILE: the lstm trains on a plain text file. Its lines are split 90/5/5 into the WikiText
+ * layout in the run directory's text-split/ folder (the split depends on the file only, so a resumed
+ * run makes the same one), which the run then reads as --data.
+ */
+function useTextFile(args: Record<string, unknown>): void {
+  const file = args.text as string;
+  delete args.text;
+  if (args.model !== 'lstm') throw new UsageError(`option --text is for --model lstm; ${String(args.model)} trains on images (--data DIR)`);
+  if (args.dataDir !== undefined)
+    throw new UsageError('options --text and --data exclude each other: --text FILE splits a plain text file, --data DIR reads a WikiText directory');
+  if (args.dataset !== undefined && args.dataset !== 'wikitext2')
+    throw new UsageError(`option --text trains the lstm on a text file, not on --dataset ${String(args.dataset)}`);
+  if (file === '') throw new UsageError('option --text needs a file name');
+  const runDir = typeof args.outDir === 'string' ? args.outDir : path.resolve(resolveCheckpointDir(String(args.resume)), '..', '..');
+  const dir = path.join(runDir, 'text-split');
+  try {
+    splitTextFile(file, dir);
+  } catch (err) {
+    if (err instanceof DataError) throw new DataError(`option --text: ${err.message}`);
+    throw err;
+  }
+  args.dataDir = dir;
+  args.dataset = 'wikitext2';
+}
 
 /** A word as a POSIX shell reads it back. */
 function shellQuote(word: string): string {

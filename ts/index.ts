@@ -19,6 +19,7 @@ export { saveCheckpoint, loadCheckpoint, type TrainerPosition } from './checkpoi
 export { MetricsLog, readMetrics, type MetricsEvent } from './metrics.js';
 export { AccordionError, DataError, CheckpointError, UsageError, NativeError } from './errors.js';
 import { binding, type BuildInfo, type DeviceQuery } from './native.js';
+import { UsageError } from './errors.js';
 export type { BuildInfo, DeviceQuery, LibraryStatus, MemoryStats, StepResult } from './native.js';
 export { parseDevice, requireDevice, type DeviceName } from './device.js';
 
@@ -40,7 +41,8 @@ export function deviceCount(): number {
   return binding.deviceQuery().count;
 }
 
-/** Sets the number of native (OpenMP and OpenBLAS) threads. */
+/** Sets the number of native (OpenMP and OpenBLAS) threads: an integer from 1 to 4096. */
 export function setThreads(n: number): void {
+  if (!Number.isInteger(n) || n < 1 || n > 4096) throw new UsageError(`setThreads: expected an integer from 1 to 4096, got ${String(n)}`);
   binding.setThreads(n);
 }

@@ -1,5 +1,6 @@
 /** JSON Lines metrics log: one event per line, appended and flushed as it happens. */
 import * as fs from 'node:fs';
+import { DataError } from './errors.js';
 
 export type MetricsEvent = { event: string; time?: string } & Record<string, unknown>;
 
@@ -66,14 +67,22 @@ function repairTail(fd: number): void {
 
 /** Reads a metrics log back (for reports and tests); a torn last line from a crash is skipped. */
 export function readMetrics(path: string): MetricsEvent[] {
-  const lines = fs.readFileSync(path, 'utf8').split('\n').filter((l) => l.trim() !== '');
+  const lines = readText(path).split('\n').filter((l) => l.trim() !== '');
   const events: MetricsEvent[] = [];
   lines.forEach((line, i) => {
     try {
       events.push(JSON.parse(line) as MetricsEvent);
     } catch (err) {
-      if (i !== lines.length - 1) throw new Error(`${path}: line ${i + 1} is not valid JSON: ${(err as Error).message}`);
+      if (i !== lines.length - 1) throw new DataError(`${path}: line ${i + 1} is not valid JSON: ${(err as Error).message}`);
     }
   });
   return events;
+}
+
+function readText(path: string): string {
+  try {
+    return fs.readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new DataError(`cannot read the metrics log ${path}: ${(err as Error).message}`);
+  }
 }

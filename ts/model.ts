@@ -3,10 +3,11 @@
  * `save()`d file loads in PyTorch (`load_state_dict(..., strict=True)`) and a PyTorch state_dict in
  * safetensors layout loads here.
  */
+import * as os from 'node:os';
 import { binding, call, type CompressorName, type MemoryStats, type NativeEngine, type StateEntry, type StepResult } from './native.js';
 import { parseDevice, type DeviceName } from './device.js';
 import { Batcher } from './batcher.js';
-import type { ProcessGroup } from './cluster/group.js';
+import { ProcessGroup } from './cluster/group.js';
 import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors.js';
 import { CheckpointError, UsageError } from './errors.js';
 
@@ -121,14 +122,16 @@ export class Model {
    * ERR_UNSUPPORTED).
    */
   static async create(options: ModelOptions): Promise<Model> {
+    if (typeof options !== 'object' || options === null) throw new UsageError(`Model.create: options must be an object, got ${describe(options)}`);
     if (!ARCHITECTURES.includes(options.architecture))
       throw new UsageError(`unknown model '${options.architecture}' (choose one of: ${ARCHITECTURES.join(', ')})`);
     const classes = options.classes ?? 10;
-    if (!Number.isInteger(classes) || classes < 2) throw new UsageError(`classes must be an integer ≥ 2, got ${classes}`);
+    if (!Number.isInteger(classes) || classes < 2 || classes > MAX_CLASSES)
+      throw new UsageError(`classes must be an integer ≥ 2 (at most ${MAX_CLASSES}), got ${describe(classes)}`);
     if (options.dropout !== undefined && !(typeof options.dropout === 'number' && options.dropout >= 0 && options.dropout < 1))
       throw new UsageError(`dropout must be a number in [0, 1), got ${options.dropout}`);
-    if (options.keepGradients !== undefined && typeof options.keepGradients !== 'boolean')
-      throw new UsageError(`keepGradients must be a boolean, got ${String(options.keepGradients)}`);
+    checkOptions(options);
+    estimateMemory(options.architecture, classes, options.hidden ?? 650, options.layers ?? 2);
     const device = parseDevice(options.device ?? 'cpu');
     const engine = new binding.Engine({
       model: options.architecture,
@@ -235,6 +238,7 @@ export class Model {
 
   /** Loss and correct predictions over the batcher's current epoch, in evaluation mode. */
   async evaluate(batcher: Batcher): Promise<StepResult> {
+    if (!(batcher instanceof Batcher)) throw new UsageError(`evaluate takes a Batcher, got ${describe(batcher)}`);
     return call(this.native.evaluate(batcher.native));
   }
 
@@ -377,7 +381,10 @@ export class Model {
   async loadStateDict(tensors: Iterable<NamedTensor>): Promise<string[]> {
     const entries: StateEntry[] = [];
     const cast: string[] = [];
+    if (typeof (tensors as Iterable<NamedTensor> | null)?.[Symbol.iterator] !== 'function')
+      throw new UsageError(`loadStateDict takes an iterable of named tensors, got ${describe(tensors)}`);
     for (const t of tensors) {
+      checkTensor(t);
       if (t.dtype !== 'F32' && t.dtype !== 'I64' && t.dtype !== 'F64')
         throw new CheckpointError(`tensor '${t.name}' has dtype ${t.dtype}; the engine's state uses F32, F64 and I64`);
       const bad = firstNonFinite(t);
@@ -403,13 +410,32 @@ export class Model {
     return notes;
   }
 
-  /** Writes the weights (PyTorch state_dict) to a safetensors file, atomically. */
+  /**
+   * The model entries of a state (weights and buffers, as stateDict() gives them) as PyTorch's
+   * state_dict lists them, for files PyTorch loads with load_state_dict(strict=True): the language
+   * model's decoder.weight, which is encoder.weight (tied), is written as well, before decoder.bias.
+   * Other models' states are returned as they are.
+   */
+  forPyTorch(tensors: NamedTensor[]): NamedTensor[] {
+    const encoder = tensors.find((t) => t.name === 'encoder.weight');
+    if (this.architecture !== 'lstm' || !encoder || tensors.some((t) => t.name === 'decoder.weight')) return tensors;
+    const decoder: NamedTensor = { ...encoder, name: 'decoder.weight' };
+    const at = tensors.findIndex((t) => t.name === 'decoder.bias');
+    return at < 0 ? [...tensors, decoder] : [...tensors.slice(0, at), decoder, ...tensors.slice(at)];
+  }
+
+  /**
+   * Writes the weights (PyTorch state_dict, the language model's tied decoder.weight included) to a
+   * safetensors file, atomically.
+   */
   async save(path: string, metadata: Record<string, string> = {}): Promise<void> {
-    writeSafetensors(path, await this.stateDict(false), { format: 'pt', architecture: this.architecture, classes: String(this.classes), ...metadata });
+    if (typeof path !== 'string' || path === '') throw new UsageError(`save: path must be a file name, got ${describe(path)}`);
+    writeSafetensors(path, this.forPyTorch(await this.stateDict(false)), { format: 'pt', architecture: this.architecture, classes: String(this.classes), ...metadata });
   }
 
   /** Loads weights from a safetensors file (ours, or a PyTorch state_dict in that layout). */
   async load(path: string): Promise<string[]> {
+    if (typeof path !== 'string' || path === '') throw new UsageError(`load: path must be a file name, got ${describe(path)}`);
     const { tensors } = readSafetensors(path);
     try {
       return await this.loadStateDict(tensors.values());
@@ -428,6 +454,8 @@ export class Model {
    * whole before any is applied; a change keeps the error memory and re-draws PowerSGD's Q.
    */
   async setLevels(levels: Float64Array | number[]): Promise<void> {
+    if (!(levels instanceof Float64Array) && !(Array.isArray(levels) && levels.every((v) => typeof v === 'number')))
+      throw new UsageError(`setLevels takes a Float64Array or an array of numbers, got ${describe(levels)}`);
     await call(this.native.setLevels(Float64Array.from(levels)));
   }
 
@@ -438,10 +466,12 @@ export class Model {
 
   /** Every parameter and running statistic takes rank `root`'s values (data-parallel start). */
   async broadcastState(root = 0): Promise<void> {
+    if (!Number.isInteger(root) || root < 0) throw new UsageError(`broadcastState: root must be a rank (an integer ≥ 0), got ${describe(root)}`);
     await call(this.native.broadcastState(root));
   }
 
   async setLearningRate(lr: number): Promise<void> {
+    if (typeof lr !== 'number' || !Number.isFinite(lr) || lr < 0) throw new UsageError(`setLearningRate: lr must be a finite number ≥ 0, got ${describe(lr)}`);
     await call(this.native.setLearningRate(lr));
   }
 
@@ -456,6 +486,74 @@ export class Model {
     this.engine = null;
     if (engine) await engine.dispose();
   }
+}
+
+/** Class ids are int32; the language model's sizes are bounded as the addon bounds them. */
+const MAX_CLASSES = 2 ** 31 - 1;
+const MAX_HIDDEN = 2 ** 20;
+const MAX_LAYERS = 1024;
+const COMPRESSORS: readonly CompressorName[] = ['none', 'powersgd', 'topk'];
+
+/** The options of Model.create besides architecture, classes and dropout, checked by type and range. */
+function checkOptions(o: ModelOptions): void {
+  const integer = (key: keyof ModelOptions, min: number, max: number) => {
+    const v = o[key];
+    if (v !== undefined && !(Number.isSafeInteger(v) && (v as number) >= min && (v as number) <= max))
+      throw new UsageError(`${key} must be an integer from ${min} to ${max}, got ${describe(v)}`);
+  };
+  integer('hidden', 1, MAX_HIDDEN);
+  integer('layers', 1, MAX_LAYERS);
+  integer('seed', 0, Number.MAX_SAFE_INTEGER);
+  integer('compressionSeed', 0, Number.MAX_SAFE_INTEGER);
+  for (const key of ['learningRate', 'momentum', 'weightDecay', 'minCompressionRate'] as const) {
+    const v = o[key];
+    if (v !== undefined && !(typeof v === 'number' && Number.isFinite(v) && v >= 0)) throw new UsageError(`${key} must be a finite number ≥ 0, got ${describe(v)}`);
+  }
+  if (o.level !== undefined && !(typeof o.level === 'number' && Number.isFinite(o.level) && o.level > 0))
+    throw new UsageError(`level must be a positive number (a PowerSGD rank or a TopK ratio), got ${describe(o.level)}`);
+  for (const key of ['nesterov', 'accumulateNorms', 'frozenBatchNorm', 'keepGradients'] as const)
+    if (o[key] !== undefined && typeof o[key] !== 'boolean') throw new UsageError(`${key} must be a boolean, got ${describe(o[key])}`);
+  if (o.compressor !== undefined && !COMPRESSORS.includes(o.compressor))
+    throw new UsageError(`unknown compressor ${describe(o.compressor)} (choose one of: ${COMPRESSORS.join(', ')})`);
+  if (o.group !== undefined && !(o.group instanceof ProcessGroup)) throw new UsageError(`group must be a ProcessGroup, got ${describe(o.group)}`);
+}
+
+/**
+ * Refuses a model whose weights, gradients, momentum and compressor state (four float32 copies of
+ * the parameters) would not fit in this machine's memory, before anything is allocated.
+ */
+function estimateMemory(architecture: Architecture, classes: number, hidden: number, layers: number): void {
+  let parameters: number;
+  let sizes: string;
+  if (architecture === 'lstm') {
+    parameters = classes * hidden + classes + layers * (8 * hidden * hidden + 8 * hidden);
+    sizes = `vocabulary (classes) ${classes}, hidden ${hidden}, layers ${layers}`;
+  } else if (architecture === 'resnet18') {
+    parameters = 11_168_832 + 513 * classes;
+    sizes = `${classes} classes`;
+  } else {
+    const width = classes > 10 ? 4096 : 512;
+    parameters = 20_040_000 + 513 * width + (width + 1) * width + (width + 1) * classes;
+    sizes = `${classes} classes`;
+  }
+  const bytes = 16 * parameters;
+  const total = os.totalmem();
+  if (bytes > total)
+    throw new UsageError(
+      `model '${architecture}' with ${sizes} has ${parameters.toExponential(2)} parameters: its weights, gradients and optimiser state ` +
+        `(${(bytes / 2 ** 30).toFixed(1)} GiB) exceed this machine's memory (${(total / 2 ** 30).toFixed(1)} GiB)`,
+    );
+}
+
+/** A named tensor as loadStateDict reads it: name, dtype, shape and bytes. */
+function checkTensor(t: unknown): asserts t is NamedTensor {
+  const e = t as Partial<NamedTensor> | null;
+  if (typeof e !== 'object' || e === null) throw new UsageError(`loadStateDict: each tensor must be { name, dtype, shape, data }, got ${describe(t)}`);
+  if (typeof e.name !== 'string') throw new UsageError(`loadStateDict: a tensor's name must be a string, got ${describe(e.name)}`);
+  if (typeof e.dtype !== 'string') throw new UsageError(`loadStateDict: tensor '${e.name}' has no dtype`);
+  if (!Array.isArray(e.shape) || e.shape.some((d) => !Number.isSafeInteger(d) || d < 0))
+    throw new UsageError(`loadStateDict: tensor '${e.name}' must have a shape of non-negative integers, got ${describe(e.shape)}`);
+  if (!(e.data instanceof Uint8Array)) throw new UsageError(`loadStateDict: tensor '${e.name}' must hold its bytes in a Uint8Array, got ${describe(e.data)}`);
 }
 
 /** Entries of the engine's state that are float64 themselves (not cast). */

@@ -1,11 +1,15 @@
 /**
  * The one typed seam to the C++ addon. Everything else in ts/ goes through these types; nothing
- * outside this file touches the raw binding.
+ * outside this file touches the raw binding. Every function, constructor, method and accessor of
+ * the binding is guarded here: whatever it throws, or a promise it returns rejects with, reaches the
+ * caller as a NativeError (an AccordionError) carrying the addon's code (ERR_NATIVE when it has none).
+ * The test and benchmark tools (LayerProbe, ReducerProbe, crossEntropy, orthogonalize) are not in
+ * `binding`: they are reached through ts/testing.ts (accordion-engine/testing) only.
  */
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
-import { NativeError } from './errors.js';
+import { AccordionError, NativeError } from './errors.js';
 
 export interface BuildInfo {
   dnnl: string;
@@ -186,7 +190,7 @@ export interface NativeLayerProbe {
   setValue(name: string, value: Float32Array): void;
 }
 
-interface Binding {
+export interface Binding {
   Engine: new (options: EngineOptions) => NativeEngine;
   ProcessGroup: new (options: {
     rank: number;
@@ -199,33 +203,37 @@ interface Binding {
     prefix?: string;
   }) => NativeProcessGroup;
   Batcher: new (images: Uint8Array, labels: Int32Array, classes: number, options: BatcherOptions) => NativeBatcher;
-  LayerProbe: new (kind: string, options?: Record<string, number | boolean>) => NativeLayerProbe;
-  ReducerProbe: new (
-    shapes: number[][],
-    options: {
-      compressor: CompressorName;
-      level?: number;
-      workers?: number;
-      seed?: number;
-      minCompressionRate?: number;
-      accumulateNorms?: boolean;
-      group?: NativeProcessGroup;
-    },
-  ) => NativeReducerProbe;
   buildInfo(): BuildInfo;
   deviceQuery(): DeviceQuery;
   /** Throws (with the cause's code) unless a model can run on the device. */
   checkDevice(device: string): void;
-  crossEntropy(logits: Float32Array, n: number, k: number, labels: Int32Array): { loss: number; grad: Float32Array; correct: number };
   setThreads(n: number): void;
+}
+
+export interface NativeReducerProbeOptions {
+  compressor?: CompressorName;
+  level?: number;
+  workers?: number;
+  seed?: number;
+  minCompressionRate?: number;
+  accumulateNorms?: boolean;
+  group?: NativeProcessGroup;
+  device?: string;
+}
+
+/** The addon's tools for tests and benchmarks. */
+export interface TestingBinding {
+  LayerProbe: new (kind: string, options?: Record<string, number | boolean>) => NativeLayerProbe;
+  ReducerProbe: new (shapes: number[][], options: NativeReducerProbeOptions) => NativeReducerProbe;
+  crossEntropy(logits: Float32Array, n: number, k: number, labels: Int32Array): { loss: number; grad: Float32Array; correct: number };
   orthogonalize(matrix: Float32Array, rows: number, cols: number, eps?: number): void;
 }
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
-function load(): Binding {
+function load(): Binding & { testing: TestingBinding } {
   const require = createRequire(import.meta.url);
-  const build = require('node-gyp-build') as (dir: string) => Binding;
+  const build = require('node-gyp-build') as (dir: string) => Binding & { testing: TestingBinding };
   try {
     return build(root);
   } catch (err) {
@@ -237,17 +245,92 @@ function load(): Binding {
   }
 }
 
-export const binding: Binding = load();
-
-/** Errors thrown by the addon carry a `code`; give them the project's error class. */
+/**
+ * An error from the addon as the project's error class: a NativeError keeping the addon's code
+ * (ERR_NATIVE when it has none) and its stack. AccordionErrors pass through unchanged.
+ */
 export function asNativeError(err: unknown): Error {
-  if (err instanceof Error && typeof (err as { code?: unknown }).code === 'string' && !(err instanceof NativeError)) {
-    const wrapped = new NativeError((err as unknown as { code: string }).code, err.message);
-    wrapped.stack = `${wrapped.name}: ${err.message}\n${(err.stack ?? '').split('\n').slice(1).join('\n')}`;
-    return wrapped;
-  }
-  return err as Error;
+  if (err instanceof AccordionError) return err;
+  const code = typeof (err as { code?: unknown } | null)?.code === 'string' ? (err as { code: string }).code : 'ERR_NATIVE';
+  const message = err instanceof Error ? err.message : `native failure: ${String(err)}`;
+  const wrapped = new NativeError(code, message);
+  if (err instanceof Error) wrapped.stack = `${wrapped.name}: ${message}\n${(err.stack ?? '').split('\n').slice(1).join('\n')}`;
+  return wrapped;
 }
+
+/** Runs a call into the addon: what it throws, or a promise it returns rejects with, becomes a NativeError. */
+function guarded<T>(run: () => T): T {
+  let result: T;
+  try {
+    result = run();
+  } catch (err) {
+    throw asNativeError(err);
+  }
+  if (result instanceof Promise)
+    return result.catch((err: unknown) => {
+      throw asNativeError(err);
+    }) as T;
+  return result;
+}
+
+/** Any function or class of the addon (TypeScript needs `any` to take their parameters apart). */
+type AnyFunction = (...args: any[]) => any;
+type AnyClass = new (...args: any[]) => object;
+
+function guardFunction<F extends AnyFunction>(native: F): F {
+  return ((...args: Parameters<F>) => guarded(() => native(...args))) as F;
+}
+
+/** A subclass of a native class whose constructor, methods and accessors are guarded. */
+function guardClass<C extends AnyClass>(Native: C): C {
+  const Guarded = class extends Native {
+    constructor(...args: any[]) {
+      try {
+        super(...args);
+      } catch (err) {
+        throw asNativeError(err);
+      }
+    }
+  };
+  for (const name of Object.getOwnPropertyNames(Native.prototype)) {
+    if (name === 'constructor') continue;
+    const d = Object.getOwnPropertyDescriptor(Native.prototype, name)!;
+    if (typeof d.value === 'function') {
+      const method = d.value as AnyFunction;
+      Object.defineProperty(Guarded.prototype, name, {
+        ...d,
+        value(this: object, ...args: unknown[]) {
+          return guarded(() => method.apply(this, args));
+        },
+      });
+    } else if (d.get) {
+      const get = d.get;
+      Object.defineProperty(Guarded.prototype, name, { ...d, get(this: object) { return guarded(() => get.call(this)); } });
+    }
+  }
+  Object.defineProperty(Guarded, 'name', { value: Native.name });
+  return Guarded;
+}
+
+const raw = load();
+
+export const binding: Binding = {
+  Engine: guardClass(raw.Engine),
+  ProcessGroup: guardClass(raw.ProcessGroup),
+  Batcher: guardClass(raw.Batcher),
+  buildInfo: guardFunction(raw.buildInfo),
+  deviceQuery: guardFunction(raw.deviceQuery),
+  checkDevice: guardFunction(raw.checkDevice),
+  setThreads: guardFunction(raw.setThreads),
+};
+
+/** @internal The test and benchmark tools; ts/testing.ts is their public door. */
+export const testingBinding: TestingBinding = {
+  LayerProbe: guardClass(raw.testing.LayerProbe),
+  ReducerProbe: guardClass(raw.testing.ReducerProbe),
+  crossEntropy: guardFunction(raw.testing.crossEntropy),
+  orthogonalize: guardFunction(raw.testing.orthogonalize),
+};
 
 /** Awaits a native promise, converting its rejection and keeping the caller's stack. */
 export async function call<T>(promise: Promise<T>): Promise<T> {

@@ -19,16 +19,32 @@ void placeState(StateRefs& refs, Backend& backend) {
 }
 
 static void requireActivation(const Tensor& x, int64_t channels, const char* layer) {
-  if (x.rank() != 4 || (channels > 0 && x.dim(1) != channels))
+  bool empty = false;
+  for (int64_t d : x.shape()) empty = empty || d < 1;
+  if (x.rank() != 4 || empty || (channels > 0 && x.dim(1) != channels))
     throw invalidArgument(std::string(layer) + " expects input (N, " + (channels > 0 ? std::to_string(channels) : "C") +
-                          ", H, W), got " + shapeString(x.shape()));
+                          ", H, W) with every dimension ≥ 1, got " + shapeString(x.shape()));
 }
+
+// A layer's size argument: checked when the layer is built, before any arithmetic uses it.
+static void requireAtLeast(int64_t value, int64_t min, const char* layer, const char* what) {
+  if (value < min)
+    throw invalidArgument(std::string(layer) + ": " + what + " must be at least " + std::to_string(min) + ", got " + std::to_string(value));
+}
+
+// A window of `kernel` (with `padding` on both sides) must fit in an input side of `size`.
+static bool windowFits(int64_t size, int64_t kernel, int64_t padding) { return size + 2 * padding >= kernel; }
 
 // ---------------------------------------------------------------------------------------------
 
 Conv2d::Conv2d(Backend& ops, int64_t inChannels, int64_t outChannels, int64_t kernel, int64_t stride, int64_t padding, bool bias,
                Random& rng)
     : Module(ops) {
+  requireAtLeast(inChannels, 1, "Conv2d", "in channels");
+  requireAtLeast(outChannels, 1, "Conv2d", "out channels");
+  requireAtLeast(kernel, 1, "Conv2d", "kernel");
+  requireAtLeast(stride, 1, "Conv2d", "stride");
+  requireAtLeast(padding, 0, "Conv2d", "padding");
   spec_.inChannels = inChannels;
   spec_.outChannels = outChannels;
   spec_.kernel = kernel;
@@ -60,7 +76,7 @@ Tensor Conv2d::forward(const Tensor& input) {
   if (!op_ || spec_.inputShape() != input.shape()) {
     Conv2dSpec spec = spec_;
     spec.batch = input.dim(0), spec.height = input.dim(2), spec.width = input.dim(3);
-    if (spec.outHeight() <= 0 || spec.outWidth() <= 0)
+    if (!windowFits(spec.height, spec.kernel, spec.padding) || !windowFits(spec.width, spec.kernel, spec.padding))
       throw invalidArgument("Conv2d input " + shapeString(input.shape()) + " is smaller than the kernel");
     op_ = &prepared_.get(input.shape(), [&] { return ops_.conv2d(spec); });
     spec_ = spec;
@@ -81,6 +97,7 @@ Tensor Conv2d::backward(const Tensor& gradOutput) {
 // ---------------------------------------------------------------------------------------------
 
 BatchNorm2d::BatchNorm2d(Backend& ops, int64_t channels, float momentum, float eps) : Module(ops) {
+  requireAtLeast(channels, 1, "BatchNorm2d", "channels");
   spec_.channels = channels;
   spec_.momentum = momentum;
   spec_.eps = eps;
@@ -157,6 +174,13 @@ Tensor ReLU::backward(const Tensor& gradOutput) {
 // ---------------------------------------------------------------------------------------------
 
 MaxPool2d::MaxPool2d(Backend& ops, int64_t kernel, int64_t stride, int64_t padding) : Module(ops) {
+  requireAtLeast(kernel, 1, "MaxPool2d", "kernel");
+  requireAtLeast(stride, 1, "MaxPool2d", "stride");
+  requireAtLeast(padding, 0, "MaxPool2d", "padding");
+  // As torch.nn.MaxPool2d: a window must overlap the input, so padding is at most half the kernel.
+  if (2 * padding > kernel)
+    throw invalidArgument("MaxPool2d: padding must be at most half the kernel, got padding " + std::to_string(padding) + " and kernel " +
+                          std::to_string(kernel));
   spec_.kernel = kernel;
   spec_.stride = stride;
   spec_.padding = padding;
@@ -167,7 +191,7 @@ Tensor MaxPool2d::forward(const Tensor& input) {
   if (!op_ || spec_.inputShape() != input.shape()) {
     Pool2dSpec spec = spec_;
     spec.batch = input.dim(0), spec.channels = input.dim(1), spec.height = input.dim(2), spec.width = input.dim(3);
-    if (spec.outHeight() <= 0 || spec.outWidth() <= 0)
+    if (!windowFits(spec.height, spec.kernel, spec.padding) || !windowFits(spec.width, spec.kernel, spec.padding))
       throw invalidArgument("MaxPool2d input " + shapeString(input.shape()) + " is smaller than the window");
     op_ = &prepared_.get(input.shape(), [&] { return ops_.maxPool2d(spec); });
     spec_ = spec;
@@ -223,6 +247,8 @@ Tensor Flatten::backward(const Tensor& gradOutput) {
 // ---------------------------------------------------------------------------------------------
 
 Linear::Linear(Backend& ops, int64_t inFeatures, int64_t outFeatures, Random& rng) : Module(ops), in_(inFeatures), out_(outFeatures) {
+  requireAtLeast(inFeatures, 1, "Linear", "in features");
+  requireAtLeast(outFeatures, 1, "Linear", "out features");
   weight.value = Tensor({outFeatures, inFeatures});
   weight.grad = Tensor::zeros({outFeatures, inFeatures});
   bias.value = Tensor({outFeatures});
@@ -239,8 +265,8 @@ void Linear::collectState(const std::string& prefix, StateRefs& refs) {
 }
 
 Tensor Linear::forward(const Tensor& input) {
-  if (input.rank() != 2 || input.dim(1) != in_)
-    throw invalidArgument("Linear expects input (N, " + std::to_string(in_) + "), got " + shapeString(input.shape()));
+  if (input.rank() != 2 || input.dim(0) < 1 || input.dim(1) != in_)
+    throw invalidArgument("Linear expects input (N, " + std::to_string(in_) + ") with N ≥ 1, got " + shapeString(input.shape()));
   const int64_t n = input.dim(0);
   input_ = input;
   ensureShape(output_, {n, out_}, ops_);
@@ -257,6 +283,10 @@ Tensor Linear::backward(const Tensor& gradOutput) {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+Dropout::Dropout(Backend& ops, float p, uint64_t seed) : Module(ops), p_(p), rng_(seed) {
+  if (!(p >= 0.0f && p < 1.0f)) throw invalidArgument("Dropout: p must lie in [0, 1), got " + std::to_string(p));
+}
 
 Tensor Dropout::forward(const Tensor& input) {
   if (!training_ || p_ == 0.0f) return input;
@@ -313,6 +343,9 @@ void Sequential::freezeBatchNorm(bool frozen) {
 
 BasicBlock::BasicBlock(Backend& ops, int64_t inPlanes, int64_t planes, int64_t stride, Random& rng)
     : Module(ops), main_(ops), shortcut_(ops), outRelu_(ops, true) {
+  requireAtLeast(inPlanes, 1, "BasicBlock", "in planes");
+  requireAtLeast(planes, 1, "BasicBlock", "planes");
+  requireAtLeast(stride, 1, "BasicBlock", "stride");
   main_.add("conv1", std::make_unique<Conv2d>(ops, inPlanes, planes, 3, stride, 1, false, rng))
       .add("bn1", std::make_unique<BatchNorm2d>(ops, planes))
       .add("relu", std::make_unique<ReLU>(ops, true))

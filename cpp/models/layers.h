@@ -191,7 +191,7 @@ class Linear : public Module {
 // trains alike on every device and its checkpoints carry one stream state.
 class Dropout : public Module {
  public:
-  Dropout(Backend& ops, float p, uint64_t seed) : Module(ops), p_(p), rng_(seed) {}
+  Dropout(Backend& ops, float p, uint64_t seed);
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& gradOutput) override;
   Random& rng() { return rng_; }

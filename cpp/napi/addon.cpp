@@ -69,21 +69,19 @@ Napi::Value deviceQuery(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// Sizes of the testing functions' arguments: rows, columns and classes fit in 31 bits.
+constexpr int64_t kMaxDimension = (int64_t{1} << 31) - 1;
+
 // crossEntropy(logits: Float32Array (N×K), n, k, labels: Int32Array) → { loss, grad, correct }
 Napi::Value crossEntropy(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Float32Array logits = float32Arg(info, 0, "logits");
-  const int64_t n = info[1].As<Napi::Number>().Int64Value(), k = info[2].As<Napi::Number>().Int64Value();
-  if (!info[3].IsTypedArray() || info[3].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
-      static_cast<int64_t>(info[3].As<Napi::Int32Array>().ElementLength()) != n)
-    throw typeError(env, "labels must be an Int32Array of length n");
+  const int64_t n = intArg(info, 1, "n", 1, kMaxDimension), k = intArg(info, 2, "k", 1, kMaxDimension);
+  Napi::Int32Array labels = int32Arg(info, 3, "labels");
+  if (static_cast<int64_t>(labels.ElementLength()) != n) throw typeError(env, "labels must be an Int32Array of length n");
   Tensor z = fromJs(logits, {n, k}, env), grad({n, k});
   double stats[2];
-  try {
-    CpuBackend().softmaxCrossEntropy(z.data(), info[3].As<Napi::Int32Array>().Data(), n, k, grad.data(), stats);
-  } catch (const EngineError& e) {
-    throw makeError(env, e.code(), e.what());
-  }
+  CpuBackend().softmaxCrossEntropy(z.data(), labels.Data(), n, k, grad.data(), stats);
   Napi::Object o = Napi::Object::New(env);
   o.Set("loss", stats[0]);
   o.Set("grad", toJs(env, grad));
@@ -95,9 +93,10 @@ Napi::Value crossEntropy(const Napi::CallbackInfo& info) {
 // Gram-Schmidt on the columns, in place (PowerSGD's orthogonalisation; exposed for tests and benchmarks).
 Napi::Value orthogonalize(const Napi::CallbackInfo& info) {
   Napi::Float32Array m = float32Arg(info, 0, "matrix");
-  const int64_t rows = info[1].As<Napi::Number>().Int64Value(), cols = info[2].As<Napi::Number>().Int64Value();
-  if (rows <= 0 || cols <= 0 || static_cast<int64_t>(m.ElementLength()) != rows * cols)
-    throw typeError(info.Env(), "matrix must hold rows × cols floats");
+  const int64_t rows = intArg(info, 1, "rows", 1, kMaxDimension), cols = intArg(info, 2, "cols", 1, kMaxDimension);
+  if (static_cast<int64_t>(m.ElementLength()) != rows * cols) throw typeError(info.Env(), "matrix must hold rows × cols floats");
+  if (!info[3].IsUndefined() && !(info[3].IsNumber() && info[3].As<Napi::Number>().DoubleValue() >= 0))
+    throw typeError(info.Env(), "eps must be a number ≥ 0");
   orthogonalizeColumns(m.Data(), rows, cols, info[3].IsNumber() ? info[3].As<Napi::Number>().FloatValue() : 1e-8f);
   return info.Env().Undefined();
 }
@@ -106,22 +105,16 @@ Napi::Value orthogonalize(const Napi::CallbackInfo& info) {
 Napi::Value checkDevice(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsString()) throw typeError(env, "device must be a string");
-  try {
-    const Device device = parseDevice(info[0].As<Napi::String>().Utf8Value());
-    if (device.isCuda())
-      if (auto error = cuda::unusable(device.index)) throw *error;
-  } catch (const EngineError& e) {
-    throw makeError(env, e.code(), e.what());
-  }
+  const Device device = parseDevice(info[0].As<Napi::String>().Utf8Value());
+  if (device.isCuda())
+    if (auto error = cuda::unusable(device.index)) throw *error;
   return env.Undefined();
 }
 
 Napi::Value setThreads(const Napi::CallbackInfo& info) {
-  const int n = info[0].As<Napi::Number>().Int32Value();
-  if (n > 0) {
-    omp_set_num_threads(n);
-    openblas_set_num_threads(n);
-  }
+  const int n = static_cast<int>(intArg(info, 0, "threads", 1, 4096));
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
   return info.Env().Undefined();
 }
 
@@ -135,7 +128,7 @@ static bool isInstance(Napi::Value value, Napi::FunctionReference AddonData::*cl
 bool isBatcher(Napi::Value value) { return isInstance(value, &AddonData::batcherClass); }
 bool isProcessGroup(Napi::Value value) { return isInstance(value, &AddonData::groupClass); }
 
-Napi::Object init(Napi::Env env, Napi::Object exports) {
+static Napi::Object defineExports(Napi::Env env, Napi::Object exports) {
   auto* data = new AddonData();
   env.SetInstanceData(data);
   Napi::Function batcher = BatcherWrap::define(env);
@@ -145,15 +138,23 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   data->groupClass = Napi::Persistent(group);
   exports.Set("ProcessGroup", group);
   exports.Set("Engine", EngineWrap::define(env));
-  exports.Set("LayerProbe", LayerProbeWrap::define(env));
-  exports.Set("ReducerProbe", ReducerProbeWrap::define(env));
-  exports.Set("buildInfo", Napi::Function::New(env, buildInfo));
-  exports.Set("deviceQuery", Napi::Function::New(env, deviceQuery));
-  exports.Set("crossEntropy", Napi::Function::New(env, crossEntropy));
-  exports.Set("checkDevice", Napi::Function::New(env, checkDevice));
-  exports.Set("setThreads", Napi::Function::New(env, setThreads));
-  exports.Set("orthogonalize", Napi::Function::New(env, orthogonalize));
+  exports.Set("buildInfo", Napi::Function::New(env, guarded<buildInfo>));
+  exports.Set("deviceQuery", Napi::Function::New(env, guarded<deviceQuery>));
+  exports.Set("checkDevice", Napi::Function::New(env, guarded<checkDevice>));
+  exports.Set("setThreads", Napi::Function::New(env, guarded<setThreads>));
+  // Tools of the tests and benchmarks, apart from the library's classes: ts/testing.ts
+  // (accordion-engine/testing) is their only door.
+  Napi::Object testing = Napi::Object::New(env);
+  testing.Set("LayerProbe", LayerProbeWrap::define(env));
+  testing.Set("ReducerProbe", ReducerProbeWrap::define(env));
+  testing.Set("crossEntropy", Napi::Function::New(env, guarded<crossEntropy>));
+  testing.Set("orthogonalize", Napi::Function::New(env, guarded<orthogonalize>));
+  exports.Set("testing", testing);
   return exports;
+}
+
+Napi::Object init(Napi::Env env, Napi::Object exports) {
+  return guard(env, [&] { return defineExports(env, exports); });
 }
 
 }  // namespace accordion::napi

@@ -1,23 +1,27 @@
 // JS class Batcher: the native prefetching data loader over images held in JS memory.
+#include <cmath>
+
 #include "napi/classes.h"
 
 namespace accordion::napi {
 
+constexpr int64_t kMaxClasses = (int64_t{1} << 31) - 1, kMaxBatch = (int64_t{1} << 31) - 1, kMaxWorkers = int64_t{1} << 20;
+
 Napi::Function BatcherWrap::define(Napi::Env env) {
   return DefineClass(env, "Batcher",
-                     {InstanceMethod("startEpoch", &BatcherWrap::startEpoch), InstanceMethod("next", &BatcherWrap::next),
-                      InstanceAccessor("batchesPerEpoch", &BatcherWrap::batchesPerEpoch, nullptr),
-                      InstanceAccessor("samplesPerEpoch", &BatcherWrap::samplesPerEpoch, nullptr)});
+                     {method<&BatcherWrap::startEpoch>("startEpoch"), method<&BatcherWrap::next>("next"),
+                      getter<&BatcherWrap::batchesPerEpoch>("batchesPerEpoch"),
+                      getter<&BatcherWrap::samplesPerEpoch>("samplesPerEpoch")});
 }
 
 // new Batcher(images: Uint8Array (count × 3072), labels: Int32Array, classes, options)
-BatcherWrap::BatcherWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<BatcherWrap>(info) {
+BatcherWrap::BatcherWrap(const Napi::CallbackInfo& info) try : GuardedWrap<BatcherWrap>(info) {
   Napi::Env env = info.Env();
   if (info.Length() < 4 || !info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
     throw typeError(env, "images must be a Uint8Array");
   if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
     throw typeError(env, "labels must be an Int32Array");
-  if (!info[2].IsNumber()) throw typeError(env, "classes must be a number");
+  const int64_t classes = intArg(info, 2, "classes", 1, kMaxClasses);
   if (!info[3].IsObject()) throw typeError(env, "options must be an object");
   auto images = info[0].As<Napi::Uint8Array>();
   auto labels = info[1].As<Napi::Int32Array>();
@@ -27,42 +31,39 @@ BatcherWrap::BatcherWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Batc
                              std::to_string(count * Batcher::kImageBytes) + " for " + std::to_string(count) + " labels");
   Napi::Object o = info[3].As<Napi::Object>();
   BatcherOptions options;
-  options.batchSize = static_cast<int64_t>(numberOption(o, "batchSize", 128));
+  options.batchSize = intOption(o, "batchSize", 128, 1, kMaxBatch);
   options.shuffle = boolOption(o, "shuffle", true);
   options.augment = boolOption(o, "augment", true);
   options.dropLast = boolOption(o, "dropLast", false);
-  options.seed = static_cast<uint64_t>(numberOption(o, "seed", 0));
-  options.rank = static_cast<int64_t>(numberOption(o, "rank", 0));
-  options.worldSize = static_cast<int64_t>(numberOption(o, "worldSize", 1));
+  options.seed = static_cast<uint64_t>(intOption(o, "seed", 0, 0, kMaxSafeInteger));
+  options.worldSize = intOption(o, "worldSize", 1, 1, kMaxWorkers);
+  options.rank = intOption(o, "rank", 0, 0, options.worldSize - 1);
   options.padShards = boolOption(o, "padShards", true);
   // Batches in the layout and memory of the model's device.
-  try {
-    const Device device = parseDevice(stringOption(o, "device", "cpu"));
-    options.channelsLast = device.isCpu();
-    options.pinned = !device.isCpu();
-  } catch (const EngineError& e) {
-    throw makeError(env, e.code(), e.what());
-  }
+  const Device device = parseDevice(stringOption(o, "device", "cpu"));
+  options.channelsLast = device.isCpu();
+  options.pinned = !device.isCpu();
   for (const char* key : {"mean", "std"}) {
     Napi::Value v = o.Get(key);
     if (v.IsUndefined()) continue;
     if (!v.IsArray() || v.As<Napi::Array>().Length() != 3) throw typeError(env, std::string("option '") + key + "' must be 3 numbers");
-    for (uint32_t c = 0; c < 3; ++c)
-      (key[0] == 'm' ? options.mean : options.stddev)[c] = v.As<Napi::Array>().Get(c).As<Napi::Number>().FloatValue();
+    for (uint32_t c = 0; c < 3; ++c) {
+      Napi::Value x = v.As<Napi::Array>().Get(c);
+      const bool deviation = key[0] == 's';
+      if (!x.IsNumber() || !std::isfinite(x.As<Napi::Number>().DoubleValue()) || (deviation && !(x.As<Napi::Number>().DoubleValue() > 0)))
+        throw typeError(env, std::string("option '") + key + "' must be 3 finite numbers" + (deviation ? ", each positive" : ""));
+      (deviation ? options.stddev : options.mean)[c] = x.As<Napi::Number>().FloatValue();
+    }
   }
   imagesRef_ = Napi::Persistent(images.As<Napi::Object>());
   labelsRef_ = Napi::Persistent(labels.As<Napi::Object>());
-  try {
-    batcher_ = std::make_unique<Batcher>(images.Data(), labels.Data(), count, static_cast<int64_t>(info[2].As<Napi::Number>().Int64Value()),
-                                         options);
-  } catch (const EngineError& e) {
-    throw makeError(env, e.code(), e.what());
-  }
+  batcher_ = std::make_unique<Batcher>(images.Data(), labels.Data(), count, classes, options);
+} catch (...) {
+  rethrowAsJs(info.Env());
 }
 
 Napi::Value BatcherWrap::startEpoch(const Napi::CallbackInfo& info) {
-  if (!info[0].IsNumber()) throw typeError(info.Env(), "epoch must be a number");
-  batcher_->startEpoch(info[0].As<Napi::Number>().Int64Value());
+  batcher_->startEpoch(intArg(info, 0, "epoch", 0, kMaxSafeInteger));
   return info.Env().Undefined();
 }
 

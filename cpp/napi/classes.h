@@ -1,4 +1,5 @@
-// The JS classes of the addon. One class per file: batcher.cpp, engine.cpp, layer_probe.cpp.
+// The JS classes of the addon. One class per file: batcher.cpp, engine.cpp, layer_probe.cpp, … Each
+// registers its methods through GuardedWrap (napi/guard.h), so no C++ exception escapes to N-API.
 #pragma once
 #include <napi.h>
 
@@ -7,6 +8,7 @@
 #include "data/batcher.h"
 #include "models/layers.h"
 #include "napi/convert.h"
+#include "napi/guard.h"
 #include "napi/worker.h"
 #include "comm/gloo_group.h"
 #include "train/session.h"
@@ -20,7 +22,7 @@ bool isProcessGroup(Napi::Value value);
 // A process group over Gloo (one per worker process), whose collectives run on its own native thread.
 // An Engine given the group runs on that same thread, so every collective of a worker, from the
 // training step or from JS, happens in one order.
-class ProcessGroupWrap : public Napi::ObjectWrap<ProcessGroupWrap> {
+class ProcessGroupWrap : public GuardedWrap<ProcessGroupWrap> {
  public:
   static Napi::Function define(Napi::Env env);
   explicit ProcessGroupWrap(const Napi::CallbackInfo& info);
@@ -48,7 +50,7 @@ class ProcessGroupWrap : public Napi::ObjectWrap<ProcessGroupWrap> {
   std::unique_ptr<Napi::ObjectReference> ready_;
 };
 
-class BatcherWrap : public Napi::ObjectWrap<BatcherWrap> {
+class BatcherWrap : public GuardedWrap<BatcherWrap> {
  public:
   static Napi::Function define(Napi::Env env);
   explicit BatcherWrap(const Napi::CallbackInfo& info);
@@ -65,7 +67,7 @@ class BatcherWrap : public Napi::ObjectWrap<BatcherWrap> {
 };
 
 // A training session (model + optimiser) whose work runs on its own native thread.
-class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
+class EngineWrap : public GuardedWrap<EngineWrap> {
  public:
   static Napi::Function define(Napi::Env env);
   explicit EngineWrap(const Napi::CallbackInfo& info);
@@ -106,7 +108,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
 };
 
 // Synchronous access to one layer, for gradient checks and inspection on small shapes.
-class LayerProbeWrap : public Napi::ObjectWrap<LayerProbeWrap> {
+class LayerProbeWrap : public GuardedWrap<LayerProbeWrap> {
  public:
   static Napi::Function define(Napi::Env env);
   explicit LayerProbeWrap(const Napi::CallbackInfo& info);
@@ -116,6 +118,10 @@ class LayerProbeWrap : public Napi::ObjectWrap<LayerProbeWrap> {
   Napi::Value backward(const Napi::CallbackInfo& info);
   Napi::Value state(const Napi::CallbackInfo& info);
   Napi::Value setValue(const Napi::CallbackInfo& info);
+  int64_t outputBound(Napi::Env env, const Shape& input) const;
+  std::string kind_;
+  std::vector<int64_t> window_;  // kernel, stride, padding of a windowed layer
+  int64_t outChannels_ = 0;      // of a layer that sets them (conv2d, linear, basicblock)
   std::unique_ptr<Backend> backend_;  // the CPU's
   std::unique_ptr<Module> layer_;
   StateRefs refs_;
@@ -124,7 +130,7 @@ class LayerProbeWrap : public Napi::ObjectWrap<LayerProbeWrap> {
 
 // W simulated workers (threads of this process) each running a GradientReducer over an in-process
 // group: tests of the compressors' multi-worker arithmetic. Synchronous, for small tensors.
-class ReducerProbeWrap : public Napi::ObjectWrap<ReducerProbeWrap> {
+class ReducerProbeWrap : public GuardedWrap<ReducerProbeWrap> {
  public:
   static Napi::Function define(Napi::Env env);
   explicit ReducerProbeWrap(const Napi::CallbackInfo& info);
@@ -142,6 +148,7 @@ class ReducerProbeWrap : public Napi::ObjectWrap<ReducerProbeWrap> {
   Napi::Value randomize(const Napi::CallbackInfo& info);
   Napi::Value run(const Napi::CallbackInfo& info);
   GradientReducer& reducer(const Napi::CallbackInfo& info, size_t workerArg);
+  size_t workerIndex(const Napi::CallbackInfo& info, size_t index);
   size_t parameterArg(const Napi::CallbackInfo& info, size_t index);
 
   std::vector<std::unique_ptr<Backend>> backends_;  // one per worker, on the probe's device

@@ -2,10 +2,13 @@
 #pragma once
 #include <napi.h>
 
+#include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
+#include "napi/guard.h"
 #include "ops/cpu_backend.h"
 #include "train/session.h"
 
@@ -17,22 +20,78 @@ inline Napi::Error typeError(Napi::Env env, const std::string& message) {
   return e;
 }
 
+inline Napi::Error rangeError(Napi::Env env, const std::string& message) {
+  Napi::Error e = Napi::RangeError::New(env, message);
+  e.Set("code", Napi::String::New(env, "ERR_OUT_OF_RANGE"));
+  return e;
+}
+
+// The largest integer a JS number holds exactly, and the most elements a tensor built from caller
+// arguments may have (far beyond any memory: the bound keeps products of dimensions in int64).
+constexpr int64_t kMaxSafeInteger = (int64_t{1} << 53) - 1;
+constexpr int64_t kMaxElements = int64_t{1} << 48;
+
+inline std::string numberText(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
+
+// An integer in [min, max] (max at most kMaxSafeInteger), checked before any conversion.
+inline int64_t integerValue(Napi::Env env, Napi::Value v, const std::string& what, int64_t min, int64_t max) {
+  if (!v.IsNumber()) throw typeError(env, what + " must be an integer");
+  const double d = v.As<Napi::Number>().DoubleValue();
+  if (!std::isfinite(d) || d != std::floor(d)) throw typeError(env, what + " must be an integer, got " + numberText(d));
+  if (d < static_cast<double>(min) || d > static_cast<double>(max))
+    throw rangeError(env, what + " must be an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", got " +
+                              numberText(d));
+  return static_cast<int64_t>(d);
+}
+
+inline int64_t intArg(const Napi::CallbackInfo& info, size_t i, const std::string& what, int64_t min, int64_t max) {
+  return integerValue(info.Env(), info[i], what, min, max);
+}
+
+// The product of `dims`, or a range error naming `what` when it exceeds `limit` (checked as it grows,
+// so it never overflows).
+inline int64_t elementCount(Napi::Env env, const Shape& dims, const std::string& what, int64_t limit = kMaxElements) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0) throw rangeError(env, what + " has a negative dimension");
+    if (d != 0 && n > limit / d)
+      throw rangeError(env, what + " " + shapeString(dims) + " has more than " + std::to_string(limit) + " elements");
+    n *= d;
+  }
+  return n;
+}
+
 inline Napi::Float32Array float32Arg(const Napi::CallbackInfo& info, size_t i, const char* what) {
   if (info.Length() <= i || !info[i].IsTypedArray() || info[i].As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
     throw typeError(info.Env(), std::string(what) + " must be a Float32Array");
   return info[i].As<Napi::Float32Array>();
 }
 
-inline Shape shapeArg(Napi::Env env, Napi::Value v, const char* what) {
-  if (!v.IsArray()) throw typeError(env, std::string(what) + " must be an array of dimensions");
+inline Napi::Int32Array int32Arg(const Napi::CallbackInfo& info, size_t i, const char* what) {
+  if (info.Length() <= i || !info[i].IsTypedArray() || info[i].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
+    throw typeError(info.Env(), std::string(what) + " must be an Int32Array");
+  return info[i].As<Napi::Int32Array>();
+}
+
+// An array of integers, each in [min, max].
+inline std::vector<int64_t> integerList(Napi::Env env, Napi::Value v, const std::string& what, int64_t min, int64_t max) {
+  if (!v.IsArray()) throw typeError(env, what + " must be an array of integers");
   Napi::Array a = v.As<Napi::Array>();
-  Shape shape;
-  for (uint32_t i = 0; i < a.Length(); ++i) {
-    Napi::Value d = a.Get(i);
-    if (!d.IsNumber() || d.As<Napi::Number>().DoubleValue() < 0)
-      throw typeError(env, std::string(what) + "[" + std::to_string(i) + "] must be a non-negative integer");
-    shape.push_back(d.As<Napi::Number>().Int64Value());
-  }
+  std::vector<int64_t> out;
+  for (uint32_t i = 0; i < a.Length(); ++i) out.push_back(integerValue(env, a.Get(i), what + "[" + std::to_string(i) + "]", min, max));
+  return out;
+}
+
+// An array of at most 8 non-negative integer dimensions whose product stays within kMaxElements.
+inline Shape shapeArg(Napi::Env env, Napi::Value v, const char* what) {
+  if (v.IsArray() && v.As<Napi::Array>().Length() > 8)
+    throw rangeError(env, std::string(what) + " has " + std::to_string(v.As<Napi::Array>().Length()) + " dimensions, at most 8");
+  Shape shape = integerList(env, v, what, 0, kMaxSafeInteger);
+  elementCount(env, shape, what);
   return shape;
 }
 
@@ -42,12 +101,20 @@ inline Napi::Array shapeValue(Napi::Env env, const Shape& shape) {
   return a;
 }
 
-// Reads an optional numeric option with a default.
+// Reads an optional finite numeric option with a default.
 inline double numberOption(Napi::Object o, const char* key, double fallback) {
   Napi::Value v = o.Get(key);
   if (v.IsUndefined()) return fallback;
-  if (!v.IsNumber()) throw typeError(o.Env(), std::string("option '") + key + "' must be a number");
+  if (!v.IsNumber() || !std::isfinite(v.As<Napi::Number>().DoubleValue()))
+    throw typeError(o.Env(), std::string("option '") + key + "' must be a finite number");
   return v.As<Napi::Number>().DoubleValue();
+}
+
+// Reads an optional integer option in [min, max] with a default.
+inline int64_t intOption(Napi::Object o, const char* key, int64_t fallback, int64_t min, int64_t max) {
+  Napi::Value v = o.Get(key);
+  if (v.IsUndefined()) return fallback;
+  return integerValue(o.Env(), v, std::string("option '") + key + "'", min, max);
 }
 
 inline bool boolOption(Napi::Object o, const char* key, bool fallback) {
@@ -78,7 +145,7 @@ inline Napi::Float32Array toJs(Napi::Env env, const Tensor& t, bool channelsLast
 
 // A tensor from JS data in PyTorch's layout (a 4-D activation is converted to channels-last).
 inline Tensor fromJs(const Napi::Float32Array& data, const Shape& shape, Napi::Env env, bool activation = true) {
-  if (numelOf(shape) != static_cast<int64_t>(data.ElementLength()))
+  if (elementCount(env, shape, "shape") != static_cast<int64_t>(data.ElementLength()))
     throw typeError(env, "data has " + std::to_string(data.ElementLength()) + " elements but shape " + shapeString(shape) +
                              " needs " + std::to_string(numelOf(shape)));
   Tensor t(shape);

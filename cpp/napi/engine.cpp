@@ -1,4 +1,5 @@
 // JS class Engine: a Session driven through promises.
+#include <cmath>
 #include <cstring>
 
 #include "core/cuda.h"
@@ -8,23 +9,38 @@ namespace accordion::napi {
 
 Napi::Function EngineWrap::define(Napi::Env env) {
   return DefineClass(env, "Engine",
-                     {InstanceMethod("ready", &EngineWrap::ready), InstanceMethod("trainStep", &EngineWrap::trainStep),
-                      InstanceMethod("evaluate", &EngineWrap::evaluate), InstanceMethod("predict", &EngineWrap::predict),
-                      InstanceMethod("setLearningRate", &EngineWrap::setLearningRate),
-                      InstanceMethod("getState", &EngineWrap::getState), InstanceMethod("setState", &EngineWrap::setState),
-                      InstanceMethod("levels", &EngineWrap::levels), InstanceMethod("setLevels", &EngineWrap::setLevels),
-                      InstanceMethod("gradientNorms", &EngineWrap::gradientNorms),
-                      InstanceMethod("broadcastState", &EngineWrap::broadcastState),
-                      InstanceMethod("trainTokens", &EngineWrap::trainTokens),
-                      InstanceMethod("evaluateTokens", &EngineWrap::evaluateTokens),
-                      InstanceMethod("resetState", &EngineWrap::resetState),
-                      InstanceMethod("memoryStats", &EngineWrap::memoryStats),
-                      InstanceMethod("trainOn", &EngineWrap::trainOn), InstanceMethod("forward", &EngineWrap::forward),
-                      InstanceMethod("forwardTokens", &EngineWrap::forwardTokens),
-                      InstanceMethod("gradients", &EngineWrap::gradients),
-                      InstanceMethod("hiddenState", &EngineWrap::hiddenState),
-                      InstanceMethod("setHiddenState", &EngineWrap::setHiddenState),
-                      InstanceMethod("dispose", &EngineWrap::dispose)});
+                     {method<&EngineWrap::ready>("ready"), method<&EngineWrap::trainStep>("trainStep"),
+                      method<&EngineWrap::evaluate>("evaluate"), method<&EngineWrap::predict>("predict"),
+                      method<&EngineWrap::setLearningRate>("setLearningRate"),
+                      method<&EngineWrap::getState>("getState"), method<&EngineWrap::setState>("setState"),
+                      method<&EngineWrap::levels>("levels"), method<&EngineWrap::setLevels>("setLevels"),
+                      method<&EngineWrap::gradientNorms>("gradientNorms"),
+                      method<&EngineWrap::broadcastState>("broadcastState"),
+                      method<&EngineWrap::trainTokens>("trainTokens"),
+                      method<&EngineWrap::evaluateTokens>("evaluateTokens"),
+                      method<&EngineWrap::resetState>("resetState"),
+                      method<&EngineWrap::memoryStats>("memoryStats"),
+                      method<&EngineWrap::trainOn>("trainOn"), method<&EngineWrap::forward>("forward"),
+                      method<&EngineWrap::forwardTokens>("forwardTokens"),
+                      method<&EngineWrap::gradients>("gradients"),
+                      method<&EngineWrap::hiddenState>("hiddenState"),
+                      method<&EngineWrap::setHiddenState>("setHiddenState"),
+                      method<&EngineWrap::dispose>("dispose")});
+}
+
+// Bounds of the options and arguments, checked before any arithmetic on them: class ids are int32,
+// and image sizes, steps and batches fit in 31 bits.
+constexpr int64_t kMaxClasses = (int64_t{1} << 31) - 1, kMaxDimension = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxHidden = int64_t{1} << 20, kMaxLayers = 1024;
+
+// n, height and width at info[first…first+2] of a Float32Array of N×3×H×W images.
+static void imageArgs(const Napi::CallbackInfo& info, const Napi::Float32Array& images, size_t first, int64_t& n, int64_t& h,
+                      int64_t& w) {
+  n = intArg(info, first, "n", 1, kMaxDimension);
+  h = intArg(info, first + 1, "height", 1, kMaxDimension);
+  w = intArg(info, first + 2, "width", 1, kMaxDimension);
+  if (static_cast<int64_t>(images.ElementLength()) != elementCount(info.Env(), {n, 3, h, w}, "images (N, 3, H, W)"))
+    throw typeError(info.Env(), "images must hold N×3×H×W floats");
 }
 
 // The NCCL communicator of the workers of `gloo`, for a model on `device`, meeting through the job's store.
@@ -43,27 +59,22 @@ static cuda::NcclOptions ncclOptions(const GlooGroup& gloo, const Device& device
 //              compressor, level, compressionSeed, minCompressionRate, accumulateNorms, group })
 // With `group` (a ProcessGroup) gradients are exchanged with the other workers and the engine's work
 // runs on the group's thread.
-EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<EngineWrap>(info) {
+EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineWrap>(info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsObject()) throw typeError(env, "Engine options must be an object");
   Napi::Object o = info[0].As<Napi::Object>();
-  ModelSpec spec{stringOption(o, "model", "resnet18"), static_cast<int64_t>(numberOption(o, "classes", 10)),
-                 static_cast<uint64_t>(numberOption(o, "seed", 0)), static_cast<int64_t>(numberOption(o, "hidden", 650)),
-                 static_cast<int64_t>(numberOption(o, "layers", 2)), 0.4f};
+  ModelSpec spec{stringOption(o, "model", "resnet18"), intOption(o, "classes", 10, 2, kMaxClasses),
+                 static_cast<uint64_t>(intOption(o, "seed", 0, 0, kMaxSafeInteger)), intOption(o, "hidden", 650, 1, kMaxHidden),
+                 intOption(o, "layers", 2, 1, kMaxLayers), 0.4f};
   // Dropout: the LSTM's (0.4 by default) or VGG's classifier's (0.5 by default).
   spec.dropout = static_cast<float>(numberOption(o, "dropout", spec.architecture == "lstm" ? 0.4 : 0.5));
   SgdOptions sgd{numberOption(o, "learningRate", 0.1), numberOption(o, "momentum", 0.9), numberOption(o, "weightDecay", 1e-4),
                  boolOption(o, "nesterov", true)};
   ReducerOptions reducer;
-  Device device;
-  try {
-    reducer.compressor = parseCompressor(stringOption(o, "compressor", "none"));
-    device = parseDevice(stringOption(o, "device", "cpu"));
-  } catch (const EngineError& e) {
-    throw makeError(env, e.code(), e.what());
-  }
+  reducer.compressor = parseCompressor(stringOption(o, "compressor", "none"));
+  const Device device = parseDevice(stringOption(o, "device", "cpu"));
   reducer.level = numberOption(o, "level", reducer.compressor == Compressor::TopK ? 0.1 : 1);
-  reducer.seed = static_cast<uint64_t>(numberOption(o, "compressionSeed", 42));
+  reducer.seed = static_cast<uint64_t>(intOption(o, "compressionSeed", 42, 0, kMaxSafeInteger));
   reducer.minCompressionRate = numberOption(o, "minCompressionRate", 1.0);
   reducer.accumulateNorms = boolOption(o, "accumulateNorms", false);
   const bool frozenBatchNorm = boolOption(o, "frozenBatchNorm", false);
@@ -114,6 +125,8 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine
             return out;
           })
           .As<Napi::Object>()));
+} catch (...) {
+  rethrowAsJs(info.Env());
 }
 
 Session& EngineWrap::session() {
@@ -139,7 +152,7 @@ Batcher& EngineWrap::batcherArg(const Napi::CallbackInfo& info, size_t index) {
 // step over the mean gradient of the next `microBatches` batches; null once the epoch is exhausted.
 Napi::Value EngineWrap::trainStep(const Napi::CallbackInfo& info) {
   Batcher& batcher = batcherArg(info, 0);
-  const int64_t microBatches = info.Length() > 1 && info[1].IsNumber() ? info[1].As<Napi::Number>().Int64Value() : 1;
+  const int64_t microBatches = info[1].IsUndefined() ? 1 : intArg(info, 1, "microBatches", 1, kMaxDimension);
   EngineWrap* self = this;
   return schedule<std::optional<StepResult>>(
       info.Env(), worker(info.Env()),
@@ -162,10 +175,8 @@ Napi::Value EngineWrap::evaluate(const Napi::CallbackInfo& info) {
 // predict(images: Float32Array (N, 3, H, W) in NCHW, n, height, width) → Promise<Float32Array (N, classes)>
 Napi::Value EngineWrap::predict(const Napi::CallbackInfo& info) {
   Napi::Float32Array images = float32Arg(info, 0, "images");
-  const int64_t n = info[1].As<Napi::Number>().Int64Value(), h = info[2].As<Napi::Number>().Int64Value(),
-                w = info[3].As<Napi::Number>().Int64Value();
-  if (n <= 0 || h <= 0 || w <= 0 || static_cast<int64_t>(images.ElementLength()) != n * 3 * h * w)
-    throw typeError(info.Env(), "images must hold N×3×H×W floats");
+  int64_t n, h, w;
+  imageArgs(info, images, 1, n, h, w);
   EngineWrap* self = this;
   const float* data = images.Data();
   return schedule<Tensor>(
@@ -174,7 +185,8 @@ Napi::Value EngineWrap::predict(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value EngineWrap::setLearningRate(const Napi::CallbackInfo& info) {
-  if (!info[0].IsNumber()) throw typeError(info.Env(), "learning rate must be a number");
+  if (!info[0].IsNumber() || !std::isfinite(info[0].As<Napi::Number>().DoubleValue()))
+    throw typeError(info.Env(), "learning rate must be a finite number");
   const double lr = info[0].As<Napi::Number>().DoubleValue();
   EngineWrap* self = this;
   return schedule<bool>(
@@ -216,6 +228,7 @@ Napi::Value EngineWrap::setState(const Napi::CallbackInfo& info) {
   Napi::Array list = info[0].As<Napi::Array>();
   auto entries = std::make_shared<std::vector<StateEntry>>();
   for (uint32_t i = 0; i < list.Length(); ++i) {
+    if (!list.Get(i).IsObject()) throw typeError(env, "state entry " + std::to_string(i) + " must be an object");
     Napi::Object e = list.Get(i).As<Napi::Object>();
     Napi::Value data = e.Get("data");
     if (!data.IsTypedArray()) throw typeError(env, "state entry " + std::to_string(i) + " has no byte data");
@@ -225,7 +238,7 @@ Napi::Value EngineWrap::setState(const Napi::CallbackInfo& info) {
                         std::vector<uint8_t>(begin, begin + bytes.ByteLength())});
     const auto& entry = entries->back();
     const size_t itemSize = entry.dtype == "F32" ? 4 : 8;
-    if (static_cast<size_t>(numelOf(entry.shape)) * itemSize != entry.bytes.size())
+    if (static_cast<size_t>(elementCount(env, entry.shape, "state entry '" + entry.name + "'")) * itemSize != entry.bytes.size())
       throw makeError(env, "ERR_STATE_MISMATCH", "state entry '" + entry.name + "' has " + std::to_string(entry.bytes.size()) +
                                                      " bytes, which does not match " + entry.dtype + " " + shapeString(entry.shape));
   }
@@ -290,14 +303,11 @@ Napi::Value EngineWrap::gradientNorms(const Napi::CallbackInfo& info) {
 // Token windows of the language model: (T, B) time-major Int32Arrays of inputs and targets.
 static void tokenArgs(const Napi::CallbackInfo& info, const int32_t*& inputs, const int32_t*& targets, int64_t& steps, int64_t& batch) {
   Napi::Env env = info.Env();
-  for (size_t i : {0, 1})
-    if (!info[i].IsTypedArray() || info[i].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
-      throw typeError(env, i == 0 ? "inputs must be an Int32Array" : "targets must be an Int32Array");
-  steps = info[2].As<Napi::Number>().Int64Value();
-  batch = info[3].As<Napi::Number>().Int64Value();
-  auto in = info[0].As<Napi::Int32Array>(), out = info[1].As<Napi::Int32Array>();
-  if (steps <= 0 || batch <= 0 || static_cast<int64_t>(in.ElementLength()) != steps * batch ||
-      static_cast<int64_t>(out.ElementLength()) != steps * batch)
+  auto in = int32Arg(info, 0, "inputs"), out = int32Arg(info, 1, "targets");
+  steps = intArg(info, 2, "steps", 1, kMaxDimension);
+  batch = intArg(info, 3, "batch", 1, kMaxDimension);
+  const int64_t n = steps * batch;
+  if (static_cast<int64_t>(in.ElementLength()) != n || static_cast<int64_t>(out.ElementLength()) != n)
     throw typeError(env, "inputs and targets must hold steps × batch token ids");
   inputs = in.Data();
   targets = out.Data();
@@ -308,7 +318,8 @@ Napi::Value EngineWrap::trainTokens(const Napi::CallbackInfo& info) {
   const int32_t *inputs, *targets;
   int64_t steps, batch;
   tokenArgs(info, inputs, targets, steps, batch);
-  const double clip = info.Length() > 4 && info[4].IsNumber() ? info[4].As<Napi::Number>().DoubleValue() : 0.0;
+  const double clip = info[4].IsUndefined() ? 0.0 : info[4].IsNumber() ? info[4].As<Napi::Number>().DoubleValue() : -1.0;
+  if (!(clip >= 0 && std::isfinite(clip))) throw typeError(info.Env(), "clipNorm must be a finite number ≥ 0");
   EngineWrap* self = this;
   return schedule<StepResult>(
       info.Env(), worker(info.Env()),
@@ -343,7 +354,7 @@ Napi::Value EngineWrap::resetState(const Napi::CallbackInfo& info) {
 // broadcastState(root) → Promise<void>: every parameter and buffer (running statistics) takes rank
 // root's values, so all workers start from identical weights.
 Napi::Value EngineWrap::broadcastState(const Napi::CallbackInfo& info) {
-  const int root = info.Length() > 0 ? info[0].As<Napi::Number>().Int32Value() : 0;
+  const int root = info[0].IsUndefined() ? 0 : static_cast<int>(intArg(info, 0, "root", 0, kMaxDimension));
   EngineWrap* self = this;
   return schedule<bool>(
       info.Env(), worker(info.Env()),
@@ -377,12 +388,10 @@ Napi::Value EngineWrap::memoryStats(const Napi::CallbackInfo& info) {
 Napi::Value EngineWrap::trainOn(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Float32Array images = float32Arg(info, 0, "images");
-  if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
-    throw typeError(env, "labels must be an Int32Array");
-  auto labels = info[1].As<Napi::Int32Array>();
-  const int64_t n = static_cast<int64_t>(labels.ElementLength()), h = info[2].As<Napi::Number>().Int64Value(),
-                w = info[3].As<Napi::Number>().Int64Value();
-  if (n <= 0 || h <= 0 || w <= 0 || static_cast<int64_t>(images.ElementLength()) != n * 3 * h * w)
+  auto labels = int32Arg(info, 1, "labels");
+  const int64_t n = static_cast<int64_t>(labels.ElementLength()), h = intArg(info, 2, "height", 1, kMaxDimension),
+                w = intArg(info, 3, "width", 1, kMaxDimension);
+  if (n <= 0 || static_cast<int64_t>(images.ElementLength()) != elementCount(env, {n, 3, h, w}, "images (N, 3, H, W)"))
     throw typeError(env, "images must hold N×3×H×W floats for N labels");
   EngineWrap* self = this;
   const float* data = images.Data();
@@ -395,11 +404,9 @@ Napi::Value EngineWrap::trainOn(const Napi::CallbackInfo& info) {
 // forward(images: Float32Array (N, 3, H, W) NCHW, n, height, width, training) → Promise<Float32Array (N, classes)>
 Napi::Value EngineWrap::forward(const Napi::CallbackInfo& info) {
   Napi::Float32Array images = float32Arg(info, 0, "images");
-  const int64_t n = info[1].As<Napi::Number>().Int64Value(), h = info[2].As<Napi::Number>().Int64Value(),
-                w = info[3].As<Napi::Number>().Int64Value();
+  int64_t n, h, w;
+  imageArgs(info, images, 1, n, h, w);
   const bool training = info.Length() > 4 && info[4].ToBoolean().Value();
-  if (n <= 0 || h <= 0 || w <= 0 || static_cast<int64_t>(images.ElementLength()) != n * 3 * h * w)
-    throw typeError(info.Env(), "images must hold N×3×H×W floats");
   EngineWrap* self = this;
   const float* data = images.Data();
   return schedule<Tensor>(
@@ -410,12 +417,10 @@ Napi::Value EngineWrap::forward(const Napi::CallbackInfo& info) {
 // forwardTokens(inputs: Int32Array (T, B), steps, batch, training) → Promise<Float32Array (T·B, vocabulary)>
 Napi::Value EngineWrap::forwardTokens(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
-    throw typeError(env, "tokens must be an Int32Array");
-  auto tokens = info[0].As<Napi::Int32Array>();
-  const int64_t steps = info[1].As<Napi::Number>().Int64Value(), batch = info[2].As<Napi::Number>().Int64Value();
+  auto tokens = int32Arg(info, 0, "tokens");
+  const int64_t steps = intArg(info, 1, "steps", 1, kMaxDimension), batch = intArg(info, 2, "batch", 1, kMaxDimension);
   const bool training = info.Length() > 3 && info[3].ToBoolean().Value();
-  if (steps <= 0 || batch <= 0 || static_cast<int64_t>(tokens.ElementLength()) != steps * batch)
+  if (static_cast<int64_t>(tokens.ElementLength()) != steps * batch)
     throw typeError(env, "tokens must hold steps × batch token ids");
   EngineWrap* self = this;
   const int32_t* ids = tokens.Data();
@@ -471,7 +476,7 @@ Napi::Value EngineWrap::hiddenState(const Napi::CallbackInfo& info) {
 Napi::Value EngineWrap::setHiddenState(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsArray()) throw typeError(env, "states must be an array of Float32Arrays");
-  const int64_t batch = info[1].As<Napi::Number>().Int64Value();
+  const int64_t batch = intArg(info, 1, "batch", 1, kMaxDimension);
   Napi::Array list = info[0].As<Napi::Array>();
   auto states = std::make_shared<std::vector<Tensor>>();
   for (uint32_t i = 0; i < list.Length(); ++i) {
@@ -480,7 +485,7 @@ Napi::Value EngineWrap::setHiddenState(const Napi::CallbackInfo& info) {
       throw typeError(env, "state " + std::to_string(i) + " must be a Float32Array");
     auto a = v.As<Napi::Float32Array>();
     const int64_t n = static_cast<int64_t>(a.ElementLength());
-    if (batch <= 0 || n % batch != 0) throw typeError(env, "state " + std::to_string(i) + " does not hold batch × hidden floats");
+    if (n % batch != 0) throw typeError(env, "state " + std::to_string(i) + " does not hold batch × hidden floats");
     Tensor t({batch, n / batch});
     if (n) std::memcpy(t.data(), a.Data(), n * sizeof(float));
     states->push_back(std::move(t));

@@ -3,28 +3,30 @@
 
 namespace accordion::napi {
 
+constexpr int64_t kMaxWorkers = int64_t{1} << 20;
+
 Napi::Function ProcessGroupWrap::define(Napi::Env env) {
   return DefineClass(env, "ProcessGroup",
-                     {InstanceMethod("ready", &ProcessGroupWrap::ready), InstanceMethod("allReduce", &ProcessGroupWrap::allReduce),
-                      InstanceMethod("allGather", &ProcessGroupWrap::allGather),
-                      InstanceMethod("broadcast", &ProcessGroupWrap::broadcast), InstanceMethod("barrier", &ProcessGroupWrap::barrier),
-                      InstanceMethod("dispose", &ProcessGroupWrap::dispose)});
+                     {method<&ProcessGroupWrap::ready>("ready"), method<&ProcessGroupWrap::allReduce>("allReduce"),
+                      method<&ProcessGroupWrap::allGather>("allGather"),
+                      method<&ProcessGroupWrap::broadcast>("broadcast"), method<&ProcessGroupWrap::barrier>("barrier"),
+                      method<&ProcessGroupWrap::dispose>("dispose")});
 }
 
 // new ProcessGroup({ rank, worldSize, storeHost, storePort, token, hostname, timeoutMs, prefix })
 // Connecting waits for every rank, so it happens on the group's thread; ready() reports it.
-ProcessGroupWrap::ProcessGroupWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ProcessGroupWrap>(info) {
+ProcessGroupWrap::ProcessGroupWrap(const Napi::CallbackInfo& info) try : GuardedWrap<ProcessGroupWrap>(info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsObject()) throw typeError(env, "ProcessGroup options must be an object");
   Napi::Object o = info[0].As<Napi::Object>();
   GlooOptions options;
-  options.rank = static_cast<int>(numberOption(o, "rank", 0));
-  options.size = static_cast<int>(numberOption(o, "worldSize", 1));
+  options.size = static_cast<int>(intOption(o, "worldSize", 1, 1, kMaxWorkers));
+  options.rank = static_cast<int>(intOption(o, "rank", 0, 0, options.size - 1));
   options.storeHost = stringOption(o, "storeHost", "127.0.0.1");
-  options.storePort = static_cast<int>(numberOption(o, "storePort", 29500));
+  options.storePort = static_cast<int>(intOption(o, "storePort", 29500, 0, 65535));
   options.token = stringOption(o, "token", "");
   options.hostname = stringOption(o, "hostname", "127.0.0.1");
-  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(numberOption(o, "timeoutMs", 60000)));
+  options.timeout = std::chrono::milliseconds(intOption(o, "timeoutMs", 60000, 0, kMaxSafeInteger));
   options.prefix = stringOption(o, "prefix", "default");
   rank_ = options.rank;
   size_ = options.size;
@@ -39,6 +41,8 @@ ProcessGroupWrap::ProcessGroupWrap(const Napi::CallbackInfo& info) : Napi::Objec
           },
           [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); })
           .As<Napi::Object>()));
+} catch (...) {
+  rethrowAsJs(info.Env());
 }
 
 Napi::Value ProcessGroupWrap::ready(const Napi::CallbackInfo&) { return ready_->Value(); }
@@ -81,7 +85,7 @@ Napi::Value ProcessGroupWrap::allGather(const Napi::CallbackInfo& info) {
   const int64_t count = static_cast<int64_t>(data.ElementLength());
   std::vector<int64_t> counts;
   if (info.Length() > 1 && !info[1].IsUndefined()) {
-    counts = shapeArg(env, info[1], "counts");
+    counts = integerList(env, info[1], "counts", 0, kMaxElements);
     if (static_cast<int>(counts.size()) != size_)
       throw typeError(env, "counts must have one entry per rank (" + std::to_string(size_) + ")");
     if (counts[rank_] != count)
@@ -91,7 +95,10 @@ Napi::Value ProcessGroupWrap::allGather(const Napi::CallbackInfo& info) {
   int64_t total = count * size_;
   if (!counts.empty()) {
     total = 0;
-    for (int64_t c : counts) total += c;
+    for (int64_t c : counts) {
+      total += c;
+      if (total > kMaxElements) throw rangeError(env, "counts add up to more than " + std::to_string(kMaxElements) + " floats");
+    }
   }
   Napi::Float32Array result;
   if (info.Length() > 2 && !info[2].IsUndefined()) {
@@ -121,7 +128,7 @@ Napi::Value ProcessGroupWrap::allGather(const Napi::CallbackInfo& info) {
 // broadcast(data: Float32Array, root) → Promise<void>: root's data copied into every rank's, in place.
 Napi::Value ProcessGroupWrap::broadcast(const Napi::CallbackInfo& info) {
   Napi::Float32Array data = float32Arg(info, 0, "data");
-  const int root = info.Length() > 1 ? info[1].As<Napi::Number>().Int32Value() : 0;
+  const int root = info[1].IsUndefined() ? 0 : static_cast<int>(intArg(info, 1, "root", 0, size_ - 1));
   float* ptr = data.Data();
   const int64_t count = static_cast<int64_t>(data.ElementLength());
   ProcessGroupWrap* self = this;

@@ -1,4 +1,5 @@
 // JS class ReducerProbe: W in-process workers compressing and exchanging given gradients.
+#include <exception>
 #include <thread>
 
 #include "comm/staged_group.h"
@@ -8,13 +9,13 @@ namespace accordion::napi {
 
 Napi::Function ReducerProbeWrap::define(Napi::Env env) {
   return DefineClass(env, "ReducerProbe",
-                     {InstanceMethod("step", &ReducerProbeWrap::step), InstanceMethod("memory", &ReducerProbeWrap::memory),
-                      InstanceMethod("q", &ReducerProbeWrap::q), InstanceMethod("setQ", &ReducerProbeWrap::setQ),
-                      InstanceMethod("level", &ReducerProbeWrap::level), InstanceMethod("setLevel", &ReducerProbeWrap::setLevel),
-                      InstanceMethod("isCompressed", &ReducerProbeWrap::isCompressed),
-                      InstanceMethod("floatsPerStep", &ReducerProbeWrap::floatsPerStep),
-                      InstanceMethod("norms", &ReducerProbeWrap::norms),
-                      InstanceMethod("randomize", &ReducerProbeWrap::randomize), InstanceMethod("run", &ReducerProbeWrap::run)});
+                     {method<&ReducerProbeWrap::step>("step"), method<&ReducerProbeWrap::memory>("memory"),
+                      method<&ReducerProbeWrap::q>("q"), method<&ReducerProbeWrap::setQ>("setQ"),
+                      method<&ReducerProbeWrap::level>("level"), method<&ReducerProbeWrap::setLevel>("setLevel"),
+                      method<&ReducerProbeWrap::isCompressed>("isCompressed"),
+                      method<&ReducerProbeWrap::floatsPerStep>("floatsPerStep"),
+                      method<&ReducerProbeWrap::norms>("norms"),
+                      method<&ReducerProbeWrap::randomize>("randomize"), method<&ReducerProbeWrap::run>("run")});
 }
 
 // A tensor of `backend` as a flat Float32Array.
@@ -22,23 +23,29 @@ static Napi::Value flat(Napi::Env env, Backend& backend, const Tensor& t) {
   return toJs(env, backend.toHost(t).reshaped({t.numel()}));
 }
 
-static Napi::Value guarded(Napi::Env env, const std::function<Napi::Value()>& body) {
-  try {
-    return body();
-  } catch (const EngineError& e) {
-    throw makeError(env, e.code(), e.what());
-  }
-}
+// A probe is for small tensors: at most this many workers, parameters, and elements per parameter.
+constexpr int64_t kMaxWorkers = 64, kMaxParameters = 4096, kMaxParameterElements = int64_t{1} << 26;
 
 // new ReducerProbe(shapes: number[][], { compressor, level, workers, seed, minCompressionRate, accumulateNorms, group, device })
 // With `group` (a connected ProcessGroup) the probe is this process's single worker of a real job.
 // On a GPU (`device` 'cuda' or 'cuda:N') each worker has its own backend there, and the collectives
 // stage through host memory.
-ReducerProbeWrap::ReducerProbeWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ReducerProbeWrap>(info) {
+ReducerProbeWrap::ReducerProbeWrap(const Napi::CallbackInfo& info) try : GuardedWrap<ReducerProbeWrap>(info) {
   Napi::Env env = info.Env();
   if (!info[0].IsArray() || !info[1].IsObject()) throw typeError(env, "expected (shapes, options)");
-  Napi::Array shapes = info[0].As<Napi::Array>();
+  Napi::Array shapeList = info[0].As<Napi::Array>();
   Napi::Object o = info[1].As<Napi::Object>();
+  if (shapeList.Length() > kMaxParameters)
+    throw rangeError(env, "shapes lists " + std::to_string(shapeList.Length()) + " parameters, at most " + std::to_string(kMaxParameters));
+  std::vector<Shape> shapes;
+  for (uint32_t i = 0; i < shapeList.Length(); ++i) {
+    const std::string what = "shapes[" + std::to_string(i) + "]";
+    shapes.push_back(shapeArg(env, shapeList.Get(i), what.c_str()));
+    if (shapes.back().empty()) throw rangeError(env, what + " must have at least one dimension");
+    for (int64_t d : shapes.back())
+      if (d < 1) throw rangeError(env, what + " " + shapeString(shapes.back()) + " has a dimension below 1");
+    elementCount(env, shapes.back(), what, kMaxParameterElements);
+  }
   Napi::Value groupValue = o.Get("group");
   if (!groupValue.IsUndefined()) {
     if (!isProcessGroup(groupValue)) throw typeError(env, "option 'group' must be a ProcessGroup");
@@ -46,80 +53,90 @@ ReducerProbeWrap::ReducerProbeWrap(const Napi::CallbackInfo& info) : Napi::Objec
     processGroup_ = wrap->group();
     if (!processGroup_) throw makeError(env, "ERR_NOT_READY", "the process group is not connected");
   }
-  const int workers = processGroup_ ? 1 : static_cast<int>(numberOption(o, "workers", 1));
-  if (workers < 1) throw typeError(env, "workers must be ≥ 1");
-  guarded(env, [&]() -> Napi::Value {
-    ReducerOptions options;
-    options.compressor = parseCompressor(stringOption(o, "compressor", "none"));
-    options.level = numberOption(o, "level", options.compressor == Compressor::TopK ? 0.1 : 1);
-    options.seed = static_cast<uint64_t>(numberOption(o, "seed", 42));
-    options.minCompressionRate = numberOption(o, "minCompressionRate", 1.0);
-    options.accumulateNorms = boolOption(o, "accumulateNorms", false);
-    const Device device = parseDevice(stringOption(o, "device", "cpu"));
-    group_ = std::make_unique<InProcessGroup>(workers);
-    parameters_.resize(workers);
-    for (int w = 0; w < workers; ++w) {
-      backends_.push_back(makeBackend(device));  // one per worker thread
-      Backend& backend = *backends_[w];
-      for (uint32_t i = 0; i < shapes.Length(); ++i) {
-        Shape shape = shapeArg(env, shapes.Get(i), "shape");
-        parameters_[w].push_back(Parameter{"p" + std::to_string(i), backend.zeros(shape), backend.zeros(shape)});
-      }
-      std::vector<Parameter*> pointers;
-      for (auto& p : parameters_[w]) pointers.push_back(&p);
-      ProcessGroup* group = processGroup_ ? processGroup_.get() : &group_->member(w);
-      if (device.isCuda()) {
-        staged_.push_back(std::make_unique<StagedGroup>(*group, backend));
-        group = staged_.back().get();
-      }
-      reducers_.push_back(std::make_unique<GradientReducer>(pointers, options, *group, backend));
+  const int workers = processGroup_ ? 1 : static_cast<int>(intOption(o, "workers", 1, 1, kMaxWorkers));
+  ReducerOptions options;
+  options.compressor = parseCompressor(stringOption(o, "compressor", "none"));
+  options.level = numberOption(o, "level", options.compressor == Compressor::TopK ? 0.1 : 1);
+  options.seed = static_cast<uint64_t>(intOption(o, "seed", 42, 0, kMaxSafeInteger));
+  options.minCompressionRate = numberOption(o, "minCompressionRate", 1.0);
+  if (options.minCompressionRate < 0) throw rangeError(env, "option 'minCompressionRate' must be ≥ 0");
+  options.accumulateNorms = boolOption(o, "accumulateNorms", false);
+  const Device device = parseDevice(stringOption(o, "device", "cpu"));
+  group_ = std::make_unique<InProcessGroup>(workers);
+  parameters_.resize(workers);
+  for (int w = 0; w < workers; ++w) {
+    backends_.push_back(makeBackend(device));  // one per worker thread
+    Backend& backend = *backends_[w];
+    for (size_t i = 0; i < shapes.size(); ++i)
+      parameters_[w].push_back(Parameter{"p" + std::to_string(i), backend.zeros(shapes[i]), backend.zeros(shapes[i])});
+    std::vector<Parameter*> pointers;
+    for (auto& p : parameters_[w]) pointers.push_back(&p);
+    ProcessGroup* group = processGroup_ ? processGroup_.get() : &group_->member(w);
+    if (device.isCuda()) {
+      staged_.push_back(std::make_unique<StagedGroup>(*group, backend));
+      group = staged_.back().get();
     }
-    return env.Undefined();
-  });
+    reducers_.push_back(std::make_unique<GradientReducer>(pointers, options, *group, backend));
+  }
+} catch (...) {
+  rethrowAsJs(info.Env());
 }
 
 GradientReducer& ReducerProbeWrap::reducer(const Napi::CallbackInfo& info, size_t workerArg) {
-  const int64_t w = info[workerArg].As<Napi::Number>().Int64Value();
-  if (w < 0 || w >= static_cast<int64_t>(reducers_.size())) throw typeError(info.Env(), "no worker " + std::to_string(w));
-  return *reducers_[w];
+  return *reducers_[workerIndex(info, workerArg)];
+}
+
+size_t ReducerProbeWrap::workerIndex(const Napi::CallbackInfo& info, size_t index) {
+  return static_cast<size_t>(intArg(info, index, "worker", 0, static_cast<int64_t>(reducers_.size()) - 1));
 }
 
 size_t ReducerProbeWrap::parameterArg(const Napi::CallbackInfo& info, size_t index) {
-  const int64_t p = info[index].As<Napi::Number>().Int64Value();
-  if (p < 0 || p >= static_cast<int64_t>(parameters_[0].size())) throw typeError(info.Env(), "no parameter " + std::to_string(p));
-  return static_cast<size_t>(p);
+  if (parameters_[0].empty()) throw rangeError(info.Env(), "the probe has no parameters");
+  return static_cast<size_t>(intArg(info, index, "parameter", 0, static_cast<int64_t>(parameters_[0].size()) - 1));
 }
 
 // step(grads: Float32Array[][] indexed [worker][parameter]) → { outputs: Float32Array[][], floatsSent }
 Napi::Value ReducerProbeWrap::step(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  Napi::Array grads = info[0].As<Napi::Array>();
   const size_t workers = reducers_.size();
-  if (!info[0].IsArray() || grads.Length() != workers) throw typeError(env, "grads must hold one array per worker");
+  if (!info[0].IsArray() || info[0].As<Napi::Array>().Length() != workers) throw typeError(env, "grads must hold one array per worker");
+  Napi::Array grads = info[0].As<Napi::Array>();
+  // Every gradient is checked before any is uploaded.
+  std::vector<std::vector<Napi::Float32Array>> arrays(workers);
   for (size_t w = 0; w < workers; ++w) {
-    Napi::Array list = grads.Get(static_cast<uint32_t>(w)).As<Napi::Array>();
+    Napi::Value list = grads.Get(static_cast<uint32_t>(w));
+    if (!list.IsArray() || list.As<Napi::Array>().Length() != parameters_[w].size())
+      throw typeError(env, "grads[" + std::to_string(w) + "] must hold one Float32Array per parameter (" +
+                               std::to_string(parameters_[w].size()) + ")");
     for (size_t i = 0; i < parameters_[w].size(); ++i) {
-      Tensor& g = parameters_[w][i].grad;
-      Napi::Float32Array a = list.Get(static_cast<uint32_t>(i)).As<Napi::Float32Array>();
-      if (static_cast<int64_t>(a.ElementLength()) != g.numel()) throw typeError(env, "gradient " + std::to_string(i) + " has the wrong size");
-      backends_[w]->upload(g.data(), a.Data(), g.bytes());
+      Napi::Value a = list.As<Napi::Array>().Get(static_cast<uint32_t>(i));
+      const std::string what = "grads[" + std::to_string(w) + "][" + std::to_string(i) + "]";
+      if (!a.IsTypedArray() || a.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+        throw typeError(env, what + " must be a Float32Array");
+      if (static_cast<int64_t>(a.As<Napi::Float32Array>().ElementLength()) != parameters_[w][i].grad.numel())
+        throw typeError(env, what + " must hold " + std::to_string(parameters_[w][i].grad.numel()) + " floats");
+      arrays[w].push_back(a.As<Napi::Float32Array>());
     }
   }
+  for (size_t w = 0; w < workers; ++w)
+    for (size_t i = 0; i < parameters_[w].size(); ++i) {
+      Tensor& g = parameters_[w][i].grad;
+      backends_[w]->upload(g.data(), arrays[w][i].Data(), g.bytes());
+    }
   std::vector<ReduceResult> results(workers);
-  std::vector<std::string> errors(workers), codes(workers);
+  std::vector<std::exception_ptr> failures(workers);
   std::vector<std::thread> threads;
   for (size_t w = 0; w < workers; ++w)
     threads.emplace_back([&, w] {
       try {
         results[w] = reducers_[w]->reduce();
-      } catch (const EngineError& e) {
-        codes[w] = e.code();
-        errors[w] = e.what();
+      } catch (...) {
+        failures[w] = std::current_exception();
       }
     });
   for (auto& t : threads) t.join();
   for (size_t w = 0; w < workers; ++w)
-    if (!errors[w].empty()) throw makeError(env, codes[w], errors[w]);
+    if (failures[w]) std::rethrow_exception(failures[w]);
   Napi::Object out = Napi::Object::New(env);
   Napi::Array outputs = Napi::Array::New(env, workers);
   for (size_t w = 0; w < workers; ++w) {
@@ -135,13 +152,13 @@ Napi::Value ReducerProbeWrap::step(const Napi::CallbackInfo& info) {
 // memory(worker, parameter) → Float32Array | null (flat, PyTorch layout)
 Napi::Value ReducerProbeWrap::memory(const Napi::CallbackInfo& info) {
   const Tensor& t = reducer(info, 0).errorMemory(parameterArg(info, 1));
-  return t.defined() ? flat(info.Env(), *backends_.at(info[0].As<Napi::Number>().Uint32Value()), t) : info.Env().Null();
+  return t.defined() ? flat(info.Env(), *backends_[workerIndex(info, 0)], t) : info.Env().Null();
 }
 
 // q(worker, parameter) → Float32Array | null, row-major (cols, r)
 Napi::Value ReducerProbeWrap::q(const Napi::CallbackInfo& info) {
   const Tensor& t = reducer(info, 0).powerSgdQ(parameterArg(info, 1));
-  return t.defined() ? flat(info.Env(), *backends_.at(info[0].As<Napi::Number>().Uint32Value()), t) : info.Env().Null();
+  return t.defined() ? flat(info.Env(), *backends_[workerIndex(info, 0)], t) : info.Env().Null();
 }
 
 // setQ(parameter, Float32Array) on every worker
@@ -164,11 +181,10 @@ Napi::Value ReducerProbeWrap::level(const Napi::CallbackInfo& info) {
 // setLevel(parameter, level) on every worker
 Napi::Value ReducerProbeWrap::setLevel(const Napi::CallbackInfo& info) {
   const size_t p = parameterArg(info, 0);
+  if (!info[1].IsNumber()) throw typeError(info.Env(), "level must be a number");
   const double level = info[1].As<Napi::Number>().DoubleValue();
-  return guarded(info.Env(), [&]() -> Napi::Value {
-    for (auto& r : reducers_) r->setLevel(p, level);
-    return info.Env().Undefined();
-  });
+  for (auto& r : reducers_) r->setLevel(p, level);
+  return info.Env().Undefined();
 }
 
 Napi::Value ReducerProbeWrap::isCompressed(const Napi::CallbackInfo& info) {
@@ -181,8 +197,7 @@ Napi::Value ReducerProbeWrap::floatsPerStep(const Napi::CallbackInfo& info) {
 
 // norms(worker) → Float64Array of ‖Σ g‖ per parameter, restarting the sums
 Napi::Value ReducerProbeWrap::norms(const Napi::CallbackInfo& info) {
-  GradientReducer& r = reducer(info, 0);
-  return guarded(info.Env(), [&]() -> Napi::Value { return float64Array(info.Env(), r.takeGradientNorms()); });
+  return float64Array(info.Env(), reducer(info, 0).takeGradientNorms());
 }
 
 }  // namespace accordion::napi
@@ -191,7 +206,7 @@ namespace accordion::napi {
 
 // randomize(seed): fills every worker's gradients with standard normal values, natively.
 Napi::Value ReducerProbeWrap::randomize(const Napi::CallbackInfo& info) {
-  Random rng(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()));
+  Random rng(static_cast<uint64_t>(intArg(info, 0, "seed", 0, kMaxSafeInteger)));
   for (size_t w = 0; w < parameters_.size(); ++w)
     for (auto& p : parameters_[w]) {
       Tensor host(p.grad.shape());
@@ -205,11 +220,9 @@ Napi::Value ReducerProbeWrap::randomize(const Napi::CallbackInfo& info) {
 // JS (for benchmarks; the gradients are replaced by the reduced ones, as in training).
 Napi::Value ReducerProbeWrap::run(const Napi::CallbackInfo& info) {
   if (reducers_.size() != 1) throw typeError(info.Env(), "run() is for a single worker; use step() for several");
-  return guarded(info.Env(), [&]() -> Napi::Value {
-    const double floats = static_cast<double>(reducers_[0]->reduce().floatsSent);
-    backends_[0]->synchronize();  // the reduction is done when run() returns, on any device
-    return Napi::Number::New(info.Env(), floats);
-  });
+  const double floats = static_cast<double>(reducers_[0]->reduce().floatsSent);
+  backends_[0]->synchronize();  // the reduction is done when run() returns, on any device
+  return Napi::Number::New(info.Env(), floats);
 }
 
 }  // namespace accordion::napi

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/errors.h"
+#include "napi/guard.h"
 
 namespace accordion::napi {
 
@@ -55,12 +56,6 @@ class WorkerThread {
   std::thread thread_;
 };
 
-inline Napi::Error makeError(Napi::Env env, const std::string& code, const std::string& message) {
-  Napi::Error error = Napi::Error::New(env, message);
-  error.Set("code", Napi::String::New(env, code));
-  return error;
-}
-
 // Runs `work` on `worker`, then `settle` on the JS thread to turn its result into a JS value.
 // `keepAlive` holds JS objects (input buffers, the engine itself) until the promise settles.
 template <typename Result>
@@ -89,10 +84,8 @@ Napi::Promise schedule(Napi::Env env, WorkerThread& worker, std::function<Result
     }
     try {
       job->deferred.Resolve(job->settle(env, *job->result));
-    } catch (const Napi::Error& e) {
-      job->deferred.Reject(e.Value());
-    } catch (const std::exception& e) {
-      job->deferred.Reject(makeError(env, "ERR_NATIVE", e.what()).Value());
+    } catch (...) {
+      job->deferred.Reject(toJsError(env, std::current_exception()).Value());
     }
   };
   auto tsfn = std::make_shared<Napi::ThreadSafeFunction>(
@@ -100,14 +93,11 @@ Napi::Promise schedule(Napi::Env env, WorkerThread& worker, std::function<Result
   worker.post([job, tsfn, finish] {
     try {
       job->result.emplace(job->work());
-    } catch (const EngineError& e) {
+    } catch (...) {
+      const Failure f = describe(std::current_exception());
       job->failed = true;
-      job->errorCode = e.code();
-      job->errorMessage = e.what();
-    } catch (const std::exception& e) {
-      job->failed = true;
-      job->errorCode = "ERR_NATIVE";
-      job->errorMessage = e.what();
+      job->errorCode = f.code;
+      job->errorMessage = f.message;
     }
     tsfn->BlockingCall(job, [finish](Napi::Env env, Napi::Function fn, Job* job) { finish(env, fn, job); });
     tsfn->Release();

@@ -6,7 +6,7 @@
 //
 // Arrays travel as base64 of their float32 bytes so that the test sees the exact values.
 import { pathToFileURL } from 'node:url';
-import { binding } from '../../lib/native.js';
+import { ReducerProbe } from '../../lib/testing.js';
 import { ProcessGroup, distributedEnv } from '../../lib/cluster/group.js';
 
 /**
@@ -42,12 +42,12 @@ async function main(spec) {
     // ranks still connecting to each other through the store would wait on it while rank 0 waits
     // on them in the first collective. Past an (asynchronous) barrier every rank is connected.
     await group.barrier();
-    const probe = new binding.ReducerProbe(spec.shapes, {
+    const probe = new ReducerProbe(spec.shapes, {
       compressor: spec.compressor,
       level: spec.level,
       seed: spec.seed,
       minCompressionRate: spec.minCompressionRate,
-      group: group.native,
+      group,
     });
     const steps = [];
     for (let s = 0; s < spec.steps; s++) {

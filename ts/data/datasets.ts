@@ -6,6 +6,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { readCifar, type ImageSet } from './cifar.js';
 import { ensureSyntheticCifar10 } from './synthetic.js';
+import { UsageError } from '../errors.js';
 
 export type ImageDatasetName = 'cifar10' | 'cifar100' | 'synthetic';
 
@@ -41,7 +42,7 @@ export function loadImageDataset(name: ImageDatasetName, dir: string | undefined
     ensureSyntheticCifar10(target, synthetic);
     return { ...loadImageDataset('cifar10', target, synthetic), name: 'synthetic' };
   }
-  if (dir === undefined) throw new Error(`dataset ${name} needs a data directory`);
+  if (dir === undefined) throw new UsageError(`dataset ${name} needs a data directory`);
   const cifar100 = name === 'cifar100';
   return {
     name,

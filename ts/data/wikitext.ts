@@ -358,6 +358,12 @@ export function bpttWindows(rows: number, bptt: number): { start: number; length
 // Writing
 
 
+/** Whether `text` has a character that is not white space. */
+function hasWord(text: string): boolean {
+  for (let i = 0; i < text.length; i++) if (!isPythonSpace(text.charCodeAt(i))) return true;
+  return false;
+}
+
 /** str.split() with no arguments, on one line. */
 function splitWords(line: string): string[] {
   const words: string[] = [];
@@ -415,16 +421,7 @@ export function splitTextIntoWikiText(
     throw new UsageError(`split fractions must be three non-negative numbers summing to 1, got ${JSON.stringify(fractions)}`);
   }
 
-  const lines = text.split(/\r\n|\r|\n/);
-  // A terminator at the very end closes the last line rather than starting an empty one.
-  if (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
-  const total = lines.length;
-  // Cumulative rounding keeps the three counts summing to the total without favouring one split.
-  const trainEnd = Math.round(total * fractions[0]);
-  const validEnd = Math.min(total, Math.max(trainEnd, Math.round(total * (fractions[0] + fractions[1]))));
-  let train = lines.slice(0, trainEnd);
-  let valid = lines.slice(trainEnd, validEnd);
-  let test = lines.slice(validEnd);
+  let { train, valid, test } = partitionLines(text, fractions);
 
   const counts = new Map<string, number>();
   for (const line of train) for (const w of splitWords(line)) counts.set(w, (counts.get(w) ?? 0) + 1);
@@ -460,6 +457,46 @@ export function splitTextIntoWikiText(
     const body = part.length === 0 ? '' : part.join('\n') + '\n';
     writeFileAtomic(path.join(dir, name), [body], DataError);
   }
+}
+
+/** The lines of `text`, in order, cut into train / valid / test by `fractions`. */
+function partitionLines(text: string, fractions: [number, number, number]): { train: string[]; valid: string[]; test: string[] } {
+  const lines = text.split(/\r\n|\r|\n/);
+  // A terminator at the very end closes the last line rather than starting an empty one.
+  if (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
+  const total = lines.length;
+  // Cumulative rounding keeps the three counts summing to the total without favouring one split.
+  const trainEnd = Math.round(total * fractions[0]);
+  const validEnd = Math.min(total, Math.max(trainEnd, Math.round(total * (fractions[0] + fractions[1]))));
+  return { train: lines.slice(0, trainEnd), valid: lines.slice(trainEnd, validEnd), test: lines.slice(validEnd) };
+}
+
+/**
+ * Splits the plain text file `file` into `dir` in the WikiText layout, as splitTextIntoWikiText
+ * (90/5/5 by lines by default), for training the language model on any text. The file must exist,
+ * be a file, hold words, and have enough lines that every part gets at least one; each failure is a
+ * DataError naming the file.
+ */
+export function splitTextFile(file: string, dir: string, fractions: [number, number, number] = [0.9, 0.05, 0.05]): void {
+  const st = statOrNull(file, DataError);
+  if (st === null) throw new DataError(`text file not found: ${file}`);
+  if (st.isDirectory()) throw new DataError(`${file} is a directory, not a text file (a WikiText directory is read with --data DIR)`);
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new DataError(`cannot read ${file}: ${(err as Error).message}`);
+  }
+  if (text.length === 0) throw new DataError(`text file ${file} is empty (0 bytes)`);
+  if (!hasWord(text)) throw new DataError(`text file ${file} has no words (only white space)`);
+  const parts = partitionLines(text, fractions);
+  const empty = (['train', 'valid', 'test'] as const).filter((part) => parts[part].length === 0);
+  if (empty.length > 0)
+    throw new DataError(
+      `text file ${file} has ${parts.train.length + parts.valid.length + parts.test.length} lines, too few to split ${fractions.map((f) => Math.round(f * 100)).join('/')} ` +
+        `into train, valid and test: the ${empty.join(' and ')} part${empty.length > 1 ? 's get' : ' gets'} no line; use a longer text`,
+    );
+  splitTextIntoWikiText(text, dir, fractions);
 }
 
 // ---------------------------------------------------------------------------------------------

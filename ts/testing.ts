@@ -1,0 +1,54 @@
+/**
+ * accordion-engine/testing: the addon's tools for the engine's own tests and benchmarks, kept out of
+ * the library's entry point. Every argument is checked natively before any arithmetic, and every
+ * failure is an AccordionError with a code.
+ *
+ *   import { LayerProbe, ReducerProbe, crossEntropy, orthogonalize } from 'accordion-engine/testing';
+ *
+ * - LayerProbe(kind, options): one layer (conv2d, batchnorm2d, relu, maxpool2d, globalavgpool,
+ *   flatten, linear, dropout, basicblock) driven synchronously on small NCHW inputs: forward,
+ *   backward, state(), setValue().
+ * - ReducerProbe(shapes, options): W simulated workers (threads of this process) compressing and
+ *   exchanging given gradients, or this process's single worker of a real job (`group`).
+ * - crossEntropy(logits, n, k, labels) and orthogonalize(matrix, rows, cols, eps?): the engine's
+ *   loss and PowerSGD's Gram-Schmidt on their own.
+ */
+import { testingBinding, type CompressorName, type NativeLayerProbe, type NativeReducerProbe } from './native.js';
+import { ProcessGroup } from './cluster/group.js';
+import { UsageError } from './errors.js';
+
+export type { LayerStateEntry, NativeLayerProbe, NativeReducerProbe } from './native.js';
+
+export type LayerKind = 'conv2d' | 'batchnorm2d' | 'relu' | 'maxpool2d' | 'globalavgpool' | 'flatten' | 'linear' | 'dropout' | 'basicblock';
+
+export const LayerProbe: new (kind: LayerKind, options?: Record<string, number | boolean>) => NativeLayerProbe = testingBinding.LayerProbe;
+
+export interface ReducerProbeOptions {
+  compressor?: CompressorName;
+  /** PowerSGD rank or TopK ratio of every compressible parameter. */
+  level?: number;
+  /** Simulated workers (default 1); a probe with a group is one worker. */
+  workers?: number;
+  seed?: number;
+  minCompressionRate?: number;
+  accumulateNorms?: boolean;
+  /** A connected ProcessGroup: the probe is this process's worker of a real job. */
+  group?: ProcessGroup;
+  device?: string;
+}
+
+export class ReducerProbe extends testingBinding.ReducerProbe implements NativeReducerProbe {
+  constructor(shapes: number[][], options: ReducerProbeOptions = {}) {
+    super(shapes, nativeOptions(options));
+  }
+}
+
+function nativeOptions(options: ReducerProbeOptions) {
+  if (typeof options !== 'object' || options === null) throw new UsageError('ReducerProbe options must be an object');
+  const { group, ...rest } = options;
+  if (group !== undefined && !(group instanceof ProcessGroup)) throw new UsageError('ReducerProbe option group must be a ProcessGroup');
+  return { ...rest, group: group?.native };
+}
+
+export const crossEntropy = testingBinding.crossEntropy;
+export const orthogonalize = testingBinding.orthogonalize;
