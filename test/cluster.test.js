@@ -164,6 +164,7 @@ describe('accordion cluster: options', function () {
     [['--workers', '2', ...train], /unknown cluster option --workers \(training options go after --/],
     [['--hosts', '2'], /accordion cluster needs training options after --/],
     [['--', '--model', 'lstm', '--bogus'], /unknown option --bogus/],
+    [['--', '--epochs', '1'], /option --model is required/],
   ];
   for (const [args, pattern] of cases)
     it(`refuses ${args.join(' ')} with exit 2`, function () {

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * Command line: `accordion train [options]`, `accordion launch`, `accordion cluster`, `accordion info`. Usage errors exit with code 2 and a
+ * Command line: `accordion train [options]`, `accordion info`. Usage errors exit with code 2 and a
  * message naming the option; runtime errors exit with code 1.
  */
 import * as path from 'node:path';
@@ -302,9 +302,10 @@ async function clusterCommand(argv: string[]): Promise<number> {
   if (trainArgs.length === 0) throw new UsageError('accordion cluster needs training options after -- (e.g. -- --model resnet18)');
   // Every host must write to the same run directory, so it is chosen once, here.
   const parsed = parseTrainArgs(trainArgs);
+  if (!parsed.model) throw new UsageError(`option --model is required (one of: ${ARCHITECTURES.join(', ')})`);
   let runDir = parsed.outDir as string | undefined;
   if (!runDir && typeof parsed.resume === 'string') runDir = path.resolve(resolveCheckpointDir(parsed.resume), '..', '..');
-  if (!runDir) trainArgs.push('--out', (runDir = defaultRunDir(String(parsed.model ?? 'run'))));
+  if (!runDir) trainArgs.push('--out', (runDir = defaultRunDir(String(parsed.model))));
   const timeoutMs = typeof parsed.timeoutMs === 'number' ? parsed.timeoutMs : DEFAULT_CONFIG.timeoutMs;
   const result = await runCluster({ hosts, nprocPerHost, shape, subnet, trainArgs, runDir, timeoutMs, cli: fileURLToPath(import.meta.url) });
   if (result.failure) process.stderr.write(`accordion cluster: job failed: ${result.failure}\n`);
