@@ -341,8 +341,10 @@ describe('accordion cluster (needs root)', function () {
     const loss = 0.3, datagrams = 2000;
     network = await netns.createNetwork({ hosts: 2, subnet, shape: { bitsPerSecond: 100e6, delaySeconds: 0, loss } });
     try {
-      const counter = `import dgram from 'node:dgram'; let n = 0; const s = dgram.createSocket('udp4'); s.on('message', (m) => { if (m.length === 1) { console.log(n); process.exit(0); } n++; }); s.bind(7002, process.argv[1], () => console.error('ready'));`;
-      const blaster = `import dgram from 'node:dgram'; const s = dgram.createSocket('udp4'); const [addr, count] = process.argv.slice(1); for (let i = 0; i < Number(count); i++) { await new Promise((r) => s.send(Buffer.alloc(64), 7002, addr, r)); if (i % 100 === 99) await new Promise((r) => setTimeout(r, 5)); } const end = () => s.send(Buffer.alloc(1), 7002, addr); const timer = setInterval(end, 20); end(); setTimeout(() => { clearInterval(timer); s.close(); }, 500);`;
+      // A 2-byte greeting is answered until one gets through (resolving the addresses both ways, so
+      // that no datagram waits for ARP); then 64-byte datagrams are counted until a 1-byte end mark.
+      const counter = `import dgram from 'node:dgram'; let n = 0; const s = dgram.createSocket('udp4'); s.on('message', (m, from) => { if (m.length === 2) s.send(m, from.port, from.address); else if (m.length === 1) { console.log(n); process.exit(0); } else n++; }); s.bind(7002, process.argv[1], () => console.error('ready'));`;
+      const blaster = `import dgram from 'node:dgram'; const s = dgram.createSocket('udp4'); const [addr, count] = process.argv.slice(1); await new Promise((resolve) => { s.once('message', resolve); const hello = setInterval(() => s.send(Buffer.alloc(2), 7002, addr), 20); s.once('message', () => clearInterval(hello)); }); for (let i = 0; i < Number(count); i++) { await new Promise((r) => s.send(Buffer.alloc(64), 7002, addr, r)); if (i % 100 === 99) await new Promise((r) => setTimeout(r, 5)); } const end = () => s.send(Buffer.alloc(1), 7002, addr); const timer = setInterval(end, 20); end(); setTimeout(() => { clearInterval(timer); s.close(); }, 500);`;
       const server = inHost(network, 1, counter, network.hosts[1].address);
       await ready(server);
       const received = output(server);
