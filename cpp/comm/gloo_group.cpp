@@ -109,7 +109,14 @@ std::string GlooGroup::unresponsive(uint64_t entered) {
     for (int r = 0; r < size_; ++r)
       if (r != rank_ && seen[r]) seen[r] = read(r, &second[2 * r]);
   } catch (const std::exception&) {
-    return "the rendezvous store does not answer either (it is hosted by the launcher, or by rank 0 without one)";
+    // The store is out of reach too: whether the others stopped or only cannot be reached cannot be told.
+    std::string others;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) others += (others.empty() ? "" : ", ") + std::to_string(r);
+    return (size_ == 2 ? "rank " + others + " did not answer and the rendezvous store does not answer either"
+                       : "the rendezvous store does not answer either, so which of ranks " + others + " did not answer cannot be told") +
+           std::string(": this rank is cut off from the others (a network partition?) or the job is ending (the store is hosted by the "
+                       "launcher, or by rank 0 without one)");
   }
   std::vector<std::string> stopped, behind;
   for (int r = 0; r < size_; ++r) {

@@ -40,7 +40,7 @@ export interface LaunchResult {
 }
 
 /** Copies a child's stream to `target`, prefixing each complete line. */
-function relay(stream: NodeJS.ReadableStream, target: NodeJS.WritableStream, prefix: string): void {
+export function relay(stream: NodeJS.ReadableStream, target: NodeJS.WritableStream, prefix: string): void {
   let pending = '';
   stream.setEncoding('utf8');
   stream.on('data', (chunk: string) => {

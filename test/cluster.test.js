@@ -1,0 +1,485 @@
+// The cluster command: simulated hosts in network namespaces with shaped links, running a real job.
+// A 2-host run over a shaped bridge against the same run over loopback, packet loss, a partition, a
+// killed host, signals, the sweep of a killed command's leftovers, the link's rate and latency, and
+// the bytes on the wire against the floats accounting. These tests need root (CAP_NET_ADMIN and
+// CAP_SYS_ADMIN) and iproute2, as CI has; without them they fail saying so.
+import { spawn, spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { expect } from 'chai';
+import { loadCheckpoint } from '../lib/index.js';
+import { readMetrics } from '../lib/metrics.js';
+import * as netns from '../lib/cluster/netns.js';
+import { compareWire, parseSubnet, predictedWireBytes, readNetworkLog } from '../lib/cluster/cluster.js';
+
+const CLI = fileURLToPath(new URL('../lib/cli.js', import.meta.url));
+
+// ---------------------------------------------------------------------------------------------
+// Processes: whatever a test starts is killed after it, with its cluster's namespaces.
+
+const live = new Set();
+
+/** Starts the CLI in its own process group; stderr lines are kept with the time they arrived. */
+function start(args, env = {}) {
+  const started = Date.now();
+  const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, OMP_NUM_THREADS: '1', ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const entry = { child, stdout: '', stderr: '', lines: [], done: false, pending: '' };
+  live.add(entry);
+  child.stdout.setEncoding('utf8').on('data', (s) => (entry.stdout += s));
+  child.stderr.setEncoding('utf8').on('data', (s) => {
+    entry.stderr += s;
+    const parts = (entry.pending + s).split('\n');
+    entry.pending = parts.pop();
+    for (const text of parts) entry.lines.push({ at: Date.now(), text });
+  });
+  entry.exited = new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code, signal) => {
+      entry.done = true;
+      live.delete(entry);
+      resolve({ code, signal, stdout: entry.stdout, stderr: entry.stderr, ms: Date.now() - started });
+    });
+  });
+  return entry;
+}
+
+function exitWithin(entry, ms) {
+  let timer;
+  const timeout = new Promise((resolve) => (timer = setTimeout(() => resolve({ timedOut: true }), ms)));
+  return Promise.race([entry.exited, timeout]).finally(() => clearTimeout(timer));
+}
+
+async function finished(entry, ms, what) {
+  const exit = await exitWithin(entry, ms);
+  expect(exit.timedOut, `${what} did not end within ${ms} ms; stderr:\n${entry.stderr}`).to.not.equal(true);
+  return exit;
+}
+
+async function waitFor(what, condition, ms, interval = 50) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await condition();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, interval));
+  }
+}
+
+/** Live processes whose command line mentions `text` (each test's run directory is unique). */
+function processesMentioning(text) {
+  const found = [];
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name) || Number(name) === process.pid) continue;
+    try {
+      const cmdline = fs.readFileSync(`/proc/${name}/cmdline`, 'utf8');
+      const stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8');
+      if (stat.slice(stat.lastIndexOf(')') + 2)[0] === 'Z') continue;
+      if (cmdline.includes(text)) found.push(`${name}: ${cmdline.replace(/\0/g, ' ').slice(0, 200)}`);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return found;
+}
+
+function rootVeths() {
+  const r = spawnSync('ip', ['-j', 'link', 'show', 'type', 'veth'], { encoding: 'utf8' });
+  return JSON.parse(r.stdout || '[]').map((l) => l.ifname).sort();
+}
+
+function rootQdiscs() {
+  return spawnSync('tc', ['qdisc', 'show'], { encoding: 'utf8' }).stdout;
+}
+
+const baseline = {};
+
+/** Nothing of the cluster started as `entry` remains: no namespace, veth, qdisc or process. */
+async function expectNothingLeft(entry, runDir) {
+  const names = (await netns.listClusterNamespaces()).filter((n) => n.startsWith(`acc-${entry.child.pid}-`));
+  expect(names, 'namespaces of the run left behind').to.deep.equal([]);
+  expect(rootVeths(), 'veth devices in the machine namespace').to.deep.equal(baseline.veths);
+  expect(rootQdiscs(), 'qdiscs of the machine namespace').to.equal(baseline.qdiscs);
+  expect(processesMentioning(runDir), 'processes of the run left running').to.deep.equal([]);
+}
+
+/** Kills what the test left running; the namespaces of a cluster killed here are swept. */
+async function killLeftovers() {
+  for (const entry of live) {
+    try {
+      process.kill(-entry.child.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+  await Promise.all([...live].map((e) => exitWithin(e, 5000)));
+  await netns.sweepStale();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data: a tiny WikiText-like corpus, so that a 2-host LSTM job takes a few seconds.
+
+function writeCorpus(dir, lines) {
+  fs.mkdirSync(dir, { recursive: true });
+  let s = 12345;
+  const next = () => (s = (Math.imul(s, 1664525) + 1013904223) >>> 0);
+  const text = (n) => Array.from({ length: n }, () => Array.from({ length: 20 }, () => `w${next() % 200}`).join(' ')).join('\n') + '\n';
+  fs.writeFileSync(path.join(dir, 'wiki.train.tokens'), text(lines));
+  fs.writeFileSync(path.join(dir, 'wiki.valid.tokens'), text(40));
+  fs.writeFileSync(path.join(dir, 'wiki.test.tokens'), text(40));
+}
+
+function latestOf(dir) {
+  const file = path.join(dir, 'checkpoints', 'latest');
+  return fs.existsSync(file) ? fs.readFileSync(file, 'utf8').trim() : undefined;
+}
+
+function sameWeights(dirA, dirB) {
+  const a = loadCheckpoint(dirA, 0).model;
+  const b = loadCheckpoint(dirB, 0).model;
+  expect(b.map((t) => t.name)).to.deep.equal(a.map((t) => t.name));
+  return a.filter((t, i) => !Buffer.from(t.data).equals(Buffer.from(b[i].data))).map((t) => t.name);
+}
+
+describe('accordion cluster: options', function () {
+  function run(args) {
+    const r = spawnSync(process.execPath, [CLI, 'cluster', ...args], { encoding: 'utf8', timeout: 30000 });
+    return { code: r.status, stderr: r.stderr };
+  }
+  const train = ['--', '--model', 'lstm'];
+  const cases = [
+    [['--bandwidth', '100mbps', ...train], /option --bandwidth: expected a rate such as 100mbit.*got '100mbps'.*bytes per second/],
+    [['--bandwidth', 'fast', ...train], /option --bandwidth: expected a rate/],
+    [['--bandwidth', '10bit', ...train], /option --bandwidth: at least 1kbit/],
+    [['--latency', '5', ...train], /option --latency: expected a delay such as 1ms.*got '5'/],
+    [['--latency', '11s', ...train], /option --latency: at most 10s/],
+    [['--loss', '1', ...train], /option --loss: expected a percentage such as 1%/],
+    [['--loss', '100%', ...train], /option --loss: must be below 100%/],
+    [['--subnet', '10.87.0.5/24', ...train], /option --subnet: 10.87.0.5\/24 is not a network address \(did you mean 10.87.0.0\/24\?\)/],
+    [['--subnet', '10.87.0.0/31', ...train], /option --subnet: expected an IPv4 subnet/],
+    [['--hosts', '7', '--subnet', '10.87.0.0/29', ...train], /option --subnet: 10.87.0.0\/29 has room for 6 hosts, not 7/],
+    [['--hosts', '0', ...train], /option --hosts: expected an integer from 1/],
+    [['--nproc-per-host', 'two', ...train], /option --nproc-per-host: expected an integer/],
+    [['--workers', '2', ...train], /unknown cluster option --workers \(training options go after --/],
+    [['--hosts', '2'], /accordion cluster needs training options after --/],
+    [['--', '--model', 'lstm', '--bogus'], /unknown option --bogus/],
+    [['--', '--epochs', '1'], /option --model is required/],
+  ];
+  for (const [args, pattern] of cases)
+    it(`refuses ${args.join(' ')} with exit 2`, function () {
+      const r = run(args);
+      expect(r.code, r.stderr).to.equal(2);
+      expect(r.stderr).to.match(pattern);
+    });
+});
+
+describe('accordion cluster (needs root)', function () {
+  let tmp, data;
+  const lstm = (hidden) => ['--model', 'lstm', '--data', data, '--hidden', String(hidden), '--seed', '7', '--quiet'];
+  const runDir = (name) => path.join(tmp, name);
+
+  before(async function () {
+    const missing = netns.missingCapabilities();
+    if (missing.length)
+      throw new Error(`these tests need root: they create network namespaces, veth pairs, a bridge and qdiscs (this process lacks ${missing.join(' and ')}); run them as root, as CI does`);
+    if (spawnSync('ip', ['-V']).error || spawnSync('tc', ['-V']).error) throw new Error('these tests need iproute2 (ip and tc): apt-get install iproute2');
+    tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-cluster-'));
+    data = path.join(tmp, 'wikitext');
+    writeCorpus(data, 800);
+    await netns.sweepStale();
+    baseline.veths = rootVeths();
+    baseline.qdiscs = rootQdiscs();
+  });
+
+  afterEach(killLeftovers);
+  after(() => tmp && fs.rmSync(tmp, { recursive: true, force: true }));
+
+  it('without CAP_NET_ADMIN it exits 2 saying it needs root', function () {
+    const r = spawnSync('setpriv', ['--bounding-set=-net_admin', '--inh-caps=-net_admin', process.execPath, CLI, 'cluster', '--', ...lstm(8)], { encoding: 'utf8', timeout: 30000 });
+    expect(r.error, 'setpriv (util-linux) is needed to drop the capability').to.equal(undefined);
+    expect(r.status, r.stderr).to.equal(2);
+    expect(r.stderr).to.match(/the cluster command needs root: .*this process lacks CAP_NET_ADMIN/);
+  });
+
+  // The oracle of the next tests: the same job over loopback (accordion train --workers 2).
+  let loopback;
+  it('2 hosts over 100 Mbit/s links end with the same weights as 2 workers over loopback; network.jsonl has every host\'s counters per epoch', async function () {
+    loopback = runDir('loopback');
+    const args = [...lstm(32), '--epochs', '2', '--workers', '2'];
+    const reference = start(['train', ...args, '--out', loopback]);
+    const ref = await finished(reference, 60000, 'the loopback run');
+    expect(ref.code, ref.stderr).to.equal(0);
+
+    const dir = runDir('shaped');
+    const c = start(['cluster', '--hosts', '2', '--bandwidth', '100mbit', '--', ...args, '--out', dir]);
+    const exit = await finished(c, 60000, 'the cluster run');
+    expect(exit.code, exit.stderr).to.equal(0);
+    expect(exit.stderr).to.match(/accordion cluster: 2 hosts × 1 worker in namespaces acc-\d+-[0-9a-f]+-h0…h1, 10\.87\.0\.1…10\.87\.0\.2\/24/);
+    expect(sameWeights(loopback, dir), 'tensors that differ from the loopback run').to.deep.equal([]);
+    await expectNothingLeft(c, dir);
+
+    const epochs = readMetrics(path.join(dir, 'metrics.jsonl')).filter((e) => e.event === 'epoch');
+    const records = readNetworkLog(dir);
+    expect(records.map((r) => [r.event, r.epoch, r.host])).to.deep.equal([
+      ['start', 0, 0], ['start', 0, 1], ['epoch', 0, 0], ['epoch', 0, 1], ['epoch', 1, 0], ['epoch', 1, 1],
+    ]);
+    expect(records.filter((r) => r.event === 'start').map((r) => r.address)).to.deep.equal(['10.87.0.1', '10.87.0.2']);
+    expect(records[0]).to.include({ hosts: 2, procsPerHost: 1, workers: 2, compressor: 'none', bitsPerSecond: 100e6, delaySeconds: 0, loss: 0 });
+    for (const r of records.filter((x) => x.event === 'epoch')) {
+      expect(r.floatsSent, `epoch ${r.epoch} host ${r.host}`).to.equal(epochs[r.epoch].floatsSent);
+      expect(r.floatsSentTotal).to.equal(epochs[r.epoch].floatsSentTotal);
+      expect(r.txBytes).to.be.above(4 * r.floatsSent); // checked exactly in the wire test
+      expect(r.txBytesTotal - r.txBytes).to.equal(records[records.indexOf(r) - 2].txBytesTotal);
+    }
+  });
+
+  it('with 1% packet loss the job goes on and ends with the same weights', async function () {
+    expect(loopback, 'the loopback run of the previous test').to.be.a('string');
+    const dir = runDir('loss');
+    const c = start(['cluster', '--bandwidth', '100mbit', '--loss', '1%', '--', ...lstm(32), '--epochs', '2', '--workers', '2', '--out', dir]);
+    const exit = await finished(c, 90000, 'the run with loss');
+    expect(exit.code, exit.stderr).to.equal(0);
+    expect(readNetworkLog(dir)[0].loss).to.equal(0.01);
+    expect(sameWeights(loopback, dir), 'tensors that differ from the loopback run').to.deep.equal([]);
+    await expectNothingLeft(c, dir);
+    this.test.title += ` [${(exit.ms / 1000).toFixed(1)} s]`;
+  });
+
+  it("the bytes on the wire match the floats accounting and Gloo's rings: all-reduce 2(n-1)/n of the buffer, all-gather (n-1)/n of the result", async function () {
+    // Rank 0's start record names the parameters and which are matrices; the checkpoint gives their sizes.
+    const sizes = (dir) => {
+      const start = readMetrics(path.join(dir, 'metrics.jsonl')).find((e) => e.event === 'start');
+      const tensors = new Map(loadCheckpoint(dir, 0).model.map((t) => [t.name, t.shape.reduce((a, b) => a * b, 1)]));
+      return start.parameterNames.map((name, i) => ({ numel: tensors.get(name), matrix: start.matrices[i] }));
+    };
+    const jobs = [
+      { name: 'dense, 2 hosts', hosts: 2, args: [] },
+      { name: 'topk 0.1, 2 hosts', hosts: 2, args: ['--compressor', 'topk', '--topk-ratio', '0.1'], ratio: 0.1 },
+      { name: 'dense, 3 hosts', hosts: 3, args: [] },
+    ];
+    const notes = [];
+    for (const job of jobs) {
+      const dir = runDir(`wire-${job.hosts}-${job.ratio ?? 'dense'}`);
+      const c = start(['cluster', '--hosts', String(job.hosts), '--bandwidth', '100mbit', '--', ...lstm(64), '--epochs', '2', '--checkpoint-every', '2', ...job.args, '--out', dir]);
+      const exit = await finished(c, 90000, `the ${job.name} run`);
+      expect(exit.code, exit.stderr).to.equal(0);
+      await expectNothingLeft(c, dir);
+      let exchange;
+      if (job.ratio) {
+        // TopK all-reduces the 1-D tensors and all-gathers 2·max(1, ⌊K·numel⌋)·W floats of each matrix.
+        const params = sizes(dir);
+        const dense = params.filter((p) => !p.matrix).reduce((a, p) => a + p.numel, 0);
+        const gathered = params.filter((p) => p.matrix).reduce((a, p) => a + 2 * Math.max(1, Math.floor(job.ratio * p.numel)) * job.hosts, 0);
+        exchange = (r) => {
+          const steps = r.floatsSent / (dense + gathered);
+          expect(Number.isInteger(steps), `${r.floatsSent} floats are not whole steps of ${dense} + ${gathered}`).to.equal(true);
+          return { allReduceFloats: steps * dense, allGatherFloats: steps * gathered };
+        };
+      }
+      const rows = compareWire(readNetworkLog(dir), { exchange });
+      expect(rows).to.have.length(2 * job.hosts);
+      for (const row of rows) {
+        expect(row.ok, `${job.name}, epoch ${row.epoch}, host ${row.host}: sent ${row.sentPayloadBytes} and received ${row.receivedPayloadBytes} payload bytes, predicted ${row.predictedBytes}`).to.equal(true);
+      }
+      notes.push(`${job.name}: ${rows.map((r) => r.sentRatio.toFixed(3)).join('/')}`);
+    }
+    // The prediction itself: n = 2 sends the whole buffer (half in the reduce-scatter, half in the
+    // all-gather); n = 3 sends 4/3 of it; an all-gather of 2 sends the half it contributed.
+    expect(predictedWireBytes({ allReduceFloats: 1000, allGatherFloats: 0 }, 2, 1)).to.equal(4000);
+    expect(predictedWireBytes({ allReduceFloats: 3000, allGatherFloats: 0 }, 3, 1)).to.equal(16000);
+    expect(predictedWireBytes({ allReduceFloats: 0, allGatherFloats: 1000 }, 2, 1)).to.equal(2000);
+    expect(predictedWireBytes({ allReduceFloats: 1000, allGatherFloats: 1000 }, 1, 4)).to.equal(0);
+    this.test.title += ` [measured/predicted per epoch and host: ${notes.join('; ')}]`;
+  });
+
+  it('a 100 Mbit/s link carries about 100 Mbit/s; a loss drops that share of the packets; a latency shows in the round trip, or is refused naming netem where the kernel lacks it', async function () {
+    const subnet = parseSubnet('10.87.0.0/24', 2);
+    const inHost = (network, host, script, ...args) =>
+      spawn('ip', ['netns', 'exec', network.hosts[host].namespace, process.execPath, '--input-type=module', '-e', script, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const output = (child) =>
+      new Promise((resolve, reject) => {
+        let out = '', err = '';
+        child.stdout.on('data', (d) => (out += d));
+        child.stderr.on('data', (d) => (err += d));
+        const timer = setTimeout(() => child.kill('SIGKILL'), 30000);
+        child.on('close', (code) => {
+          clearTimeout(timer);
+          code === 0 ? resolve(out) : reject(new Error(`exit ${code}: ${err}`));
+        });
+      });
+    // A sink that reports how many bytes it received and over how long, and an echo server.
+    const sink = `import net from 'node:net'; net.createServer((s) => { let n = 0, t0; s.on('data', (d) => { t0 ??= process.hrtime.bigint(); n += d.length; }); s.on('end', () => { console.log(JSON.stringify({ bytes: n, seconds: Number(process.hrtime.bigint() - t0) / 1e9 })); process.exit(0); }); }).listen(7000, process.argv[1], () => console.error('ready'));`;
+    const send = `import net from 'node:net'; const s = net.connect(7000, process.argv[1], () => { let left = 48; const chunk = Buffer.alloc(1 << 18); const go = () => { while (left-- > 0) if (!s.write(chunk)) return s.once('drain', go); s.end(); }; go(); });`;
+    const echo = `import net from 'node:net'; net.createServer((s) => s.pipe(s)).listen(7001, process.argv[1], () => console.error('ready'));`;
+    const ping = `import net from 'node:net'; const s = net.connect(7001, process.argv[1], async () => { s.setNoDelay(true); const rtts = []; for (let i = 0; i < 7; i++) { const t = process.hrtime.bigint(); s.write('x'); await new Promise((r) => s.once('data', r)); rtts.push(Number(process.hrtime.bigint() - t) / 1e6); } console.log(JSON.stringify(rtts)); process.exit(0); });`;
+    const ready = (child) => new Promise((resolve) => child.stderr.once('data', resolve));
+
+    const notes = [];
+    let network = await netns.createNetwork({ hosts: 2, subnet, shape: { bitsPerSecond: 100e6, delaySeconds: 0, loss: 0 } });
+    try {
+      const server = inHost(network, 1, sink, network.hosts[1].address);
+      await ready(server);
+      const received = output(server);
+      await output(inHost(network, 0, send, network.hosts[1].address));
+      const { bytes, seconds } = JSON.parse(await received);
+      const mbit = (bytes * 8) / seconds / 1e6;
+      // Payload: the line rate less 66 header bytes per 1514-byte frame (4.4%).
+      expect(mbit, 'payload rate in Mbit/s').to.be.within(60, 100);
+      notes.push(`${mbit.toFixed(1)} Mbit/s payload`);
+      const echoServer = inHost(network, 1, echo, network.hosts[1].address);
+      await ready(echoServer);
+      const rtts = JSON.parse(await output(inHost(network, 0, ping, network.hosts[1].address)));
+      echoServer.kill();
+      notes.push(`RTT ${Math.min(...rtts).toFixed(2)} ms without latency`);
+    } finally {
+      await netns.removeNetwork(network.id);
+    }
+    expect(await netns.listClusterNamespaces()).to.not.include(network.hosts[0].namespace);
+
+    // Loss: datagrams (no retransmission) from a host losing 30% of what it sends.
+    const loss = 0.3, datagrams = 2000;
+    network = await netns.createNetwork({ hosts: 2, subnet, shape: { bitsPerSecond: 100e6, delaySeconds: 0, loss } });
+    try {
+      // A 2-byte greeting is answered until one gets through (resolving the addresses both ways, so
+      // that no datagram waits for ARP); then 64-byte datagrams are counted until a 1-byte end mark.
+      const counter = `import dgram from 'node:dgram'; let n = 0; const s = dgram.createSocket('udp4'); s.on('message', (m, from) => { if (m.length === 2) s.send(m, from.port, from.address); else if (m.length === 1) { console.log(n); process.exit(0); } else n++; }); s.bind(7002, process.argv[1], () => console.error('ready'));`;
+      const blaster = `import dgram from 'node:dgram'; const s = dgram.createSocket('udp4'); const [addr, count] = process.argv.slice(1); await new Promise((resolve) => { s.once('message', resolve); const hello = setInterval(() => s.send(Buffer.alloc(2), 7002, addr), 20); s.once('message', () => clearInterval(hello)); }); for (let i = 0; i < Number(count); i++) { await new Promise((r) => s.send(Buffer.alloc(64), 7002, addr, r)); if (i % 100 === 99) await new Promise((r) => setTimeout(r, 5)); } const end = () => s.send(Buffer.alloc(1), 7002, addr); const timer = setInterval(end, 20); end(); setTimeout(() => { clearInterval(timer); s.close(); }, 500);`;
+      const server = inHost(network, 1, counter, network.hosts[1].address);
+      await ready(server);
+      const received = output(server);
+      const sender = inHost(network, 0, blaster, network.hosts[1].address, String(datagrams));
+      const got = Number(await received);
+      await output(sender);
+      // Binomial: the mean 1400 of 2000 with a standard deviation of about 20.
+      expect(got, 'datagrams received').to.be.within(datagrams * (1 - loss) - 150, datagrams * (1 - loss) + 150);
+      notes.push(`${got} of ${datagrams} datagrams through a 30% loss`);
+    } finally {
+      await netns.removeNetwork(network.id);
+    }
+
+    const latency = 0.02;
+    let refused;
+    try {
+      network = await netns.createNetwork({ hosts: 2, subnet, shape: { bitsPerSecond: 100e6, delaySeconds: latency, loss: 0 } });
+    } catch (err) {
+      refused = err;
+    }
+    if (refused) {
+      expect(refused.code, refused.message).to.equal('ERR_USAGE');
+      expect(refused.message).to.match(/a link latency needs the kernel's netem queueing discipline \(sch_netem\), which this kernel does not have/);
+      expect((await netns.listClusterNamespaces()).filter((n) => n.startsWith(`acc-${process.pid}-`)), 'namespaces left by the refused build').to.deep.equal([]);
+      notes.push('this kernel has no netem: a latency is refused');
+    } else {
+      try {
+        const echoServer = inHost(network, 1, echo, network.hosts[1].address);
+        await ready(echoServer);
+        const rtts = JSON.parse(await output(inHost(network, 0, ping, network.hosts[1].address)));
+        echoServer.kill();
+        const median = rtts.sort((a, b) => a - b)[3];
+        // Each direction's sender adds the delay once.
+        expect(median, 'round trip in ms').to.be.within(2 * latency * 1e3, 2 * latency * 1e3 + 30);
+        notes.push(`RTT ${median.toFixed(1)} ms with ${latency * 1e3} ms latency`);
+      } finally {
+        await netns.removeNetwork(network.id);
+      }
+    }
+    this.test.title += ` [${notes.join('; ')}]`;
+  });
+
+  it('a partition of one host ends every worker within --timeout plus a few seconds, naming the operation and the unreachable rank; the last checkpoint resumes in a cluster without it', async function () {
+    const timeoutMs = 3000;
+    const dir = runDir('partition');
+    const args = [...lstm(32), '--workers', '2'];
+    const c = start(['cluster', '--bandwidth', '100mbit', '--', ...args, '--epochs', '200', '--timeout', String(timeoutMs), '--out', dir]);
+    await waitFor('the first checkpoint', () => {
+      if (c.done) throw new Error(`the job ended before its first checkpoint; stderr:\n${c.stderr}`);
+      return latestOf(dir);
+    }, 60000);
+    const network = await netns.findNetwork(c.child.pid);
+    expect(network.hosts.map((h) => h.address)).to.deep.equal(['10.87.0.1', '10.87.0.2']);
+    await netns.setPartitioned(network, 1, true);
+    const cutAt = Date.now();
+
+    const exit = await finished(c, timeoutMs + 30000, 'the partitioned job');
+    expect(exit.code, exit.stderr).to.equal(1);
+    const operation = '(all-reduce|all-gather|broadcast|barrier)[^:]*';
+    const rank0 = c.lines.find((l) => new RegExp(`^accordion: ${operation} failed on rank 0 of 2: rank 1 does not answer`).test(l.text));
+    const rank1 = c.lines.find((l) => new RegExp(`^\\[host 1\\] \\[rank 1\\] accordion: ${operation} failed on rank 1 of 2: rank 0 did not answer`).test(l.text));
+    expect(rank0, `rank 0's error; stderr:\n${exit.stderr}`).to.not.equal(undefined);
+    expect(rank1, `rank 1's error; stderr:\n${exit.stderr}`).to.not.equal(undefined);
+    for (const line of [rank0, rank1]) expect(line.at - cutAt, line.text).to.be.below(timeoutMs + 6000);
+    expect(exit.stderr).to.match(/^accordion launch: job failed: rank 0 exited with code 1/m);
+    expect(exit.stderr).to.match(/^\[host 1\] accordion launch: job failed: rank 1 exited with code 1/m);
+    expect(exit.stderr).to.match(/^accordion cluster: job failed: host [01] \(rank [01]\): its launcher exited with code 1/m);
+    await expectNothingLeft(c, dir);
+
+    const epochs = loadCheckpoint(dir, 0).position.epochsCompleted;
+    for (const rank of [0, 1]) expect(loadCheckpoint(dir, rank).position.epochsCompleted, `rank ${rank}`).to.equal(epochs);
+    const resumed = start(['cluster', '--bandwidth', '100mbit', '--', ...args, '--resume', dir, '--epochs', String(epochs + 1)]);
+    const done = await finished(resumed, 60000, 'the resumed job');
+    expect(done.code, done.stderr).to.equal(0);
+    expect(latestOf(dir)).to.equal(`epoch-${String(epochs + 1).padStart(4, '0')}`);
+    expect(loadCheckpoint(dir, 0).position.extra.history).to.have.length(epochs + 1);
+    // The resumed job's counters follow the earlier ones in the same network.jsonl.
+    expect(readNetworkLog(dir).filter((r) => r.event === 'epoch' && r.epoch === epochs).map((r) => r.host)).to.deep.equal([0, 1]);
+    await expectNothingLeft(resumed, dir);
+    this.test.title += ` [rank 0 ended ${rank0.at - cutAt} ms and rank 1 ${rank1.at - cutAt} ms after the cut; resumed at epoch ${epochs + 1}]`;
+  });
+
+  it('a killed host (all its processes) ends the job naming the rank, with nothing left running', async function () {
+    const dir = runDir('killed');
+    const c = start(['cluster', '--bandwidth', '100mbit', '--', ...lstm(32), '--epochs', '200', '--timeout', '5000', '--out', dir]);
+    await waitFor('the first checkpoint', () => {
+      if (c.done) throw new Error(`the job ended before its first checkpoint; stderr:\n${c.stderr}`);
+      return latestOf(dir);
+    }, 60000);
+    const network = await netns.findNetwork(c.child.pid);
+    const killed = await netns.killNamespace(network.hosts[1].namespace);
+    expect(killed.length, 'processes of host 1 (its launcher and worker)').to.equal(2);
+    const exit = await finished(c, 30000, 'the job with a killed host');
+    expect(exit.code, exit.stderr).to.equal(1);
+    expect(exit.stderr).to.match(/^accordion cluster: job failed: host 1 \(rank 1\): its launcher was killed by SIGKILL/m);
+    expect(exit.stderr).to.match(/^accordion: .* failed on rank 0 of 2: rank 1 does not answer/m);
+    await expectNothingLeft(c, dir);
+  });
+
+  for (const [signal, code, how] of [['SIGINT', 130, 'Ctrl-C (SIGINT to the process group)'], ['SIGTERM', 143, 'SIGTERM to the cluster command alone']])
+    it(`${how} stops every host with status ${code} and removes the namespaces`, async function () {
+      const dir = runDir(`signal-${signal}`);
+      const c = start(['cluster', '--bandwidth', '100mbit', '--', ...lstm(32), '--epochs', '200', '--out', dir]);
+      await waitFor('the first checkpoint', () => {
+        if (c.done) throw new Error(`the job ended before its first checkpoint; stderr:\n${c.stderr}`);
+        return latestOf(dir);
+      }, 60000);
+      process.kill(signal === 'SIGINT' ? -c.child.pid : c.child.pid, signal);
+      const exit = await finished(c, 40000, `the job after ${signal}`);
+      expect(exit.code, exit.stderr).to.equal(code);
+      expect(exit.stderr).to.include(`accordion cluster: job failed: interrupted by ${signal}`);
+      await expectNothingLeft(c, dir);
+      expect(latestOf(dir)).to.match(/^epoch-\d{4}$/);
+    });
+
+  it("a cluster command killed with SIGKILL leaves namespaces that the next run sweeps, killing what ran in them", async function () {
+    const dir = runDir('sigkill');
+    const c = start(['cluster', '--bandwidth', '100mbit', '--', ...lstm(32), '--epochs', '200', '--out', dir]);
+    await waitFor('the first checkpoint', () => {
+      if (c.done) throw new Error(`the job ended before its first checkpoint; stderr:\n${c.stderr}`);
+      return latestOf(dir);
+    }, 60000);
+    const network = await netns.findNetwork(c.child.pid);
+    process.kill(c.child.pid, 'SIGKILL');
+    await finished(c, 10000, 'the killed command');
+    expect(await netns.listClusterNamespaces(), 'the killed run leaves its namespaces').to.include.members([network.switchNamespace, network.hosts[1].namespace]);
+    expect(processesMentioning(dir).length, 'the killed run leaves its launchers and workers running').to.be.above(0);
+
+    const next = runDir('after-sigkill');
+    const n = start(['cluster', '--bandwidth', '100mbit', '--', ...lstm(8), '--epochs', '1', '--out', next]);
+    const exit = await finished(n, 60000, 'the next run');
+    expect(exit.code, exit.stderr).to.equal(0);
+    expect(exit.stderr).to.match(new RegExp(`removed the namespaces of 1 earlier run\\(s\\) whose process is gone \\(${network.id}\\)`));
+    expect((await netns.listClusterNamespaces()).filter((name) => name.startsWith(`${network.id}-`))).to.deep.equal([]);
+    expect(processesMentioning(dir), 'processes of the killed run').to.deep.equal([]);
+    await expectNothingLeft(n, next);
+  });
+});
