@@ -259,6 +259,8 @@ async function train(argv: string[]): Promise<number> {
     return runLaunch({ nprocPerNode: args.workers, masterPort, trainArgs: argv });
   }
   if (args.dataDir && !args.dataset) args.dataset = args.model === 'lstm' ? 'wikitext2' : 'cifar10';
+  // The library prints nothing unless asked; the command line shows progress unless --quiet.
+  args.progress ??= true;
   args.outDir ??= args.resume ? undefined : defaultRunDir(String(args.model));
   // A signal while the data is read and the model built: nothing has been trained or written yet.
   const onEarlySignal = (signal: NodeJS.Signals) => {

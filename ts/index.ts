@@ -5,7 +5,9 @@
  */
 export { Model, ARCHITECTURES, type Architecture, type ModelOptions } from './model.js';
 export { Batcher, type BatcherOptions } from './batcher.js';
-export { Trainer, DEFAULT_CONFIG, SYNTHETIC_PRESET, type TrainConfig, type TrainSummary, type EpochRecord, type LevelSwitch, type TrainerContext } from './trainer.js';
+export {
+  Trainer, DEFAULT_CONFIG, SYNTHETIC_PRESET, type TrainConfig, type TrainSummary, type EpochRecord, type StepEvent, type CheckpointEvent, type LevelSwitch, type TrainerContext,
+} from './trainer.js';
 export { endOfEpoch, initialState, normChangeRatio, isCritical, wholeModelNorm, type AccordionState, type AccordionRule, type Regime } from './accordion.js';
 export { ProcessGroup, distributedEnv, type DistributedEnv, type ConnectOptions } from './cluster/group.js';
 export { launch, type LaunchOptions } from './cluster/launch.js';
