@@ -13,6 +13,7 @@ import { distributedEnv } from './cluster/group.js';
 import { launch } from './cluster/launch.js';
 import { writeReport } from './report/report.js';
 import { resolveCheckpointDir } from './checkpoint.js';
+import { checkRunDir } from './rundir.js';
 
 type Kind = 'int' | 'number' | 'string' | 'list' | 'flag';
 
@@ -57,7 +58,8 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--adapt', key: 'adapt', kind: 'string', choices: ['compression', 'batch', 'smith'], help: "what Accordion adapts: per-layer compression, or the global batch (batch: B_low → B_high; smith: Smith et al.'s baseline)" },
   { flag: '--batch-low', key: 'batchLow', kind: 'int', help: 'global batch in critical regimes (batch-size mode)' },
   { flag: '--batch-high', key: 'batchHigh', kind: 'int', help: 'global batch afterwards (batch-size mode)' },
-  { flag: '--out', key: 'outDir', kind: 'string', help: 'run directory (default runs/<model>-<time>)' },
+  { flag: '--out', key: 'outDir', kind: 'string', help: 'run directory (default runs/<model>-<time>); one that holds a run needs --resume or --overwrite' },
+  { flag: '--overwrite', key: 'overwrite', kind: 'flag', help: "replace the run in --out: removes its config.json, metrics.jsonl, summary.json, report.html and checkpoints" },
   { flag: '--checkpoint-every', key: 'checkpointEvery', kind: 'int', help: 'epochs between checkpoints' },
   { flag: '--resume', key: 'resume', kind: 'string', help: 'continue from a run or checkpoint directory' },
   { flag: '--synthetic-train', key: 'syntheticTrain', kind: 'int', help: 'training images of the synthetic dataset' },
@@ -202,6 +204,8 @@ async function runLaunch(options: {
   // Every worker must write to the same run directory, so it is chosen once, here.
   const parsed = parseTrainArgs(trainArgs);
   if (!parsed.outDir && !parsed.resume) trainArgs.push('--out', defaultRunDir(String(parsed.model ?? 'run')));
+  // Rank 0 checks this too; checking here, where rank 0's node starts, refuses before any worker starts.
+  if ((options.nodeRank ?? 0) === 0) checkRunDir(parsed as { outDir?: string; resume?: string; overwrite?: boolean });
   const result = await launch({
     nprocPerNode: options.nprocPerNode,
     nnodes: options.nnodes ?? 1,
@@ -357,6 +361,7 @@ function describeInterruption(signal: NodeJS.Signals, summary: TrainSummary, con
         if (!argv[i]!.includes('=')) i++;
         continue;
       }
+      if (flag === '--overwrite') continue; // it would delete the run being resumed
       kept.push(argv[i]!);
     }
     lines.push(

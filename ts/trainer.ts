@@ -16,6 +16,7 @@ import { MetricsLog } from './metrics.js';
 import { ProgressBar, formatCount, formatDuration } from './progress.js';
 import { loadCheckpoint, saveCheckpoint } from './checkpoint.js';
 import { writeFileAtomicAsync } from './files.js';
+import { checkRunDir, clearRun } from './rundir.js';
 import { CheckpointError, UsageError } from './errors.js';
 import { ProcessGroup, distributedEnv } from './cluster/group.js';
 import { endOfEpoch, initialState, wholeModelNorm, type AccordionState, type Regime } from './accordion.js';
@@ -74,8 +75,13 @@ export interface TrainConfig {
   /** Global batch sizes of batch-size mode; a step accumulates micro-batches of `batchSize` per worker. */
   batchLow: number;
   batchHigh: number;
-  /** Run directory for metrics, configuration and checkpoints; none when undefined. */
+  /**
+   * Run directory for metrics, configuration and checkpoints; none when undefined. A directory that
+   * already holds a run is refused unless `resume` continues it or `overwrite` replaces it.
+   */
   outDir?: string;
+  /** Replace the run already in `outDir`: its files are removed when training starts (see README). */
+  overwrite: boolean;
   /** Checkpoint every this many epochs (and after the last). */
   checkpointEvery: number;
   /** Continue from a run directory or checkpoint directory. */
@@ -138,6 +144,7 @@ export const DEFAULT_CONFIG: Omit<TrainConfig, 'model'> = {
   dropout: 0.4,
   bptt: 35,
   clip: 0.25,
+  overwrite: false,
   progress: false,
 };
 
@@ -355,6 +362,9 @@ export class Trainer extends EventEmitter {
           : `--workers ${options.workers} does not match the job's WORLD_SIZE ${worldSize}`,
       );
     config.workers = worldSize;
+    // Before any data is read or any worker joins: rank 0, which writes the run directory, refuses
+    // to train over another run.
+    if (job.rank === 0) checkRunDir(config);
     if (config.adapt !== 'compression')
       for (const key of ['batchLow', 'batchHigh'] as const)
         if (config[key] % (config.batchSize * worldSize) !== 0)
@@ -368,7 +378,7 @@ export class Trainer extends EventEmitter {
       const rank = group?.rank ?? 0;
       if (group) {
         // Each worker has its own GPU (cuda:LOCAL_RANK): the workers agree on the kind of device.
-        const { threads: _threads, progress: _progress, device, ...shared } = config;
+        const { threads: _threads, progress: _progress, overwrite: _overwrite, device, ...shared } = config;
         await group.checkConfig({ ...shared, device: device === 'cpu' ? 'cpu' : 'cuda' });
       }
       const checkpoint = config.resume ? loadCheckpoint(config.resume, rank) : undefined;
@@ -688,21 +698,22 @@ export class Trainer extends EventEmitter {
     return { norms, ratios: decision.ratios.map((r) => (r === undefined || !Number.isFinite(r) ? null : r)) };
   }
 
-  /** Rank 0 at the start of fit(): writes config.json and opens the metrics log. */
+  /** Rank 0 at the start of fit(): clears a replaced run (overwrite), writes config.json, opens the metrics log. */
   private async openRunDir(dir: string): Promise<void> {
+    if (this.config.overwrite) await clearRun(dir);
     try {
       await fs.promises.mkdir(dir, { recursive: true });
     } catch (err) {
       throw new CheckpointError(`cannot create the run directory ${dir}: ${(err as Error).message}`);
     }
-    const { resume, progress, ...resolved } = this.config;
+    const { resume, progress, overwrite, ...resolved } = this.config;
     await writeFileAtomicAsync(path.join(dir, 'config.json'), [JSON.stringify(resolved, null, 2) + '\n'], CheckpointError);
     this.metrics = new MetricsLog(path.join(dir, 'metrics.jsonl'));
   }
 
   private async checkpoint(epochsCompleted: number): Promise<void> {
     const started = performance.now();
-    const { resume, progress, outDir, ...config } = this.config;
+    const { resume, progress, overwrite, outDir, ...config } = this.config;
     const dir = await saveCheckpoint(
       outDir!,
       this.model,
