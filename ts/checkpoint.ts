@@ -152,8 +152,15 @@ export function loadCheckpoint(target: string, rank = 0): LoadedCheckpoint {
   } catch {
     throw new CheckpointError(`${file}: metadata 'position' is missing or not JSON`);
   }
+  if (!isObject(position)) throw new CheckpointError(`${file}: metadata 'position' is not a JSON object`);
   if (!Number.isInteger(position.epochsCompleted) || position.epochsCompleted < 0)
     throw new CheckpointError(`${dir}: invalid epochsCompleted in the trainer state`);
+  // A resume checks the saved configuration against its own before it trusts the state.
+  if (!isObject(position.config))
+    throw new CheckpointError(
+      `${file}: the trainer state has no training configuration ('config' in its metadata 'position'), so a resume cannot check it against this run`,
+    );
+  if (!isObject(position.extra)) throw new CheckpointError(`${file}: the trainer state has no 'extra' record in its metadata 'position'`);
   const isTrainer = (name: string) => TRAINER_PREFIXES.some((p) => name.startsWith(p));
   const own = [...trainer.tensors.values()];
   const modelState = [...model.tensors.values()];
@@ -164,4 +171,8 @@ export function loadCheckpoint(target: string, rank = 0): LoadedCheckpoint {
     modelState[at] = t;
   }
   return { dir, model: modelState, trainer: own.filter((t) => isTrainer(t.name)), position };
+}
+
+function isObject(x: unknown): x is Record<string, unknown> {
+  return typeof x === 'object' && x !== null && !Array.isArray(x);
 }
