@@ -399,7 +399,7 @@ function describeSwitches(summary: TrainSummary): string[] {
   });
 }
 
-function reportCommand(argv: string[]): number {
+async function reportCommand(argv: string[]): Promise<number> {
   const dirs: string[] = [];
   let out: string | undefined;
   for (let i = 0; i < argv.length; i++) {
@@ -410,7 +410,8 @@ function reportCommand(argv: string[]): number {
     else dirs.push(argv[i]!);
   }
   if (dirs.length === 0) throw new UsageError('usage: accordion report RUN_DIR [RUN_DIR …] [--out FILE]');
-  process.stdout.write(`report written to ${writeReport(dirs, out)}\n`);
+  const file = await writeReport(dirs, out, { onWarning: (message) => process.stderr.write(`accordion: warning: ${message}\n`) });
+  process.stdout.write(`report written to ${file}\n`);
   return 0;
 }
 
@@ -424,7 +425,7 @@ export async function main(argv: string[]): Promise<number> {
   try {
     if (command === 'train') return await train(rest);
     if (command === 'launch') return await launchCommand(rest);
-    if (command === 'report') return reportCommand(rest);
+    if (command === 'report') return await reportCommand(rest);
     if (command === 'info') await info();
     else if (command === undefined || command === '--help' || command === 'help') process.stdout.write(USAGE + '\n');
     else throw new UsageError(`unknown command '${command}'\n${USAGE}`);

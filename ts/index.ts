@@ -18,7 +18,7 @@ export { writeSyntheticCifar10, ensureSyntheticCifar10, type SyntheticOptions } 
 export { loadImageDataset, type ImageDataset, type ImageDatasetName } from './data/datasets.js';
 export { readSafetensors, writeSafetensors, type NamedTensor, type Dtype } from './safetensors.js';
 export { saveCheckpoint, loadCheckpoint, type TrainerPosition } from './checkpoint.js';
-export { MetricsLog, readMetrics, type MetricsEvent } from './metrics.js';
+export { MetricsLog, readMetrics, readMetricsLog, type MetricsEvent, type MetricsRead } from './metrics.js';
 export { AccordionError, DataError, CheckpointError, UsageError, NativeError } from './errors.js';
 import { binding, type BuildInfo, type DeviceQuery } from './native.js';
 export type { BuildInfo, DeviceQuery, LibraryStatus, MemoryStats, StepResult } from './native.js';
