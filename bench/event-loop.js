@@ -2,12 +2,15 @@
 // Event-loop delay while a model trains and writes a checkpoint after every epoch: what a Node
 // service that hosts a Trainer sees. perf_hooks.monitorEventLoopDelay (1 ms resolution) gives the
 // p50, p99 and max over the whole of fit(); a second probe (a 5 ms timer that measures how late it
-// fires) attributes each delay to what the trainer was doing: steps, evaluation or checkpoint.
+// fires) attributes each delay to what the trainer was doing: steps, evaluation or checkpoint. A
+// control process that only measures its own event loop runs alongside: the delays it sees are the
+// machine's (other load, and the training threads competing for the cores), not the library's.
 //
 //   node bench/event-loop.js [--lib DIR] [--model resnet18] [--epochs 6] [--synthetic-train 2560]
 //                            [--threads N] [--device cpu|cuda] [--json out.json] [--markdown]
 //
 // --lib points at another build's lib/ (e.g. /work/main/lib) to measure it with the same script.
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
@@ -117,6 +120,32 @@ function phaseLog(initial) {
   };
 }
 
+/**
+ * A process that measures its own event-loop delay (same monitor) until its stdin closes, then
+ * prints { p50, p99, max } in ms. `stop()` resolves to them.
+ */
+function controlProbe() {
+  const script = `const { monitorEventLoopDelay } = require('node:perf_hooks');
+    const h = monitorEventLoopDelay({ resolution: 1 });
+    h.enable();
+    process.stdin.resume();
+    process.stdin.on('end', () => {
+      h.disable();
+      const ms = (ns) => ns / 1e6;
+      process.stdout.write(JSON.stringify({ p50: ms(h.percentile(50)), p99: ms(h.percentile(99)), max: ms(h.max) }));
+    });`;
+  const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  const done = new Promise((resolve) => child.on('close', () => resolve(out ? JSON.parse(out) : { p50: NaN, p99: NaN, max: NaN })));
+  return {
+    stop() {
+      child.stdin.end();
+      return done;
+    },
+  };
+}
+
 async function main() {
   const opts = options(process.argv.slice(2));
   let lib;
@@ -167,6 +196,7 @@ async function main() {
       phases.set(e.epoch + 1 === opts.epochs ? 'summary' : 'steps');
     });
 
+    const control = controlProbe();
     const histogram = monitorEventLoopDelay({ resolution: 1 });
     const probe = phaseProbe(phases);
     histogram.enable();
@@ -175,6 +205,7 @@ async function main() {
     const seconds = (performance.now() - started) / 1000;
     histogram.disable();
     const byPhase = probe.stop();
+    const machineDelay = await control.stop();
     await trainer.dispose();
 
     const result = {
@@ -186,6 +217,7 @@ async function main() {
       seconds,
       epochs: summary.epochs.length,
       checkpointMs,
+      control: machineDelay,
       phases: Object.fromEntries([...byPhase].map(([name, p]) => [name, { maxMs: p.max, over20ms: p.late, samples: p.samples }])),
     };
     // monitorEventLoopDelay records the time between its 1 ms timer's firings: 1 ms means no delay.
@@ -195,7 +227,10 @@ async function main() {
       { key: 'p99', title: 'p99 ms' },
       { key: 'max', title: 'max ms' },
     ];
-    const rows = [{ what: `${opts.model}, ${result.epochs} epochs, ${result.epochs} checkpoints`, p50: fmt(result.p50), p99: fmt(result.p99), max: fmt(result.max) }];
+    const rows = [
+      { what: `${opts.model}, ${result.epochs} epochs, ${result.epochs} checkpoints`, p50: fmt(result.p50), p99: fmt(result.p99), max: fmt(result.max) },
+      { what: 'control: an idle process alongside', p50: fmt(machineDelay.p50), p99: fmt(machineDelay.p99), max: fmt(machineDelay.max) },
+    ];
     console.log(`\n${formatTable(columns, rows, { markdown: opts.markdown })}`);
     const phaseColumns = [
       { key: 'phase', title: 'phase', align: 'left' },
