@@ -38,6 +38,13 @@ const SUITES = [
     args: [],
     quick: ['--quick'],
   },
+  {
+    name: 'event-loop',
+    script: 'event-loop.js',
+    description: 'event-loop delay while ResNet-18 trains and writes a checkpoint every epoch (synthetic preset)',
+    args: [],
+    quick: ['--quick'],
+  },
 ];
 
 const USAGE = `usage: node bench/run.js [--quick] [--only NAME[,NAME]]

@@ -2,10 +2,13 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { Trainer } from '../lib/index.js';
 import { writeReport, loadRun } from '../lib/report/report.js';
 
 const CHROMIUM = '/usr/bin/chromium';
+const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'lib', 'cli.js');
 
 describe('HTML report', function () {
   let tmp, accordionRun, staticRun;
@@ -45,7 +48,7 @@ describe('HTML report', function () {
 
   it('opens in headless Chromium without console errors and shows the four plots with the runs’ data', async function () {
     if (!fs.existsSync(CHROMIUM)) this.skip(); // pending: Debian's chromium is not installed
-    const file = writeReport([accordionRun, staticRun], path.join(tmp, 'report.html'));
+    const file = await writeReport([accordionRun, staticRun], path.join(tmp, 'report.html'));
     const html = fs.readFileSync(file, 'utf8');
     expect(html).to.not.match(/<script[^>]+src=/); // self-contained
     const { chromium } = await import('playwright-core');
@@ -81,4 +84,52 @@ describe('HTML report', function () {
       await browser.close();
     }
   });
+});
+
+describe('report of a damaged metrics log', function () {
+  let tmp;
+  before(() => (tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-report-log-'))));
+  after(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+  const start = JSON.stringify({ event: 'start', epoch: 0, compressor: 'none', accordion: false, parameterNames: [], matrices: [] });
+  const epoch = (e) => JSON.stringify({ event: 'epoch', epoch: e, testAccuracy: 0.1 * (e + 1), floatsSentTotal: 0 });
+
+  /** `accordion report` on a run directory whose metrics.jsonl holds `text` (a directory when null). */
+  function report(name, text) {
+    const run = path.join(tmp, name);
+    fs.mkdirSync(run);
+    const log = path.join(run, 'metrics.jsonl');
+    if (text === null) fs.mkdirSync(log);
+    else fs.writeFileSync(log, text);
+    const r = spawnSync(process.execPath, [CLI, 'report', run], { encoding: 'utf8', timeout: 60000 });
+    return { code: r.status, stdout: r.stdout, stderr: r.stderr, run, log };
+  }
+
+  it('a last line torn by a killed run: the report uses the complete lines and warns on stderr', function () {
+    const r = report('torn', `${start}\n${epoch(0)}\n${epoch(1)}\n{"event":"epoch","epo`);
+    expect(r.code, r.stderr).to.equal(0);
+    expect(r.stderr).to.include(`accordion: warning: ${r.log}: line 4 is incomplete`);
+    expect(r.stderr).to.include('uses the 3 complete lines');
+    const html = fs.readFileSync(path.join(r.run, 'report.html'), 'utf8');
+    const runs = JSON.parse(/const runs = (.*);\n/.exec(html)[1]);
+    expect(runs[0].epochs.map((e) => e.epoch)).to.deep.equal([0, 1]);
+  });
+
+  for (const [name, text, message] of [
+    ['null-line', `${start}\nnull\n${epoch(0)}\n`, /metrics\.jsonl: line 2 is not a JSON object \(got null\)/],
+    ['array-line', `${start}\n${epoch(0)}\n[1,2]\n`, /metrics\.jsonl: line 3 is not a JSON object/],
+    ['nameless-line', `${start}\n{"epoch":3}\n`, /metrics\.jsonl: line 2 has no "event" name/],
+    ['bad-json-inside', `${start}\n{"event":\n${epoch(0)}\n`, /metrics\.jsonl: line 2 is not valid JSON/],
+    ['bad-json-last-complete', `${start}\n{"event":\n`, /metrics\.jsonl: line 2 is not valid JSON/],
+    ['directory', null, /metrics\.jsonl is a directory, not a metrics log/],
+  ]) {
+    it(`${name}: exit 1 with a message naming the file${text === null ? '' : ' and line'}, no stack trace`, function () {
+      const r = report(name, text);
+      expect(r.code, r.stderr).to.equal(1);
+      expect(r.stderr).to.match(message);
+      expect(r.stderr).to.include(path.join(tmp, name, 'metrics.jsonl'));
+      expect(r.stderr).to.not.match(/^\s+at /m);
+      expect(fs.existsSync(path.join(r.run, 'report.html'))).to.equal(false);
+    });
+  }
 });

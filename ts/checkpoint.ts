@@ -11,10 +11,11 @@
  * partial one.
  */
 import * as fs from 'node:fs';
+import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
-import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors.js';
+import { readSafetensors, writeSafetensorsAsync, type NamedTensor } from './safetensors.js';
 import { CheckpointError } from './errors.js';
-import { writeFileAtomic } from './files.js';
+import { writeFileAtomicAsync } from './files.js';
 import type { Model } from './model.js';
 import type { ProcessGroup } from './cluster/group.js';
 
@@ -62,59 +63,60 @@ export async function saveCheckpoint(runDir: string, model: Model, position: Tra
   // Rank 0's buffers are in the model file; another rank's go with its trainer state.
   const ownState = rank === 0 ? state.filter(isTrainer) : state.filter((t) => isTrainer(t) || !parameters.has(t.name));
   let failure: Error | undefined;
-  const attempt = (fn: () => void) => {
+  const attempt = async (fn: () => Promise<void>) => {
     if (failure) return;
     try {
-      fn();
+      await fn();
     } catch (err) {
       failure = err as Error;
     }
   };
+  // Every file operation runs on the thread pool (fs.promises): a service hosting the trainer keeps
+  // its event loop while the tens of MB are written and flushed.
   if (rank === 0)
-    attempt(() => {
-      fs.mkdirSync(root, { recursive: true });
-      fs.rmSync(tmp, { recursive: true, force: true });
-      fs.mkdirSync(tmp);
+    await attempt(async () => {
+      await fsp.mkdir(root, { recursive: true });
+      await fsp.rm(tmp, { recursive: true, force: true });
+      await fsp.mkdir(tmp);
     });
   await group?.barrier();
-  attempt(() => {
+  await attempt(async () => {
     if (rank === 0)
-      writeSafetensors(path.join(tmp, 'model.safetensors'), model.forPyTorch(state.filter((t) => !isTrainer(t))), {
+      await writeSafetensorsAsync(path.join(tmp, 'model.safetensors'), model.forPyTorch(state.filter((t) => !isTrainer(t))), {
         format: 'pt',
         architecture: model.architecture,
         classes: String(model.classes),
       });
-    writeSafetensors(path.join(tmp, trainerFile(rank)), ownState, { position: JSON.stringify(position) });
+    await writeSafetensorsAsync(path.join(tmp, trainerFile(rank)), ownState, { position: JSON.stringify(position) });
   });
   // Every rank learns whether any rank failed, so they all stop (or go on) together.
   const failed = new Float32Array([failure ? 1 : 0]);
   await group?.allReduce(failed);
   if (failed[0]! === 0 && rank === 0)
-    attempt(() => {
-      fs.rmSync(final, { recursive: true, force: true });
-      fs.renameSync(tmp, final);
-      writeFileAtomic(path.join(root, 'latest'), [name + '\n'], CheckpointError);
+    await attempt(async () => {
+      await fsp.rm(final, { recursive: true, force: true });
+      await fsp.rename(tmp, final);
+      await writeFileAtomicAsync(path.join(root, 'latest'), [name + '\n'], CheckpointError);
     });
   if (failure || failed[0]! > 0) {
-    if (rank === 0) fs.rmSync(tmp, { recursive: true, force: true });
+    if (rank === 0) await fsp.rm(tmp, { recursive: true, force: true });
     throw new CheckpointError(
       `cannot write checkpoint ${name} in ${root}: ${failure ? failure.message : 'another rank failed to write its part'}`,
     );
   }
-  if (rank === 0) pruneCheckpoints(root, position.epochsCompleted);
+  if (rank === 0) await pruneCheckpoints(root, position.epochsCompleted);
   await group?.barrier();
   return final;
 }
 
-function pruneCheckpoints(root: string, current: number): void {
-  const epochs = fs
-    .readdirSync(root)
+async function pruneCheckpoints(root: string, current: number): Promise<void> {
+  const epochs = (await fsp.readdir(root))
     .map((n) => /^epoch-(\d+)$/.exec(n))
     .filter((m): m is RegExpExecArray => m !== null)
     .map((m) => Number(m[1]))
     .filter((e) => e <= current)
     .sort((a, b) => b - a);
-  for (const e of epochs.slice(KEEP)) fs.rmSync(path.join(root, epochDirName(e)), { recursive: true, force: true });
+  for (const e of epochs.slice(KEEP)) await fsp.rm(path.join(root, epochDirName(e)), { recursive: true, force: true });
 }
 
 /** Finds the checkpoint directory for a run directory, its checkpoints/ folder, or an epoch folder. */
@@ -150,8 +152,15 @@ export function loadCheckpoint(target: string, rank = 0): LoadedCheckpoint {
   } catch {
     throw new CheckpointError(`${file}: metadata 'position' is missing or not JSON`);
   }
+  if (!isObject(position)) throw new CheckpointError(`${file}: metadata 'position' is not a JSON object`);
   if (!Number.isInteger(position.epochsCompleted) || position.epochsCompleted < 0)
     throw new CheckpointError(`${dir}: invalid epochsCompleted in the trainer state`);
+  // A resume checks the saved configuration against its own before it trusts the state.
+  if (!isObject(position.config))
+    throw new CheckpointError(
+      `${file}: the trainer state has no training configuration ('config' in its metadata 'position'), so a resume cannot check it against this run`,
+    );
+  if (!isObject(position.extra)) throw new CheckpointError(`${file}: the trainer state has no 'extra' record in its metadata 'position'`);
   const isTrainer = (name: string) => TRAINER_PREFIXES.some((p) => name.startsWith(p));
   const own = [...trainer.tensors.values()];
   const modelState = [...model.tensors.values()];
@@ -162,4 +171,8 @@ export function loadCheckpoint(target: string, rank = 0): LoadedCheckpoint {
     modelState[at] = t;
   }
   return { dir, model: modelState, trainer: own.filter((t) => isTrainer(t.name)), position };
+}
+
+function isObject(x: unknown): x is Record<string, unknown> {
+  return typeof x === 'object' && x !== null && !Array.isArray(x);
 }

@@ -17,6 +17,7 @@ import { parseBandwidth, parseLatency, parseLoss, parseSubnet, runCluster } from
 import { writeReport } from './report/report.js';
 import { resolveCheckpointDir } from './checkpoint.js';
 import { splitTextFile } from './data/wikitext.js';
+import { checkRunDir } from './rundir.js';
 
 type Kind = 'int' | 'number' | 'string' | 'list' | 'flag';
 
@@ -62,7 +63,8 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--adapt', key: 'adapt', kind: 'string', choices: ['compression', 'batch', 'smith'], help: "what Accordion adapts: per-layer compression, or the global batch (batch: B_low → B_high; smith: Smith et al.'s baseline)" },
   { flag: '--batch-low', key: 'batchLow', kind: 'int', help: 'global batch in critical regimes (batch-size mode)' },
   { flag: '--batch-high', key: 'batchHigh', kind: 'int', help: 'global batch afterwards (batch-size mode)' },
-  { flag: '--out', key: 'outDir', kind: 'string', help: 'run directory (default runs/<model>-<time>)' },
+  { flag: '--out', key: 'outDir', kind: 'string', help: 'run directory (default runs/<model>-<time>); one that holds a run needs --resume or --overwrite' },
+  { flag: '--overwrite', key: 'overwrite', kind: 'flag', help: "replace the run in --out: removes its config.json, metrics.jsonl, summary.json, report.html and checkpoints" },
   { flag: '--checkpoint-every', key: 'checkpointEvery', kind: 'int', help: 'epochs between checkpoints' },
   { flag: '--resume', key: 'resume', kind: 'string', help: 'continue from a run or checkpoint directory' },
   { flag: '--synthetic-train', key: 'syntheticTrain', kind: 'int', help: 'training images of the synthetic dataset' },
@@ -208,6 +210,8 @@ async function runLaunch(options: {
   // Every worker must write to the same run directory, so it is chosen once, here.
   const parsed = parseTrainArgs(trainArgs);
   if (!parsed.outDir && !parsed.resume) trainArgs.push('--out', defaultRunDir(String(parsed.model ?? 'run')));
+  // Rank 0 checks this too; checking here, where rank 0's node starts, refuses before any worker starts.
+  if ((options.nodeRank ?? 0) === 0) checkRunDir(parsed as { outDir?: string; resume?: string; overwrite?: boolean });
   const result = await launch({
     nprocPerNode: options.nprocPerNode,
     nnodes: options.nnodes ?? 1,
@@ -336,6 +340,8 @@ async function train(argv: string[]): Promise<number> {
   if (distributed && distributed.launcher !== 'accordion' && distributed.worldSize > 1 && !args.outDir && !args.resume)
     throw new UsageError(`under ${LAUNCHER_NAMES[distributed.launcher]} the ranks write one run directory: give every rank the same --out (or --resume)`);
   if (args.dataDir && !args.dataset) args.dataset = args.model === 'lstm' ? 'wikitext2' : 'cifar10';
+  // The library prints nothing unless asked; the command line shows progress unless --quiet.
+  args.progress ??= true;
   args.outDir ??= args.resume ? undefined : defaultRunDir(String(args.model));
   if (args.text !== undefined) useTextFile(args);
   // A signal while the data is read and the model built: nothing has been trained or written yet.
@@ -458,6 +464,7 @@ function describeInterruption(signal: NodeJS.Signals, summary: TrainSummary, con
         if (!argv[i]!.includes('=')) i++;
         continue;
       }
+      if (flag === '--overwrite') continue; // it would delete the run being resumed
       kept.push(argv[i]!);
     }
     lines.push(
@@ -495,7 +502,7 @@ function describeSwitches(summary: TrainSummary): string[] {
   });
 }
 
-function reportCommand(argv: string[]): number {
+async function reportCommand(argv: string[]): Promise<number> {
   const dirs: string[] = [];
   let out: string | undefined;
   for (let i = 0; i < argv.length; i++) {
@@ -506,7 +513,8 @@ function reportCommand(argv: string[]): number {
     else dirs.push(argv[i]!);
   }
   if (dirs.length === 0) throw new UsageError('usage: accordion report RUN_DIR [RUN_DIR …] [--out FILE]');
-  process.stdout.write(`report written to ${writeReport(dirs, out)}\n`);
+  const file = await writeReport(dirs, out, { onWarning: (message) => process.stderr.write(`accordion: warning: ${message}\n`) });
+  process.stdout.write(`report written to ${file}\n`);
   return 0;
 }
 
@@ -529,7 +537,7 @@ export async function main(argv: string[]): Promise<number> {
     if (command === 'train') return await train(rest);
     if (command === 'launch') return await launchCommand(rest);
     if (command === 'cluster') return await clusterCommand(rest);
-    if (command === 'report') return reportCommand(rest);
+    if (command === 'report') return await reportCommand(rest);
     if (command === 'info') await info();
     else if (command === undefined || command === '--help' || command === 'help') process.stdout.write(USAGE + '\n');
     else throw new UsageError(`unknown command '${command}'\n${USAGE}`);

@@ -5,7 +5,9 @@
  */
 export { Model, ARCHITECTURES, type Architecture, type ModelOptions } from './model.js';
 export { Batcher, type BatcherOptions } from './batcher.js';
-export { Trainer, DEFAULT_CONFIG, SYNTHETIC_PRESET, type TrainConfig, type TrainSummary, type EpochRecord, type LevelSwitch, type TrainerContext } from './trainer.js';
+export {
+  Trainer, DEFAULT_CONFIG, SYNTHETIC_PRESET, type TrainConfig, type TrainSummary, type EpochRecord, type StepEvent, type CheckpointEvent, type LevelSwitch, type TrainerContext,
+} from './trainer.js';
 export { endOfEpoch, initialState, normChangeRatio, isCritical, wholeModelNorm, type AccordionState, type AccordionRule, type Regime } from './accordion.js';
 export { ProcessGroup, distributedEnv, type DistributedEnv, type ConnectOptions } from './cluster/group.js';
 export { launch, type LaunchOptions } from './cluster/launch.js';
@@ -16,7 +18,7 @@ export { writeSyntheticCifar10, ensureSyntheticCifar10, type SyntheticOptions } 
 export { loadImageDataset, type ImageDataset, type ImageDatasetName } from './data/datasets.js';
 export { readSafetensors, writeSafetensors, type NamedTensor, type Dtype } from './safetensors.js';
 export { saveCheckpoint, loadCheckpoint, type TrainerPosition } from './checkpoint.js';
-export { MetricsLog, readMetrics, type MetricsEvent } from './metrics.js';
+export { MetricsLog, readMetrics, readMetricsLog, type MetricsEvent, type MetricsRead } from './metrics.js';
 export { AccordionError, DataError, CheckpointError, UsageError, NativeError } from './errors.js';
 import { binding, type BuildInfo, type DeviceQuery } from './native.js';
 import { UsageError } from './errors.js';

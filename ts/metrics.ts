@@ -65,24 +65,54 @@ function repairTail(fd: number): void {
   }
 }
 
-/** Reads a metrics log back (for reports and tests); a torn last line from a crash is skipped. */
-export function readMetrics(path: string): MetricsEvent[] {
-  const lines = readText(path).split('\n').filter((l) => l.trim() !== '');
-  const events: MetricsEvent[] = [];
-  lines.forEach((line, i) => {
-    try {
-      events.push(JSON.parse(line) as MetricsEvent);
-    } catch (err) {
-      if (i !== lines.length - 1) throw new DataError(`${path}: line ${i + 1} is not valid JSON: ${(err as Error).message}`);
-    }
-  });
-  return events;
+/** How a metrics log was read: its events, and the number of a torn last line that was skipped. */
+export interface MetricsRead {
+  events: MetricsEvent[];
+  /** Line number (from 1) of an incomplete last line, cut short by a crash, that was left out. */
+  tornLine?: number;
 }
 
-function readText(path: string): string {
+/**
+ * Reads a metrics log back. An incomplete last line without its newline (what a killed run leaves)
+ * is skipped and its number returned; any other line that is not a JSON object with an "event"
+ * name, and a path that is not a readable file, are DataErrors naming the file (and the line).
+ */
+export function readMetricsLog(file: string): MetricsRead {
+  let text: string;
   try {
-    return fs.readFileSync(path, 'utf8');
+    if (fs.statSync(file).isDirectory()) throw new DataError(`${file} is a directory, not a metrics log`);
+    text = fs.readFileSync(file, 'utf8');
   } catch (err) {
-    throw new DataError(`cannot read the metrics log ${path}: ${(err as Error).message}`);
+    if (err instanceof DataError) throw err;
+    throw new DataError(`cannot read the metrics log ${file}: ${(err as Error).message}`);
   }
+  const lines = text.split('\n');
+  const complete = text.endsWith('\n');
+  if (complete) lines.pop();
+  const events: MetricsEvent[] = [];
+  let tornLine: number | undefined;
+  lines.forEach((line, i) => {
+    if (line.trim() === '') return;
+    let value: unknown;
+    try {
+      value = JSON.parse(line);
+    } catch (err) {
+      // Only the last line can be torn, and only when the file does not end in a newline.
+      if (i === lines.length - 1 && !complete) {
+        tornLine = i + 1;
+        return;
+      }
+      throw new DataError(`${file}: line ${i + 1} is not valid JSON: ${(err as Error).message}`);
+    }
+    if (typeof value !== 'object' || value === null || Array.isArray(value))
+      throw new DataError(`${file}: line ${i + 1} is not a JSON object (got ${JSON.stringify(value).slice(0, 40)})`);
+    if (typeof (value as MetricsEvent).event !== 'string') throw new DataError(`${file}: line ${i + 1} has no "event" name`);
+    events.push(value as MetricsEvent);
+  });
+  return tornLine === undefined ? { events } : { events, tornLine };
+}
+
+/** Reads a metrics log back (for reports and tests); a torn last line from a crash is skipped. */
+export function readMetrics(file: string): MetricsEvent[] {
+  return readMetricsLog(file).events;
 }

@@ -1,9 +1,11 @@
+import type { StepEvent } from './trainer.js';
+
 /**
- * A one-line progress bar for an epoch: done/total, loss, samples/s and ETA. On a terminal it redraws
- * in place; otherwise (logs, CI) it prints a plain line at every 25% so logs stay short.
+ * A one-line progress bar for an epoch, drawn from the trainer's 'step' events: done/total, loss,
+ * accuracy, samples/s and ETA. On a terminal it redraws in place; otherwise (logs, CI) it prints a
+ * plain line at every 25% so logs stay short.
  */
 export class ProgressBar {
-  private readonly start = performance.now();
   private lastPrintedQuarter = -1;
   private readonly tty: boolean;
 
@@ -15,12 +17,10 @@ export class ProgressBar {
     this.tty = Boolean(stream.isTTY);
   }
 
-  update(done: number, samples: number, fields: Record<string, string>): void {
-    const elapsed = (performance.now() - this.start) / 1000;
-    const rate = samples / Math.max(elapsed, 1e-9);
-    const eta = done > 0 ? (elapsed / done) * (this.total - done) : 0;
-    const text = Object.entries(fields).map(([k, v]) => `${k} ${v}`).join('  ');
-    const status = `${done}/${this.total}  ${text}  ${rate.toFixed(1)} samples/s  ETA ${formatDuration(eta)}`;
+  update(e: StepEvent): void {
+    const done = e.step + 1;
+    const text = `loss ${e.epochLoss.toFixed(4)}  acc ${(100 * e.epochAccuracy).toFixed(1)}%`;
+    const status = `${done}/${this.total}  ${text}  ${e.samplesPerSecond.toFixed(1)} samples/s  ETA ${formatDuration(e.etaSeconds)}`;
     if (this.tty) {
       const width = 24, filled = Math.round((done / this.total) * width);
       const bar = '█'.repeat(filled) + '░'.repeat(width - filled);

@@ -12,7 +12,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { CheckpointError } from './errors.js';
-import { writeFileAtomic } from './files.js';
+import { writeFileAtomic, writeFileAtomicAsync } from './files.js';
 
 export type Dtype = 'F32' | 'F64' | 'I64' | 'I32' | 'U8';
 
@@ -130,6 +130,17 @@ export function writeSafetensors(file: string, tensors: NamedTensor[], metadata?
   const header = encodeHeader(tensors, metadata);
 
   writeFileAtomic(file, [header, ...tensors.map((t) => t.data)], CheckpointError);
+}
+
+/**
+ * writeSafetensors off the event loop (for checkpoints written while a service runs): the same
+ * file and the same guarantees, the tensors' bytes written one tensor at a time on the thread
+ * pool. The tensors must not change until the promise settles.
+ */
+export async function writeSafetensorsAsync(file: string, tensors: NamedTensor[], metadata?: Record<string, string>): Promise<void> {
+  validateForWrite(file, tensors, metadata);
+  const header = encodeHeader(tensors, metadata);
+  await writeFileAtomicAsync(file, [header, ...tensors.map((t) => t.data)], CheckpointError);
 }
 
 // ---------------------------------------------------------------------------

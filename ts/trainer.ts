@@ -15,6 +15,8 @@ import { learningRateForEpoch, type LrSchedule } from './schedule.js';
 import { MetricsLog } from './metrics.js';
 import { ProgressBar, formatCount, formatDuration } from './progress.js';
 import { loadCheckpoint, saveCheckpoint } from './checkpoint.js';
+import { writeFileAtomicAsync } from './files.js';
+import { checkRunDir, clearRun } from './rundir.js';
 import { CheckpointError, UsageError } from './errors.js';
 import { ProcessGroup, distributedEnv } from './cluster/group.js';
 import { endOfEpoch, initialState, wholeModelNorm, type AccordionState, type Regime } from './accordion.js';
@@ -73,8 +75,13 @@ export interface TrainConfig {
   /** Global batch sizes of batch-size mode; a step accumulates micro-batches of `batchSize` per worker. */
   batchLow: number;
   batchHigh: number;
-  /** Run directory for metrics, configuration and checkpoints; none when undefined. */
+  /**
+   * Run directory for metrics, configuration and checkpoints; none when undefined. A directory that
+   * already holds a run is refused unless `resume` continues it or `overwrite` replaces it.
+   */
   outDir?: string;
+  /** Replace the run already in `outDir`: its files are removed when training starts (see README). */
+  overwrite: boolean;
   /** Checkpoint every this many epochs (and after the last). */
   checkpointEvery: number;
   /** Continue from a run directory or checkpoint directory. */
@@ -92,7 +99,10 @@ export interface TrainConfig {
   threads?: number;
   /** Timeout of the rendezvous and of every collective, in milliseconds. */
   timeoutMs: number;
-  /** Print a progress bar and per-epoch lines to stderr. */
+  /**
+   * Print a progress bar and per-epoch lines to stderr (off by default: a library prints nothing
+   * unless asked; the CLI turns it on). The 'step' and 'epoch' events carry the same figures.
+   */
   progress: boolean;
 }
 
@@ -134,7 +144,8 @@ export const DEFAULT_CONFIG: Omit<TrainConfig, 'model'> = {
   dropout: 0.4,
   bptt: 35,
   clip: 0.25,
-  progress: true,
+  overwrite: false,
+  progress: false,
 };
 
 /**
@@ -190,6 +201,39 @@ export interface EpochRecord {
   batchSize: number;
   /** Seconds of Accordion's end-of-epoch bookkeeping: reading norms, deciding, broadcasting, setting levels. */
   bookkeepingSeconds: number;
+}
+
+/**
+ * The 'step' event, after every training step: the step's own figures and the epoch's running
+ * ones, which are what the progress bar shows (step + 1 of steps, loss, accuracy, samples/s, ETA).
+ */
+export interface StepEvent {
+  epoch: number;
+  /** The step within the epoch, from 0; `steps` in the epoch. */
+  step: number;
+  steps: number;
+  lr: number;
+  /** This step: mean loss, correct predictions, samples (tokens for a language model), floats sent. */
+  loss: number;
+  correct: number;
+  samples: number;
+  floatsSent: number;
+  /** The epoch so far: mean loss and accuracy over its samples, samples, floats sent. */
+  epochLoss: number;
+  epochAccuracy: number;
+  epochSamples: number;
+  epochFloatsSent: number;
+  /** Seconds since the epoch's first step began, samples per second, and the estimated seconds left. */
+  seconds: number;
+  samplesPerSecond: number;
+  etaSeconds: number;
+}
+
+/** The 'checkpoint' event: the epoch it follows, its directory, and the seconds it took to write. */
+export interface CheckpointEvent {
+  epoch: number;
+  path: string;
+  seconds: number;
 }
 
 export interface LevelSwitch {
@@ -318,6 +362,9 @@ export class Trainer extends EventEmitter {
           : `--workers ${options.workers} does not match the job's WORLD_SIZE ${worldSize}`,
       );
     config.workers = worldSize;
+    // Before any data is read or any worker joins: rank 0, which writes the run directory, refuses
+    // to train over another run.
+    if (job.rank === 0) checkRunDir(config);
     if (config.adapt !== 'compression')
       for (const key of ['batchLow', 'batchHigh'] as const)
         if (config[key] % (config.batchSize * worldSize) !== 0)
@@ -331,7 +378,7 @@ export class Trainer extends EventEmitter {
       const rank = group?.rank ?? 0;
       if (group) {
         // Each worker has its own GPU (cuda:LOCAL_RANK): the workers agree on the kind of device.
-        const { threads: _threads, progress: _progress, device, ...shared } = config;
+        const { threads: _threads, progress: _progress, overwrite: _overwrite, device, ...shared } = config;
         await group.checkConfig({ ...shared, device: device === 'cpu' ? 'cpu' : 'cuda' });
       }
       const checkpoint = config.resume ? loadCheckpoint(config.resume, rank) : undefined;
@@ -420,7 +467,7 @@ export class Trainer extends EventEmitter {
     const { config } = this;
     const started = performance.now();
     const reporting = this.rank === 0;
-    if (config.outDir && reporting) this.openRunDir(config.outDir);
+    if (config.outDir && reporting) await this.openRunDir(config.outDir);
     this.metrics?.write({
       event: this.startEpoch > 0 ? 'resume' : 'start',
       epoch: this.startEpoch,
@@ -467,7 +514,8 @@ export class Trainer extends EventEmitter {
       this.metrics = undefined;
     }
     const summary = this.summary((performance.now() - started) / 1000);
-    if (config.outDir && reporting) fs.writeFileSync(path.join(config.outDir, 'summary.json'), JSON.stringify(summary, null, 2) + '\n');
+    if (config.outDir && reporting)
+      await writeFileAtomicAsync(path.join(config.outDir, 'summary.json'), [JSON.stringify(summary, null, 2) + '\n'], CheckpointError);
     return summary;
   }
 
@@ -531,8 +579,26 @@ export class Trainer extends EventEmitter {
       computeSeconds += r.computeSeconds;
       compressionSeconds += r.compressionSeconds;
       communicationSeconds += r.communicationSeconds;
-      this.emit('step', { epoch, step, steps, loss: r.loss, samples: r.samples, floatsSent: r.floatsSent });
-      bar?.update(step + 1, samples, { loss: (lossSum / samples).toFixed(4), acc: `${((100 * correct) / samples).toFixed(1)}%` });
+      const elapsed = Math.max((performance.now() - begin) / 1000, 1e-9);
+      const event: StepEvent = {
+        epoch,
+        step,
+        steps,
+        lr,
+        loss: r.loss,
+        correct: r.correct,
+        samples: r.samples,
+        floatsSent: r.floatsSent,
+        epochLoss: lossSum / Math.max(samples, 1),
+        epochAccuracy: correct / Math.max(samples, 1),
+        epochSamples: samples,
+        epochFloatsSent: floatsSent,
+        seconds: elapsed,
+        samplesPerSecond: samples / elapsed,
+        etaSeconds: (elapsed / (step + 1)) * (steps - step - 1),
+      };
+      this.emit('step', event);
+      bar?.update(event);
       if (this.stopRequested) break;
     }
     bar?.finish();
@@ -632,15 +698,22 @@ export class Trainer extends EventEmitter {
     return { norms, ratios: decision.ratios.map((r) => (r === undefined || !Number.isFinite(r) ? null : r)) };
   }
 
-  private openRunDir(dir: string): void {
-    fs.mkdirSync(dir, { recursive: true });
-    const { resume, progress, ...resolved } = this.config;
-    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(resolved, null, 2) + '\n');
+  /** Rank 0 at the start of fit(): clears a replaced run (overwrite), writes config.json, opens the metrics log. */
+  private async openRunDir(dir: string): Promise<void> {
+    if (this.config.overwrite) await clearRun(dir);
+    try {
+      await fs.promises.mkdir(dir, { recursive: true });
+    } catch (err) {
+      throw new CheckpointError(`cannot create the run directory ${dir}: ${(err as Error).message}`);
+    }
+    const { resume, progress, overwrite, ...resolved } = this.config;
+    await writeFileAtomicAsync(path.join(dir, 'config.json'), [JSON.stringify(resolved, null, 2) + '\n'], CheckpointError);
     this.metrics = new MetricsLog(path.join(dir, 'metrics.jsonl'));
   }
 
   private async checkpoint(epochsCompleted: number): Promise<void> {
-    const { resume, progress, outDir, ...config } = this.config;
+    const started = performance.now();
+    const { resume, progress, overwrite, outDir, ...config } = this.config;
     const dir = await saveCheckpoint(
       outDir!,
       this.model,
@@ -658,7 +731,8 @@ export class Trainer extends EventEmitter {
       this.group,
     );
     this.metrics?.write({ event: 'checkpoint', epoch: epochsCompleted - 1, path: dir });
-    this.emit('checkpoint', { epoch: epochsCompleted - 1, path: dir });
+    const event: CheckpointEvent = { epoch: epochsCompleted - 1, path: dir, seconds: (performance.now() - started) / 1000 };
+    this.emit('checkpoint', event);
   }
 
   private summary(seconds: number): TrainSummary {

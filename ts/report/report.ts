@@ -10,9 +10,9 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { createRequire } from 'node:module';
-import { readMetrics, type MetricsEvent } from '../metrics.js';
+import { readMetricsLog, type MetricsEvent } from '../metrics.js';
 import { UsageError } from '../errors.js';
-import { writeFileAtomic } from '../files.js';
+import { writeFileAtomicAsync } from '../files.js';
 
 export interface RunSeries {
   name: string;
@@ -24,11 +24,21 @@ export interface RunSeries {
   epochs: { epoch: number; testAccuracy: number; floatsSentTotal: number; levels?: number[]; ratios?: (number | null)[] }[];
 }
 
-/** The data of one run directory's metrics log. */
-export function loadRun(runDir: string): RunSeries {
+/** Where the report's warnings go: a process warning unless the caller takes them. */
+export type WarningSink = (message: string) => void;
+
+const processWarning: WarningSink = (message) => process.emitWarning(message, { code: 'ACCORDION_TORN_METRICS' });
+
+/**
+ * The data of one run directory's metrics log. A last line torn by a killed run is left out with a
+ * warning; a malformed log is a DataError naming the file and line.
+ */
+export function loadRun(runDir: string, warn: WarningSink = processWarning): RunSeries {
   const file = path.join(runDir, 'metrics.jsonl');
   if (!fs.existsSync(file)) throw new UsageError(`${runDir} is not a run directory (no metrics.jsonl)`);
-  const events = readMetrics(file);
+  const { events, tornLine } = readMetricsLog(file);
+  if (tornLine !== undefined)
+    warn(`${file}: line ${tornLine} is incomplete (the run was stopped while writing it); the report uses the ${events.length} complete lines`);
   const start = [...events].reverse().find((e) => e.event === 'start' || e.event === 'resume') as MetricsEvent | undefined;
   if (!start) throw new UsageError(`${file} has no start event`);
   // A resumed run logs some epochs again; the last record of an epoch wins.
@@ -155,10 +165,14 @@ window.reportCharts = charts;
 `;
 }
 
-/** Writes the report of `runDirs` to `out` (default: report.html in the first run directory). */
-export function writeReport(runDirs: string[], out?: string): string {
-  const runs = runDirs.map(loadRun);
+/**
+ * Writes the report of `runDirs` to `out` (default: report.html in the first run directory),
+ * atomically and off the event loop; resolves to the file written. Warnings (a torn last line in a
+ * metrics log) go to `onWarning`, by default a process warning.
+ */
+export async function writeReport(runDirs: string[], out?: string, options: { onWarning?: WarningSink } = {}): Promise<string> {
+  const runs = runDirs.map((dir) => loadRun(dir, options.onWarning));
   const file = out ?? path.join(runDirs[0]!, 'report.html');
-  writeFileAtomic(file, [renderReport(runs)], UsageError);
+  await writeFileAtomicAsync(file, [renderReport(runs)], UsageError);
   return file;
 }
