@@ -37,6 +37,7 @@ class ProcessGroupWrap : public Napi::ObjectWrap<ProcessGroupWrap> {
   Napi::Value allGather(const Napi::CallbackInfo& info);
   Napi::Value broadcast(const Napi::CallbackInfo& info);
   Napi::Value barrier(const Napi::CallbackInfo& info);
+  Napi::Value collectiveCounts(const Napi::CallbackInfo& info);
   Napi::Value dispose(const Napi::CallbackInfo& info);
   GlooGroup& connected();
   WorkerThread& worker(Napi::Env env);
@@ -92,6 +93,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   Napi::Value evaluateTokens(const Napi::CallbackInfo& info);
   Napi::Value resetState(const Napi::CallbackInfo& info);
   Napi::Value memoryStats(const Napi::CallbackInfo& info);
+  Napi::Value collectiveCounts(const Napi::CallbackInfo& info);
   Napi::Value trainOn(const Napi::CallbackInfo& info);
   Napi::Value forward(const Napi::CallbackInfo& info);
   Napi::Value forwardTokens(const Napi::CallbackInfo& info);

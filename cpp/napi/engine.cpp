@@ -19,6 +19,7 @@ Napi::Function EngineWrap::define(Napi::Env env) {
                       InstanceMethod("evaluateTokens", &EngineWrap::evaluateTokens),
                       InstanceMethod("resetState", &EngineWrap::resetState),
                       InstanceMethod("memoryStats", &EngineWrap::memoryStats),
+                      InstanceMethod("collectiveCounts", &EngineWrap::collectiveCounts),
                       InstanceMethod("trainOn", &EngineWrap::trainOn), InstanceMethod("forward", &EngineWrap::forward),
                       InstanceMethod("forwardTokens", &EngineWrap::forwardTokens),
                       InstanceMethod("gradients", &EngineWrap::gradients),
@@ -352,6 +353,15 @@ Napi::Value EngineWrap::broadcastState(const Napi::CallbackInfo& info) {
         return true;
       },
       [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
+}
+
+// collectiveCounts() → Promise<counts> (convert.h): what the collectives of the group the gradients
+// travel on have carried so far (Gloo on the CPU, NCCL on GPUs), after the work queued before it.
+Napi::Value EngineWrap::collectiveCounts(const Napi::CallbackInfo& info) {
+  EngineWrap* self = this;
+  return schedule<CollectiveCounts>(
+      info.Env(), worker(info.Env()), [self] { return self->session().group().counts(); },
+      [](Napi::Env env, CollectiveCounts& counts) -> Napi::Value { return collectiveCountsValue(env, counts); }, {info.This()});
 }
 
 // memoryStats() → Promise<{ device, allocated, peak }>: bytes of device memory the model's tensors hold

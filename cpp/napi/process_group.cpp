@@ -8,6 +8,7 @@ Napi::Function ProcessGroupWrap::define(Napi::Env env) {
                      {InstanceMethod("ready", &ProcessGroupWrap::ready), InstanceMethod("allReduce", &ProcessGroupWrap::allReduce),
                       InstanceMethod("allGather", &ProcessGroupWrap::allGather),
                       InstanceMethod("broadcast", &ProcessGroupWrap::broadcast), InstanceMethod("barrier", &ProcessGroupWrap::barrier),
+                      InstanceMethod("collectiveCounts", &ProcessGroupWrap::collectiveCounts),
                       InstanceMethod("dispose", &ProcessGroupWrap::dispose)});
 }
 
@@ -143,6 +144,15 @@ Napi::Value ProcessGroupWrap::barrier(const Napi::CallbackInfo& info) {
         return true;
       },
       [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
+}
+
+// collectiveCounts() → Promise<counts> (convert.h): what this rank's collectives have carried, once
+// the collectives queued before it have run.
+Napi::Value ProcessGroupWrap::collectiveCounts(const Napi::CallbackInfo& info) {
+  ProcessGroupWrap* self = this;
+  return schedule<CollectiveCounts>(
+      info.Env(), worker(info.Env()), [self] { return self->connected().counts(); },
+      [](Napi::Env env, CollectiveCounts& counts) -> Napi::Value { return collectiveCountsValue(env, counts); }, {info.This()});
 }
 
 // dispose() → Promise<void>: closes the connections once queued collectives have run.
