@@ -177,6 +177,10 @@ export interface NativeReducerProbe {
   floatsPerStep(): number;
   norms(worker: number): Float64Array;
   randomize(seed: number): void;
+  /** Sets every worker's gradients ([worker][parameter]) and keeps them for restart(). */
+  setInput(grads: Float32Array[][]): void;
+  /** The gradients of the last setInput() again, zero error memories and Q drawn again from the seed. */
+  restart(): void;
   run(): number;
 }
 

@@ -250,6 +250,14 @@ void GradientReducer::reduceTopK(const std::vector<size_t>& slots, ReduceResult&
   kernels_.topKCombine(tensors, gathered, world, perWorker, 1.0f / static_cast<float>(world));
 }
 
+void GradientReducer::resetErrorFeedback() {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.memory.defined()) backend_.fill(s.memory.data(), s.memory.numel(), 0.0f);
+    if (s.q.defined()) drawQ(i);
+  }
+}
+
 std::vector<double> GradientReducer::takeGradientNorms() {
   if (!options_.accumulateNorms) throw invalidArgument("gradient norms are not being accumulated");
   std::vector<ConstSpan> sums;

@@ -83,6 +83,10 @@ class GradientReducer {
   // Floats this worker sends per step at the current levels.
   int64_t floatsPerStep() const;
 
+  // Restarts error feedback as at construction: every memory zero and PowerSGD's Q drawn again from
+  // the shared seed (benchmarks time one round on the same state again and again).
+  void resetErrorFeedback();
+
   // ‖Σ_t g_t‖₂ per parameter since the last call (raw local gradients), then restarts the sums.
   std::vector<double> takeGradientNorms();
 

@@ -142,6 +142,8 @@ class ReducerProbeWrap : public Napi::ObjectWrap<ReducerProbeWrap> {
   Napi::Value floatsPerStep(const Napi::CallbackInfo& info);
   Napi::Value norms(const Napi::CallbackInfo& info);
   Napi::Value randomize(const Napi::CallbackInfo& info);
+  Napi::Value setInput(const Napi::CallbackInfo& info);
+  Napi::Value restart(const Napi::CallbackInfo& info);
   Napi::Value run(const Napi::CallbackInfo& info);
   GradientReducer& reducer(const Napi::CallbackInfo& info, size_t workerArg);
   size_t parameterArg(const Napi::CallbackInfo& info, size_t index);
@@ -151,6 +153,7 @@ class ReducerProbeWrap : public Napi::ObjectWrap<ReducerProbeWrap> {
   std::shared_ptr<ProcessGroup> processGroup_;        // a real group: one worker in this process
   std::vector<std::unique_ptr<ProcessGroup>> staged_;  // on a GPU: each worker's group, staged through the host
   std::vector<std::vector<Parameter>> parameters_;  // per worker
+  std::vector<std::vector<Tensor>> inputs_;         // per worker: the gradients restart() restores
   std::vector<std::unique_ptr<GradientReducer>> reducers_;
 };
 
