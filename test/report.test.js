@@ -4,8 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { Trainer } from '../lib/index.js';
 import { writeReport, loadRun } from '../lib/report/report.js';
-
-const CHROMIUM = '/usr/bin/chromium';
+import { CHROMIUM, requireChromium } from './helpers/outside.js';
 
 describe('HTML report', function () {
   let tmp, accordionRun, staticRun;
@@ -44,7 +43,7 @@ describe('HTML report', function () {
   });
 
   it('opens in headless Chromium without console errors and shows the four plots with the runs’ data', async function () {
-    if (!fs.existsSync(CHROMIUM)) this.skip(); // pending: Debian's chromium is not installed
+    requireChromium();
     const file = writeReport([accordionRun, staticRun], path.join(tmp, 'report.html'));
     const html = fs.readFileSync(file, 'utf8');
     expect(html).to.not.match(/<script[^>]+src=/); // self-contained

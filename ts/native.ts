@@ -32,6 +32,7 @@ export interface DeviceQuery {
   devices: { name: string; computeCapability: string; memoryBytes: number }[];
   cudnn: LibraryStatus;
   cublas: LibraryStatus;
+  nccl: LibraryStatus;
 }
 
 /** Bytes of device memory a model's tensors hold now and held at most (0 on the CPU). */
