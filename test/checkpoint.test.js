@@ -6,10 +6,9 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Trainer, Model, MetricsLog, loadCheckpoint, readSafetensors, writeSafetensors, readMetrics } from '../lib/index.js';
 import { splitTextIntoWikiText } from '../lib/data/wikitext.js';
+import { PYTHON, requireTorch } from './helpers/outside.js';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
-const PYTHON = '/usr/bin/python3';
-const torchAvailable = fs.existsSync(PYTHON) && spawnSync(PYTHON, ['-c', 'import torch'], { encoding: 'utf8' }).status === 0;
 
 function small(tmp, extra = {}) {
   return {
@@ -181,7 +180,8 @@ describe('checkpoints', function () {
 
   describe('PyTorch interoperability (Debian python3-torch)', function () {
     before(function () {
-      if (!torchAvailable) this.skip(); // reported as pending: /usr/bin/python3 has no torch
+      this.timeout(120_000);
+      requireTorch(); // fails the suite, naming the package, when /usr/bin/python3 has no torch
     });
 
     // The input PyTorch's side uses (bench/peers/safetensors_io.py): x[n,c,h,w] = sin(0.37n + 1.3c + 0.11h − 0.07w).

@@ -619,6 +619,40 @@ for (const target of DEVICES) {
       });
     });
 
+    describe('repeating one round (the benchmark\'s restart)', function () {
+      it('restart() gives the round of setInput() again: the same gradients, zero memories and the first Q', function () {
+        const shapes = [[6, 3, 3, 3], [10, 8], [6]];
+        const rng = makeRng(12);
+        const grads = shapes.map((s) => randn(rng, numelOf(s)));
+        for (const [compressor, level] of [['powersgd', 2], ['topk', 0.2]]) {
+          const p = probe(shapes, { compressor, level, minCompressionRate: 0 });
+          const state = () => shapes.map((_, i) => [p.memory(0, i), p.q(0, i)]);
+          const q0 = shapes.map((_, i) => p.q(0, i));
+          p.setInput([grads]);
+          p.run();
+          const first = state();
+          // A second round on the first one's output and memory. For PowerSGD that is another state
+          // (Q warm-started, another memory); a lone TopK worker's second input, sparse(a) + e, is a again.
+          p.run();
+          if (compressor === 'powersgd') expect(state(), `${compressor}: the second round`).to.not.deep.equal(first);
+          p.restart();
+          shapes.forEach((_, i) => {
+            if (p.memory(0, i)) expect(Array.from(p.memory(0, i)).every((v) => v === 0), `${compressor}: memory ${i} after restart`).to.equal(true);
+            expect(p.q(0, i), `${compressor}: Q ${i} after restart`).to.deep.equal(q0[i]);
+          });
+          p.run();
+          expect(state(), `${compressor}: the round after restart`).to.deep.equal(first);
+        }
+      });
+
+      it('refuses restart() before setInput() and inputs of the wrong size', function () {
+        const p = probe([[4, 3]], { compressor: 'topk', level: 0.5 });
+        expect(() => p.restart()).to.throw(/setInput/);
+        expect(() => p.setInput([[new Float32Array(11)]])).to.throw(/12 floats/);
+        expect(() => p.setInput([])).to.throw(/one array per worker/);
+      });
+    });
+
     describe('levels (1.3, 5.5)', function () {
       it('rejects invalid levels with ERR_INVALID_ARGUMENT, and levels of 1-D parameters', function () {
         const p = probe([[4, 3], [4]], { compressor: 'powersgd', level: 1 });

@@ -11,12 +11,13 @@ import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { freePort } from '../bench/common.js';
 import { ReducerProbe } from '../lib/testing.js';
-import { Trainer, loadCheckpoint } from '../lib/index.js';
+import { Model, Trainer, loadCheckpoint } from '../lib/index.js';
 import { decode, gradientFor, numel } from './helpers/reducer-worker.js';
 import { train } from './helpers/train-worker.js';
 
 const REDUCER_WORKER = fileURLToPath(new URL('./helpers/reducer-worker.js', import.meta.url));
 const TRAIN_WORKER = fileURLToPath(new URL('./helpers/train-worker.js', import.meta.url));
+const ACCOUNTING_WORKER = fileURLToPath(new URL('./helpers/accounting-worker.js', import.meta.url));
 const CLI = fileURLToPath(new URL('../lib/cli.js', import.meta.url));
 
 // ---------------------------------------------------------------------------------------------
@@ -226,6 +227,96 @@ describe('data parallel: gradient exchange between worker processes', function (
             );
         }
       });
+});
+
+describe('data parallel: floats accounting against what the collectives carried', function () {
+  // The paper's figure (ALGORITHMS.md 1.6, per worker per step): dense numel, PowerSGD (n + m)·r,
+  // TopK 2·s·W. Besides it, each step's agreement that every gradient is finite is an all-reduce of
+  // W floats, reported as overheadFloats. The group counts what its collectives carried where they
+  // run (an all-gather counts its gathered result), so the two must add up exactly.
+  const W = 2;
+  const lstm = { architecture: 'lstm', classes: 40, hidden: 8, layers: 2, dropout: 0 };
+  const cases = [
+    { name: 'lstm dense', model: { ...lstm, compressor: 'none' }, steps: 2 },
+    { name: 'lstm powersgd rank 2', model: { ...lstm, compressor: 'powersgd', level: 2, minCompressionRate: 0 }, steps: 3 },
+    { name: 'lstm topk 0.1', model: { ...lstm, compressor: 'topk', level: 0.1 }, steps: 3 },
+    // Mixed levels, the matrices taking the listed levels in turn: PowerSGD's rate test leaves
+    // the rank-8 ones dense.
+    { name: 'lstm powersgd mixed ranks', model: { ...lstm, compressor: 'powersgd', level: 1 }, cycle: [8, 2, 4, 1], steps: 2 },
+    { name: 'lstm topk mixed ratios', model: { ...lstm, compressor: 'topk', level: 0.5 }, cycle: [0.01, 1, 0.25, 0.5], steps: 2 },
+    { name: 'resnet18 powersgd mixed ranks', model: { architecture: 'resnet18', classes: 10, compressor: 'powersgd', level: 2 }, cycle: [1, 4], steps: 2 },
+  ];
+
+  /** A case's levels per parameter: the cycle's levels over the matrices in turn, 0 for 1-D ones. */
+  async function levelsOf(c) {
+    const { cycle, ...rest } = c;
+    if (!cycle) return rest;
+    const model = await Model.create(c.model);
+    let k = 0;
+    const levels = model.parameters().map((p) => (p.shape.length > 1 ? cycle[k++ % cycle.length] : 0));
+    await model.dispose();
+    return { ...rest, levels };
+  }
+
+  /** What each kind of collective must carry in one step, from the shapes and levels alone. */
+  function expected(compressor, shapes, levels, minCompressionRate = 1) {
+    let dense = 0, powerSgd = 0, topK = 0;
+    shapes.forEach((shape, i) => {
+      const numel = shape.reduce((a, b) => a * b, 1);
+      const level = levels[i];
+      if (shape.length < 2 || compressor === 'none' || level === 0) {
+        dense += numel;
+        return;
+      }
+      if (compressor === 'topk') {
+        topK += 2 * Math.max(1, Math.floor(level * numel)) * W;
+        return;
+      }
+      const n = shape[0], m = numel / n, r = Math.min(n, m, level);
+      if (minCompressionRate <= 0 || (n + m) * r * minCompressionRate < n * m) powerSgd += (n + m) * r;
+      else dense += numel;
+    });
+    return {
+      floats: dense + powerSgd + topK,
+      allReduce: { elements: dense + powerSgd + W, calls: 1 + (dense > 0 ? 1 : 0) + (powerSgd > 0 ? 2 : 0) },
+      allGather: { elements: topK, calls: topK > 0 ? 1 : 0 },
+    };
+  }
+
+  it(`per step, floats sent + overhead = the floats the group carried, exactly, with ${W} processes (dense, PowerSGD, TopK, mixed levels)`, async function () {
+    const spec = { timeoutMs: 60000, cases: [] };
+    for (const c of cases) spec.cases.push(await levelsOf(c));
+    const results = await runJob(ACCOUNTING_WORKER, W, spec, 240000);
+
+    for (const result of results) {
+      const label = `rank ${result.rank}`;
+      result.cases.forEach((got, k) => {
+        const c = spec.cases[k];
+        const want = expected(c.model.compressor, got.shapes, got.levels, c.model.minCompressionRate);
+        if (c.levels) expect(got.levels, `${label} ${c.name}: levels`).to.deep.equal(c.levels);
+        if (c.name.includes('mixed')) expect(new Set(got.levels.filter((l) => l > 0)).size, `${c.name}: levels in use`).to.be.at.least(2);
+        got.steps.forEach((step, s) => {
+          const what = `${label} ${c.name} step ${s + 1}`;
+          expect(step.floatsSent, `${what}: floats sent (1.6)`).to.equal(want.floats);
+          expect(step.overheadFloats, `${what}: overhead`).to.equal(W);
+          expect(step.carried.elements, `${what}: carried = floats sent + overhead`).to.equal(step.floatsSent + step.overheadFloats);
+          expect(step.carried.allReduce, `${what}: all-reduce`).to.deep.equal(want.allReduce);
+          expect(step.carried.allGather, `${what}: all-gather`).to.deep.equal(want.allGather);
+          expect(step.carried.broadcast, `${what}: broadcast`).to.deep.equal({ calls: 0, elements: 0 });
+          expect(step.carried.barrier.calls, `${what}: barriers`).to.equal(0);
+        });
+      });
+      // Collectives called from JS follow the same convention: all-reduce of 5; all-gathers of 3
+      // per rank (3·W) and of 1 and 2 (3); broadcast of 7; a barrier carries nothing.
+      expect(result.direct, `${label}: JS collectives`).to.deep.equal({
+        allReduce: { calls: 1, elements: 5 },
+        allGather: { calls: 2, elements: 3 * W + 3 },
+        broadcast: { calls: 1, elements: 7 },
+        barrier: { calls: 1 },
+        elements: 5 + 3 * W + 3 + 7,
+      });
+    }
+  });
 });
 
 describe('data parallel: training without compression', function () {
@@ -484,9 +575,11 @@ describe('data parallel: resuming a launched job', function () {
     expect(Buffer.from(rank0.model.find((t) => t.name === 'conv1.weight').data).equals(Buffer.from(rank1.model.find((t) => t.name === 'conv1.weight').data))).to.equal(true);
     const resumed = await trainTo(splitDir, ['--epochs', '2', '--resume', splitDir]);
 
-    const fields = ['trainLoss', 'trainAccuracy', 'testLoss', 'testAccuracy', 'samples', 'floatsSent', 'floatsSentTotal', 'levels', 'norms', 'lr'];
+    const fields = ['trainLoss', 'trainAccuracy', 'testLoss', 'testAccuracy', 'samples', 'floatsSent', 'floatsSentTotal', 'overheadFloats', 'levels', 'norms', 'lr'];
     const pick = (summary) => summary.epochs.map((e) => Object.fromEntries(fields.map((f) => [f, e[f]])));
     expect(pick(resumed)).to.deep.equal(pick(straight));
+    // 64 images over 2 workers at batch 16: 2 steps an epoch, each agreeing on finiteness with 2 floats.
+    expect(straight.epochs.map((e) => e.overheadFloats)).to.deep.equal([4, 4]);
     // Every rank's final state, buffers included, is the uninterrupted run's.
     for (const rank of [0, 1]) {
       const a = loadCheckpoint(straightDir, rank);

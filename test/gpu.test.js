@@ -107,16 +107,14 @@ describe('devices', function () {
     });
 
     for (const model of ['vgg19bn', 'lstm']) {
-      it(`fails \`train --model ${model} --device cuda\` at once with exit code 1 and the cause, before reading data`, function () {
+      it(`fails \`train --model ${model} --device cuda\` with exit code 1 and the cause, before reading data or making the run directory`, function () {
         const out = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-gpu-'));
         try {
-          const started = Date.now();
           const r = runCli(['train', '--model', model, '--device', 'cuda', '--data', path.join(out, 'missing'), '--out', path.join(out, 'run')]);
           expect(r.code, r.stderr).to.equal(1);
           expect(r.stderr).to.include(cause.message);
           expect(r.stderr).to.not.match(/missing/); // the data directory was never opened
           expect(fs.existsSync(path.join(out, 'run'))).to.equal(false);
-          expect(Date.now() - started).to.be.below(20_000);
         } finally {
           fs.rmSync(out, { recursive: true, force: true });
         }

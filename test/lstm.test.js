@@ -13,10 +13,10 @@ import { Model, Trainer } from '../lib/index.js';
 import { DataError } from '../lib/errors.js';
 import { readWikiText, splitTextIntoWikiText, unigramPerplexity } from '../lib/data/wikitext.js';
 import { assertGradientsClose, compareGradients, makeRng } from './helpers/gradcheck.js';
+import { readShakespeare } from './helpers/outside.js';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
 const CLI = path.join(ROOT, 'lib', 'cli.js');
-const SHAKESPEARE = path.join(ROOT, '..', 'shared', 'data', 'tinyshakespeare.txt');
 
 const made = [];
 function tmpDir() {
@@ -325,8 +325,7 @@ describe('LSTM language model', function () {
 
   describe('learning English (tinyshakespeare)', function () {
     it('brings validation perplexity well below the unigram baseline in 3 short epochs', async function () {
-      if (!fs.existsSync(SHAKESPEARE)) this.skip();
-      const text = fs.readFileSync(SHAKESPEARE, 'utf8');
+      const text = readShakespeare();
       const lines = text.split(/\r\n|\r|\n/);
       if (lines.at(-1) === '') lines.pop();
       // The 90/5/5 split's validation and test lines, but only the first 35% of its training lines,

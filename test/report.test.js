@@ -6,8 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Trainer } from '../lib/index.js';
 import { writeReport, loadRun } from '../lib/report/report.js';
-
-const CHROMIUM = '/usr/bin/chromium';
+import { CHROMIUM, requireChromium } from './helpers/outside.js';
 const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'lib', 'cli.js');
 
 describe('HTML report', function () {
@@ -47,7 +46,7 @@ describe('HTML report', function () {
   });
 
   it('opens in headless Chromium without console errors and shows the four plots with the runs’ data', async function () {
-    if (!fs.existsSync(CHROMIUM)) this.skip(); // pending: Debian's chromium is not installed
+    requireChromium();
     const file = await writeReport([accordionRun, staticRun], path.join(tmp, 'report.html'));
     const html = fs.readFileSync(file, 'utf8');
     expect(html).to.not.match(/<script[^>]+src=/); // self-contained

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { spawnSync } from 'node:child_process';
 
 import { writeSafetensors, readSafetensors, f32, tensorFrom } from '../lib/safetensors.js';
 import { CheckpointError, AccordionError } from '../lib/errors.js';
@@ -30,6 +31,24 @@ function checkpointError(fn) {
   expect(caught.code).to.equal('ERR_CHECKPOINT');
   expect(caught.name).to.equal('CheckpointError');
   return caught;
+}
+
+/**
+ * writeSafetensors(file, one tensor) in a child process, as "nobody" when this process is root;
+ * its stdout is { wrote: true } or the error's { name, code, message }.
+ */
+function writeUnprivileged(file) {
+  const module = new URL('../lib/safetensors.js', import.meta.url).href;
+  const script = `import(${JSON.stringify(module)}).then((m) => {
+    try {
+      m.writeSafetensors(process.argv[1], [m.tensorFrom('y', [1], new Float32Array([9]))]);
+      console.log(JSON.stringify({ wrote: true }));
+    } catch (e) {
+      console.log(JSON.stringify({ name: e.name, code: e.code, message: e.message }));
+    }
+  });`;
+  const nobody = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : {};
+  return spawnSync(process.execPath, ['--input-type=module', '-e', script, file], { encoding: 'utf8', timeout: 60_000, ...nobody });
 }
 
 function tempLeftovers(dir) {
@@ -263,15 +282,23 @@ describe('safetensors', () => {
     });
 
     it('leaves the old file intact when the directory is not writable', function () {
-      if (process.platform === 'win32' || process.getuid?.() === 0) this.skip(); // root ignores permissions
       writeSafetensors(file, good(), { v: 'old' });
       const before = fs.readFileSync(file);
+      // Root ignores permissions, so the write runs in a child process with the rights of
+      // "nobody" (65534) when this one is root; the directory stays readable to it.
       fs.chmodSync(dir, 0o555);
+      let r;
       try {
-        checkpointError(() => writeSafetensors(file, [tensorFrom('y', [1], new Float32Array([9]))]));
+        r = writeUnprivileged(file);
       } finally {
         fs.chmodSync(dir, 0o755);
       }
+      expect(r.error, 'the child process could not be started').to.equal(undefined);
+      expect(r.status, r.stderr).to.equal(0);
+      const outcome = JSON.parse(r.stdout);
+      expect(outcome, 'the write succeeded in a read-only directory').to.not.have.property('wrote');
+      expect(outcome).to.include({ name: 'CheckpointError', code: 'ERR_CHECKPOINT' });
+      expect(outcome.message).to.include(dir);
       expect(fs.readFileSync(file).equals(before)).to.equal(true);
       expect(tempLeftovers(dir)).to.deep.equal([]);
     });

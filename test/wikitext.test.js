@@ -5,7 +5,6 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
 import {
   batchify,
@@ -17,9 +16,7 @@ import {
 } from '../lib/data/wikitext.js';
 import { DataError, UsageError } from '../lib/errors.js';
 import { LanguageTask } from '../lib/tasks.js';
-
-const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
-const SHAKESPEARE = path.join(ROOT, '..', 'shared', 'data', 'tinyshakespeare.txt');
+import { readShakespeare } from './helpers/outside.js';
 
 const made = [];
 function tmpDir() {
@@ -309,8 +306,7 @@ describe('splitTextIntoWikiText', () => {
   });
 
   it('turns tinyshakespeare into a corpus readWikiText reads back', function () {
-    if (!fs.existsSync(SHAKESPEARE)) this.skip();
-    const text = fs.readFileSync(SHAKESPEARE, 'utf8');
+    const text = readShakespeare();
     const dir = tmpDir();
     splitTextIntoWikiText(text, dir);
     const c = readWikiText(dir);

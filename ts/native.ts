@@ -36,6 +36,7 @@ export interface DeviceQuery {
   devices: { name: string; computeCapability: string; memoryBytes: number }[];
   cudnn: LibraryStatus;
   cublas: LibraryStatus;
+  nccl: LibraryStatus;
 }
 
 /** Bytes of device memory a model's tensors hold now and held at most (0 on the CPU). */
@@ -50,12 +51,28 @@ export interface StepResult {
   loss: number;
   correct: number;
   samples: number;
-  /** Floats this worker sent in the gradient exchange of this step. */
+  /** Floats this worker sent in the gradient exchange of this step (the paper's figure, ALGORITHMS.md 1.6). */
   floatsSent: number;
+  /** Floats of the exchange's control traffic, not in floatsSent: the workers' agreement that every
+   * gradient is finite, an all-reduce of W floats (0 with one worker). */
+  overheadFloats: number;
   /** Seconds in forward, backward and the update; in compression; waiting in collectives. */
   computeSeconds: number;
   compressionSeconds: number;
   communicationSeconds: number;
+}
+
+/**
+ * What a group's collectives have carried on this rank, in floats: an all-reduce of n counts n, an
+ * all-gather its whole result (n·W for n per rank), a broadcast n; a collective of a one-worker group
+ * counts nothing. `elements` is the sum over the three kinds.
+ */
+export interface CollectiveCounts {
+  allReduce: { calls: number; elements: number };
+  allGather: { calls: number; elements: number };
+  broadcast: { calls: number; elements: number };
+  barrier: { calls: number };
+  elements: number;
 }
 
 export type CompressorName = 'none' | 'powersgd' | 'topk';
@@ -138,6 +155,8 @@ export interface NativeEngine {
   evaluateTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number): Promise<StepResult>;
   resetState(): Promise<void>;
   memoryStats(): Promise<MemoryStats>;
+  /** What the collectives of the group the gradients travel on (Gloo, or NCCL on GPUs) have carried. */
+  collectiveCounts(): Promise<CollectiveCounts>;
   /** One optimiser step on caller tensors: N images (N, 3, height, width) NCHW and N labels. */
   trainOn(images: Float32Array, labels: Int32Array, height: number, width: number): Promise<StepResult>;
   /** Logits (N, classes) in training or evaluation mode. */
@@ -163,6 +182,10 @@ export interface NativeReducerProbe {
   floatsPerStep(): number;
   norms(worker: number): Float64Array;
   randomize(seed: number): void;
+  /** Sets every worker's gradients ([worker][parameter]) and keeps them for restart(). */
+  setInput(grads: Float32Array[][]): void;
+  /** The gradients of the last setInput() again, zero error memories and Q drawn again from the seed. */
+  restart(): void;
   run(): number;
 }
 
@@ -180,6 +203,7 @@ export interface NativeProcessGroup {
   allGather(data: Float32Array, counts?: number[], output?: Float32Array): Promise<Float32Array>;
   broadcast(data: Float32Array, root: number): Promise<void>;
   barrier(): Promise<void>;
+  collectiveCounts(): Promise<CollectiveCounts>;
   dispose(): Promise<void>;
 }
 

@@ -188,6 +188,9 @@ export interface EpochRecord {
   /** Floats this worker sent in gradient exchanges during the epoch, and since the run began. */
   floatsSent: number;
   floatsSentTotal: number;
+  /** Floats of the epoch's steps' control traffic, not in floatsSent: each step's agreement that
+   * every gradient is finite, W floats per step with W ≥ 2 workers (0 alone). */
+  overheadFloats: number;
   /** Seconds of the epoch's steps spent in compute, compression and communication. */
   computeSeconds: number;
   compressionSeconds: number;
@@ -566,7 +569,7 @@ export class Trainer extends EventEmitter {
     const steps = await this.task.startEpoch(this.model, epoch, microBatches);
     const bar = config.progress && this.rank === 0 ? new ProgressBar(`epoch ${epoch + 1}/${config.epochs}`, steps) : undefined;
     const begin = performance.now();
-    let lossSum = 0, correct = 0, samples = 0, floatsSent = 0;
+    let lossSum = 0, correct = 0, samples = 0, floatsSent = 0, overheadFloats = 0;
     let computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0;
     const levels = this.accordionState ? Array.from(await this.model.levels()) : undefined;
     for (let step = 0; step < steps; step++) {
@@ -576,6 +579,7 @@ export class Trainer extends EventEmitter {
       correct += r.correct;
       samples += r.samples;
       floatsSent += r.floatsSent;
+      overheadFloats += r.overheadFloats;
       computeSeconds += r.computeSeconds;
       compressionSeconds += r.compressionSeconds;
       communicationSeconds += r.communicationSeconds;
@@ -624,6 +628,7 @@ export class Trainer extends EventEmitter {
       samplesPerSecond: samples / seconds,
       floatsSent,
       floatsSentTotal: (this.history[this.history.length - 1]?.floatsSentTotal ?? 0) + floatsSent,
+      overheadFloats,
       computeSeconds,
       compressionSeconds,
       communicationSeconds,
@@ -760,7 +765,7 @@ function partialRecord(epoch: number, lr: number, batchSize: number, seconds: nu
   return {
     epoch, lr, batchSize, seconds,
     trainLoss: NaN, trainAccuracy: NaN, testLoss: NaN, testAccuracy: NaN, samples: 0, samplesPerSecond: 0,
-    floatsSent: 0, floatsSentTotal: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, bookkeepingSeconds: 0,
+    floatsSent: 0, floatsSentTotal: 0, overheadFloats: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, bookkeepingSeconds: 0,
   };
 }
 

@@ -1,18 +1,27 @@
 """PyTorch versions of the compression rounds timed by bench/compression.js.
 
-Reads a JSON list of cases on stdin and prints one JSON object per line: {"name", "ms_median", "ms_all"}.
+Reads cases on stdin, one JSON object per line, and times each as soon as it arrives, answering with one
+JSON line: {"name", "ms_median", "ms_all", "input_sum"} (input_sum: the float64 sum of the case's
+gradients and initial Q's, for the caller to check). A case sent again (the caller's next round) reuses
+its prepared tensors.
 Each case is one of
-  {"name", "kind": "powersgd", "shapes": [[...], ...], "rank": r}   error feedback + compress + decompress
+  {"name", "kind": "powersgd", "shapes": [[...], ...], "rank": r, "q": [offset per tensor, -1: none]}
+                                                                     error feedback + compress + decompress
   {"name", "kind": "topk", "shapes": [[...], ...], "ratio": K}        error feedback + select + scatter
   {"name", "kind": "gram_schmidt", "rows": n, "cols": r}
-No communication: a single worker, as in the engine's benchmark. Written the way PyTorch's
-PowerSGD hook and the reference TopK reducers compute, with torch operations. On a GPU
-(--device cuda) PowerSGD runs as the hook does with batch_tensors_with_same_shape: the matrices of
-one shape as one batch (stored batched here, so no stacking is timed), bmm for both products, and
-the hook's orthogonalisation (batched Gram-Schmidt up to rank 2, batched QR above); each round ends
-with torch.cuda.synchronize().
+The input is the engine's: --gradients is the pool of float32 values bench/compression.js drew, and a
+case's tensors are its consecutive slices from the start (Gram-Schmidt: the first rows·cols, row-major);
+--q holds every PowerSGD matrix's initial Q as the engine draws it, (m, r) row-major, at the case's
+offsets. Before every timed round (untimed) the state of the first round is restored: error memories
+zero, Q the initial one; the gradients are never written. No communication: a single worker, as in
+the engine's benchmark. Written the way PyTorch's PowerSGD hook and the reference TopK reducers
+compute, with torch operations. On a GPU (--device cuda) PowerSGD runs as the hook does with
+batch_tensors_with_same_shape: the matrices of one shape as one batch (stored batched here, so no
+stacking is timed), bmm for both products, and the hook's orthogonalisation (batched Gram-Schmidt up
+to rank 2, batched QR above); each round ends with torch.cuda.synchronize().
 
-Run: OMP_NUM_THREADS=2 /usr/bin/python3 bench/peers/torch_compression.py --threads 2 [--device cuda] < cases.json
+Run: OMP_NUM_THREADS=2 /usr/bin/python3 bench/peers/torch_compression.py --threads 2 --gradients G.f32 --q Q.f32 \
+       [--device cuda] < cases.jsonl
 """
 import argparse
 import json
@@ -20,6 +29,7 @@ import math
 import sys
 import time
 
+import numpy
 import torch
 
 
@@ -87,60 +97,113 @@ def topk_round(state):
     return out
 
 
-def prepare(case, gen, device):
+def slices(pool, shapes):
+    """The case's tensors: consecutive slices of the pool from its start, one per shape."""
+    out, offset = [], 0
+    for shape in shapes:
+        n = math.prod(shape)
+        out.append(pool[offset : offset + n].view(shape))
+        offset += n
+    if offset > pool.numel():
+        raise ValueError(f"the gradient pool holds {pool.numel()} floats, the case needs {offset}")
+    return out
+
+
+def initial_q(qs, offset, m, r):
+    if offset < 0:
+        raise ValueError("a compressed matrix has no initial Q in the case")
+    return qs[offset : offset + m * r].view(m, r)
+
+
+def input_sum(case, pool, qs):
+    """Σ of the case's gradients and initial Q's in float64: bench/compression.js checks it is its own."""
+    if case["kind"] == "gram_schmidt":
+        return float(pool[: case["rows"] * case["cols"]].double().sum())
+    total = sum(float(g.double().sum()) for g in slices(pool, case["shapes"]))
+    if case["kind"] == "powersgd":
+        for shape, offset in zip(case["shapes"], case["q"]):
+            if len(shape) > 1:
+                m = math.prod(shape[1:])
+                total += float(initial_q(qs, offset, m, min(shape[0], m, case["rank"])).double().sum())
+    return total
+
+
+def prepare(case, pool, qs, device):
+    """(reset, round): reset restores the first round's state (untimed), round is timed."""
     kind = case["kind"]
     if kind == "powersgd" and device.type == "cuda":
         by_shape = {}
-        for shape in case["shapes"]:
+        for i, (shape, g) in enumerate(zip(case["shapes"], slices(pool, case["shapes"]))):
             if len(shape) > 1:
-                by_shape.setdefault((shape[0], math.prod(shape[1:])), []).append(shape)
-        groups = []
-        for (n, m), shapes in by_shape.items():
-            r = min(n, m, case["rank"])
-            g = torch.randn(len(shapes), n, m, generator=gen).to(device)
-            groups.append((g, torch.zeros_like(g), torch.randn(len(shapes), m, r, generator=gen).to(device)))
-        return lambda: powersgd_round_batched(groups)
+                n = shape[0]
+                m = g.numel() // n
+                r = min(n, m, case["rank"])
+                by_shape.setdefault((n, m, r), []).append((g.reshape(n, m), initial_q(qs, case["q"][i], m, r)))
+        groups, q0s = [], []
+        for entries in by_shape.values():
+            g = torch.stack([e[0] for e in entries]).to(device)
+            q0 = torch.stack([e[1] for e in entries]).to(device)
+            groups.append((g, torch.zeros_like(g), q0.clone()))
+            q0s.append(q0)
+
+        def reset():
+            for (_, memory, q), q0 in zip(groups, q0s):
+                memory.zero_()
+                q.copy_(q0)
+
+        return reset, lambda: powersgd_round_batched(groups)
     if kind == "powersgd":
-        state = []
-        for shape in case["shapes"]:
+        state, q0s = [], []
+        for i, (shape, g) in enumerate(zip(case["shapes"], slices(pool, case["shapes"]))):
             if len(shape) < 2:
                 continue
-            g = torch.randn(shape, generator=gen)
             n = shape[0]
             m = g.numel() // n
             r = min(n, m, case["rank"])
-            state.append((g, torch.zeros_like(g), torch.randn(m, r, generator=gen)))
-        return lambda: powersgd_round(state)
+            q0 = initial_q(qs, case["q"][i], m, r)
+            state.append((g, torch.zeros_like(g), q0.clone()))
+            q0s.append(q0)
+
+        def reset():
+            for (_, memory, q), q0 in zip(state, q0s):
+                memory.zero_()
+                q.copy_(q0)
+
+        return reset, lambda: powersgd_round(state)
     if kind == "topk":
         state = []
-        for shape in case["shapes"]:
-            g = torch.randn(shape, generator=gen)
+        for g in slices(pool, case["shapes"]):
             count = max(1, int(math.floor(case["ratio"] * g.numel())))
-            state.append((g.to(device), torch.zeros_like(g, device=device), count))
-        return lambda: topk_round(state)
+            g = g.to(device)
+            state.append((g, torch.zeros_like(g), count))
+
+        def reset():
+            for _, memory, _ in state:
+                memory.zero_()
+
+        return reset, lambda: topk_round(state)
     if kind == "gram_schmidt":
-        base = torch.randn(case["rows"], case["cols"], generator=gen)
+        base = pool[: case["rows"] * case["cols"]].view(case["rows"], case["cols"])
         work = base.clone()
-
-        def run():
-            work.copy_(base)
-            gram_schmidt(work)
-
-        return run
+        return (lambda: work.copy_(base)), (lambda: gram_schmidt(work))
     raise ValueError(f"unknown case kind {kind}")
 
 
-def time_case(fn, min_time, min_runs, sync):
+def time_case(reset, fn, min_time, min_runs, sync):
     for _ in range(3):
+        reset()
         fn()
     sync()
     samples = []
-    start = time.perf_counter()
-    while len(samples) < min_runs or time.perf_counter() - start < min_time:
+    spent = 0.0
+    while len(samples) < min_runs or spent < min_time:
+        reset()
+        sync()
         t = time.perf_counter()
         fn()
         sync()
         samples.append((time.perf_counter() - t) * 1000)
+        spent += samples[-1] / 1000
     samples.sort()
     return samples
 
@@ -151,15 +214,26 @@ def main():
     parser.add_argument("--min-time", type=float, default=0.3)
     parser.add_argument("--min-runs", type=int, default=5)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--gradients", required=True, help="float32 pool written by bench/compression.js")
+    parser.add_argument("--q", required=True, help="float32 initial Q's written by bench/compression.js")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    gen = torch.Generator().manual_seed(0)
+    pool = torch.from_numpy(numpy.fromfile(args.gradients, dtype="<f4"))
+    qs = torch.from_numpy(numpy.fromfile(args.q, dtype="<f4"))
+    prepared = {}
     with torch.no_grad():
-        for case in json.load(sys.stdin):
-            samples = time_case(prepare(case, gen, device), args.min_time, args.min_runs, sync)
-            print(json.dumps({"name": case["name"], "ms_median": samples[len(samples) // 2], "ms_all": samples}), flush=True)
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            case = json.loads(line)
+            if case["name"] not in prepared:
+                prepared[case["name"]] = prepare(case, pool, qs, device)
+            reset, fn = prepared[case["name"]]
+            samples = time_case(reset, fn, args.min_time, args.min_runs, sync)
+            record = {"name": case["name"], "ms_median": samples[len(samples) // 2], "ms_all": samples, "input_sum": input_sum(case, pool, qs)}
+            print(json.dumps(record), flush=True)
 
 
 if __name__ == "__main__":

@@ -166,6 +166,7 @@ void GlooGroup::allReduceSum(float* data, int64_t count) {
     opts.setTimeout(timeout_);
     gloo::allreduce(opts);
   });
+  record(Collective::AllReduce, count);
 }
 
 void GlooGroup::allGather(const float* input, int64_t count, float* output) {
@@ -182,6 +183,7 @@ void GlooGroup::allGather(const float* input, int64_t count, float* output) {
     opts.setTimeout(timeout_);
     gloo::allgather(opts);
   });
+  record(Collective::AllGather, count * size_);
 }
 
 void GlooGroup::allGatherV(const float* input, const std::vector<int64_t>& counts, float* output) {
@@ -202,6 +204,7 @@ void GlooGroup::allGatherV(const float* input, const std::vector<int64_t>& count
     opts.setTimeout(timeout_);
     gloo::allgatherv(opts);
   });
+  record(Collective::AllGather, total);
 }
 
 void GlooGroup::broadcast(float* data, int64_t count, int root) {
@@ -215,6 +218,7 @@ void GlooGroup::broadcast(float* data, int64_t count, int root) {
     opts.setTimeout(timeout_);
     gloo::broadcast(opts);
   });
+  record(Collective::Broadcast, count);
 }
 
 void GlooGroup::barrier() {
@@ -225,6 +229,7 @@ void GlooGroup::barrier() {
     opts.setTimeout(timeout_);
     gloo::barrier(opts);
   });
+  record(Collective::Barrier, 0);
 }
 
 }  // namespace accordion

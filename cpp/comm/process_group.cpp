@@ -5,6 +5,32 @@
 
 namespace accordion {
 
+CollectiveCounts ProcessGroup::counts() const {
+  std::lock_guard<std::mutex> lock(countsMutex_);
+  return counts_;
+}
+
+void ProcessGroup::record(Collective kind, int64_t elements) {
+  std::lock_guard<std::mutex> lock(countsMutex_);
+  switch (kind) {
+    case Collective::AllReduce:
+      counts_.allReduceCalls += 1;
+      counts_.allReduceElements += elements;
+      break;
+    case Collective::AllGather:
+      counts_.allGatherCalls += 1;
+      counts_.allGatherElements += elements;
+      break;
+    case Collective::Broadcast:
+      counts_.broadcastCalls += 1;
+      counts_.broadcastElements += elements;
+      break;
+    case Collective::Barrier:
+      counts_.barrierCalls += 1;
+      break;
+  }
+}
+
 void LocalGroup::allGather(const float* input, int64_t count, float* output) {
   if (count && input != output) std::memcpy(output, input, count * sizeof(float));
 }
@@ -35,12 +61,14 @@ class InProcessGroup::Member : public ProcessGroup {
     shared_.wait(size_);  // everyone has read every input before anyone overwrites its own
     std::copy(sum.begin(), sum.end(), data);
     shared_.wait(size_);
+    if (size_ > 1 && count > 0) record(Collective::AllReduce, count);
   }
 
   void allGather(const float* input, int64_t count, float* output) override {
     publish(input);
     for (int r = 0; r < size_; ++r) std::copy(shared_.inputs[r], shared_.inputs[r] + count, output + r * count);
     shared_.wait(size_);
+    if (size_ > 1 && count > 0) record(Collective::AllGather, count * size_);
   }
 
   void broadcast(float* data, int64_t count, int root) override {
@@ -49,9 +77,13 @@ class InProcessGroup::Member : public ProcessGroup {
     shared_.wait(size_);
     std::copy(copy.begin(), copy.end(), data);
     shared_.wait(size_);
+    if (size_ > 1 && count > 0) record(Collective::Broadcast, count);
   }
 
-  void barrier() override { shared_.wait(size_); }
+  void barrier() override {
+    shared_.wait(size_);
+    if (size_ > 1) record(Collective::Barrier, 0);
+  }
 
  private:
   // Makes this rank's buffer visible and waits until every rank's is.

@@ -9,9 +9,28 @@
 
 namespace accordion {
 
+// What a rank's collectives have carried, counted by the group where they run, in elements (floats).
+// The convention is the one of the floats accounting (ALGORITHMS.md 1.6, per worker):
+//   all-reduce of n floats                      n
+//   all-gather of n floats per rank             n·W: the gathered result, every rank's part and its
+//                                               own included (TopK's 2·s·W is such an all-gather)
+//   all-gather of counts[r] floats from rank r  Σ_r counts[r], the same way
+//   broadcast of n floats                       n, on the root as on the others
+//   barrier                                     no elements (a call is counted)
+// A collective that carries nothing (a group of one worker, or zero floats) is not counted at all.
+struct CollectiveCounts {
+  int64_t allReduceCalls = 0, allReduceElements = 0;
+  int64_t allGatherCalls = 0, allGatherElements = 0;
+  int64_t broadcastCalls = 0, broadcastElements = 0;
+  int64_t barrierCalls = 0;
+  int64_t elements() const { return allReduceElements + allGatherElements + broadcastElements; }
+};
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
+  // Everything this rank's collectives have carried since the group was made (any thread may ask).
+  virtual CollectiveCounts counts() const;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // Whether the collectives take device memory (NCCL) rather than host memory. Device collectives
@@ -24,6 +43,16 @@ class ProcessGroup {
   // Copies `root`'s data to every worker.
   virtual void broadcast(float* data, int64_t count, int root) = 0;
   virtual void barrier() = 0;
+
+ protected:
+  enum class Collective { AllReduce, AllGather, Broadcast, Barrier };
+  // Implementations call this once a collective that carried `elements` (by the convention above)
+  // has completed.
+  void record(Collective kind, int64_t elements);
+
+ private:
+  mutable std::mutex countsMutex_;
+  CollectiveCounts counts_;
 };
 
 // The group of a single process: every collective is the identity.

@@ -134,7 +134,9 @@ ReduceResult GradientReducer::reduce(int64_t firstBad) {
   std::vector<float> badIndex(group_.size(), 0.0f);
   badIndex[group_.rank()] = static_cast<float>(firstBad);
   communicationSeconds_ = 0;
+  ReduceResult result;
   if (group_.size() > 1) {
+    result.overheadFloats = group_.size();
     if (group_.onDevice()) {
       float* flags = scratch(agreementBuffer_, group_.size());
       backend_.upload(flags, badIndex.data(), badIndex.size() * sizeof(float));
@@ -161,7 +163,6 @@ ReduceResult GradientReducer::reduce(int64_t firstBad) {
   std::vector<size_t> dense, powerSgd, topK;
   for (size_t i = 0; i < slots_.size(); ++i)
     (compressed(slots_[i]) ? (options_.compressor == Compressor::PowerSgd ? powerSgd : topK) : dense).push_back(i);
-  ReduceResult result;
   for (size_t i : dense) result.floatsSent += slots_[i].parameter->grad.numel();
   if (!powerSgd.empty()) {
     reducePowerSgd(powerSgd);
@@ -247,6 +248,14 @@ void GradientReducer::reduceTopK(const std::vector<size_t>& slots, ReduceResult&
     gathered = receive;
   }
   kernels_.topKCombine(tensors, gathered, world, perWorker, 1.0f / static_cast<float>(world));
+}
+
+void GradientReducer::resetErrorFeedback() {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.memory.defined()) backend_.fill(s.memory.data(), s.memory.numel(), 0.0f);
+    if (s.q.defined()) drawQ(i);
+  }
 }
 
 std::vector<double> GradientReducer::takeGradientNorms() {

@@ -11,6 +11,13 @@
 //                                                                         floats sent: 2·s·W
 // 1-D tensors are always dense. All matrices' P (and Q) travel in one all-reduce, all TopK pairs
 // in one all-gather and all dense tensors in one all-reduce.
+//
+// "Floats sent" is the paper's figure (ALGORITHMS.md 1.6) and only that. Before them, the workers
+// agree on whether every gradient is finite: an all-reduce of W floats per step, the step's
+// overhead. With W ≥ 2, floats sent + overhead is exactly what the group's collectives carry during
+// reduce() by the group's counting convention (comm/process_group.h: an all-gather counts its
+// gathered result, so TopK's all-gather of 2·s floats per rank counts 2·s·W). With one worker no
+// collective runs, yet floats sent keeps the paper's definition.
 #pragma once
 #include <string>
 #include <vector>
@@ -43,6 +50,7 @@ struct ReducerOptions {
 
 struct ReduceResult {
   int64_t floatsSent = 0;
+  int64_t overheadFloats = 0;       // the finite-gradient agreement: W floats when W ≥ 2
   double communicationSeconds = 0;  // inside collectives; the rest of reduce() is compression
 };
 
@@ -74,6 +82,10 @@ class GradientReducer {
   bool isCompressed(size_t index) const;
   // Floats this worker sends per step at the current levels.
   int64_t floatsPerStep() const;
+
+  // Restarts error feedback as at construction: every memory zero and PowerSGD's Q drawn again from
+  // the shared seed (benchmarks time one round on the same state again and again).
+  void resetErrorFeedback();
 
   // ‖Σ_t g_t‖₂ per parameter since the last call (raw local gradients), then restarts the sums.
   std::vector<double> takeGradientNorms();

@@ -46,7 +46,7 @@ Napi::Value buildInfo(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// { count, errorCode, error, devices: [{ name, computeCapability, memoryBytes }], cudnn, cublas }:
+// { count, errorCode, error, devices: [{ name, computeCapability, memoryBytes }], cudnn, cublas, nccl }:
 // the devices the driver reports and whether NVIDIA's libraries load; never throws.
 Napi::Value deviceQuery(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -66,6 +66,7 @@ Napi::Value deviceQuery(const Napi::CallbackInfo& info) {
   o.Set("devices", devices);
   o.Set("cudnn", libraryValue(env, cuda::cudnnStatus()));
   o.Set("cublas", libraryValue(env, cuda::cublasStatus()));
+  o.Set("nccl", libraryValue(env, cuda::ncclStatus()));
   return o;
 }
 

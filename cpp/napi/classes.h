@@ -39,6 +39,7 @@ class ProcessGroupWrap : public GuardedWrap<ProcessGroupWrap> {
   Napi::Value allGather(const Napi::CallbackInfo& info);
   Napi::Value broadcast(const Napi::CallbackInfo& info);
   Napi::Value barrier(const Napi::CallbackInfo& info);
+  Napi::Value collectiveCounts(const Napi::CallbackInfo& info);
   Napi::Value dispose(const Napi::CallbackInfo& info);
   GlooGroup& connected();
   WorkerThread& worker(Napi::Env env);
@@ -94,6 +95,7 @@ class EngineWrap : public GuardedWrap<EngineWrap> {
   Napi::Value evaluateTokens(const Napi::CallbackInfo& info);
   Napi::Value resetState(const Napi::CallbackInfo& info);
   Napi::Value memoryStats(const Napi::CallbackInfo& info);
+  Napi::Value collectiveCounts(const Napi::CallbackInfo& info);
   Napi::Value trainOn(const Napi::CallbackInfo& info);
   Napi::Value forward(const Napi::CallbackInfo& info);
   Napi::Value forwardTokens(const Napi::CallbackInfo& info);
@@ -146,6 +148,8 @@ class ReducerProbeWrap : public GuardedWrap<ReducerProbeWrap> {
   Napi::Value floatsPerStep(const Napi::CallbackInfo& info);
   Napi::Value norms(const Napi::CallbackInfo& info);
   Napi::Value randomize(const Napi::CallbackInfo& info);
+  Napi::Value setInput(const Napi::CallbackInfo& info);
+  Napi::Value restart(const Napi::CallbackInfo& info);
   Napi::Value run(const Napi::CallbackInfo& info);
   GradientReducer& reducer(const Napi::CallbackInfo& info, size_t workerArg);
   size_t workerIndex(const Napi::CallbackInfo& info, size_t index);
@@ -156,6 +160,7 @@ class ReducerProbeWrap : public GuardedWrap<ReducerProbeWrap> {
   std::shared_ptr<ProcessGroup> processGroup_;        // a real group: one worker in this process
   std::vector<std::unique_ptr<ProcessGroup>> staged_;  // on a GPU: each worker's group, staged through the host
   std::vector<std::vector<Parameter>> parameters_;  // per worker
+  std::vector<std::vector<Tensor>> inputs_;         // per worker: the gradients restart() restores
   std::vector<std::unique_ptr<GradientReducer>> reducers_;
 };
 

@@ -165,12 +165,33 @@ inline Napi::Float64Array float64Array(Napi::Env env, const std::vector<double>&
 inline Napi::Object stepResultValue(Napi::Env env, const StepResult& r) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("floatsSent", static_cast<double>(r.floatsSent));
+  o.Set("overheadFloats", static_cast<double>(r.overheadFloats));
   o.Set("computeSeconds", r.computeSeconds);
   o.Set("compressionSeconds", r.compressionSeconds);
   o.Set("communicationSeconds", r.communicationSeconds);
   o.Set("loss", r.loss);
   o.Set("correct", static_cast<double>(r.correct));
   o.Set("samples", static_cast<double>(r.samples));
+  return o;
+}
+
+// { allReduce: { calls, elements }, allGather: { calls, elements }, broadcast: { calls, elements },
+//   barrier: { calls }, elements }: what a group's collectives carried (comm/process_group.h).
+inline Napi::Object collectiveCountsValue(Napi::Env env, const CollectiveCounts& c) {
+  auto kind = [&](int64_t calls, int64_t elements) {
+    Napi::Object k = Napi::Object::New(env);
+    k.Set("calls", static_cast<double>(calls));
+    k.Set("elements", static_cast<double>(elements));
+    return k;
+  };
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("allReduce", kind(c.allReduceCalls, c.allReduceElements));
+  o.Set("allGather", kind(c.allGatherCalls, c.allGatherElements));
+  o.Set("broadcast", kind(c.broadcastCalls, c.broadcastElements));
+  Napi::Object barrier = Napi::Object::New(env);
+  barrier.Set("calls", static_cast<double>(c.barrierCalls));
+  o.Set("barrier", barrier);
+  o.Set("elements", static_cast<double>(c.elements()));
   return o;
 }
 

@@ -20,6 +20,7 @@ Napi::Function EngineWrap::define(Napi::Env env) {
                       method<&EngineWrap::evaluateTokens>("evaluateTokens"),
                       method<&EngineWrap::resetState>("resetState"),
                       method<&EngineWrap::memoryStats>("memoryStats"),
+                      method<&EngineWrap::collectiveCounts>("collectiveCounts"),
                       method<&EngineWrap::trainOn>("trainOn"), method<&EngineWrap::forward>("forward"),
                       method<&EngineWrap::forwardTokens>("forwardTokens"),
                       method<&EngineWrap::gradients>("gradients"),
@@ -363,6 +364,15 @@ Napi::Value EngineWrap::broadcastState(const Napi::CallbackInfo& info) {
         return true;
       },
       [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
+}
+
+// collectiveCounts() → Promise<counts> (convert.h): what the collectives of the group the gradients
+// travel on have carried so far (Gloo on the CPU, NCCL on GPUs), after the work queued before it.
+Napi::Value EngineWrap::collectiveCounts(const Napi::CallbackInfo& info) {
+  EngineWrap* self = this;
+  return schedule<CollectiveCounts>(
+      info.Env(), worker(info.Env()), [self] { return self->session().group().counts(); },
+      [](Napi::Env env, CollectiveCounts& counts) -> Napi::Value { return collectiveCountsValue(env, counts); }, {info.This()});
 }
 
 // memoryStats() → Promise<{ device, allocated, peak }>: bytes of device memory the model's tensors hold

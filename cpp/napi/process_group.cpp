@@ -10,6 +10,7 @@ Napi::Function ProcessGroupWrap::define(Napi::Env env) {
                      {method<&ProcessGroupWrap::ready>("ready"), method<&ProcessGroupWrap::allReduce>("allReduce"),
                       method<&ProcessGroupWrap::allGather>("allGather"),
                       method<&ProcessGroupWrap::broadcast>("broadcast"), method<&ProcessGroupWrap::barrier>("barrier"),
+                      method<&ProcessGroupWrap::collectiveCounts>("collectiveCounts"),
                       method<&ProcessGroupWrap::dispose>("dispose")});
 }
 
@@ -150,6 +151,15 @@ Napi::Value ProcessGroupWrap::barrier(const Napi::CallbackInfo& info) {
         return true;
       },
       [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
+}
+
+// collectiveCounts() → Promise<counts> (convert.h): what this rank's collectives have carried, once
+// the collectives queued before it have run.
+Napi::Value ProcessGroupWrap::collectiveCounts(const Napi::CallbackInfo& info) {
+  ProcessGroupWrap* self = this;
+  return schedule<CollectiveCounts>(
+      info.Env(), worker(info.Env()), [self] { return self->connected().counts(); },
+      [](Napi::Env env, CollectiveCounts& counts) -> Napi::Value { return collectiveCountsValue(env, counts); }, {info.This()});
 }
 
 // dispose() → Promise<void>: closes the connections once queued collectives have run.

@@ -15,7 +15,9 @@ Napi::Function ReducerProbeWrap::define(Napi::Env env) {
                       method<&ReducerProbeWrap::isCompressed>("isCompressed"),
                       method<&ReducerProbeWrap::floatsPerStep>("floatsPerStep"),
                       method<&ReducerProbeWrap::norms>("norms"),
-                      method<&ReducerProbeWrap::randomize>("randomize"), method<&ReducerProbeWrap::run>("run")});
+                      method<&ReducerProbeWrap::randomize>("randomize"),
+                      method<&ReducerProbeWrap::setInput>("setInput"), method<&ReducerProbeWrap::restart>("restart"),
+                      method<&ReducerProbeWrap::run>("run")});
 }
 
 // A tensor of `backend` as a flat Float32Array.
@@ -213,6 +215,46 @@ Napi::Value ReducerProbeWrap::randomize(const Napi::CallbackInfo& info) {
       for (int64_t k = 0; k < host.numel(); ++k) host.data()[k] = rng.normal();
       backends_[w]->upload(p.grad.data(), host.data(), host.bytes());
     }
+  return info.Env().Undefined();
+}
+
+// setInput(grads: Float32Array[][] indexed [worker][parameter]): sets every worker's gradients, as
+// step() does without reducing, and keeps a copy of them on the probe's device for restart().
+Napi::Value ReducerProbeWrap::setInput(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const size_t workers = reducers_.size();
+  if (!info[0].IsArray() || info[0].As<Napi::Array>().Length() != workers) throw typeError(env, "grads must hold one array per worker");
+  Napi::Array grads = info[0].As<Napi::Array>();
+  inputs_.assign(workers, {});
+  for (size_t w = 0; w < workers; ++w) {
+    if (!grads.Get(static_cast<uint32_t>(w)).IsArray()) throw typeError(env, "grads[" + std::to_string(w) + "] must be an array");
+    Napi::Array list = grads.Get(static_cast<uint32_t>(w)).As<Napi::Array>();
+    if (list.Length() != parameters_[w].size()) throw typeError(env, "grads[" + std::to_string(w) + "] must hold one array per parameter");
+    for (size_t i = 0; i < parameters_[w].size(); ++i) {
+      Tensor& g = parameters_[w][i].grad;
+      Napi::Value v = list.Get(static_cast<uint32_t>(i));
+      if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array ||
+          static_cast<int64_t>(v.As<Napi::Float32Array>().ElementLength()) != g.numel())
+        throw typeError(env, "gradient " + std::to_string(i) + " must be a Float32Array of " + std::to_string(g.numel()) + " floats");
+      backends_[w]->upload(g.data(), v.As<Napi::Float32Array>().Data(), g.bytes());
+      inputs_[w].push_back(backends_[w]->empty(g.shape()));
+      backends_[w]->copy(inputs_[w].back().data(), g.data(), g.bytes());
+    }
+    backends_[w]->synchronize();  // the arrays may change once this returns
+  }
+  return env.Undefined();
+}
+
+// restart(): the gradients of the last setInput() again, and error feedback restarted (zero
+// memories, Q drawn again from the seed): the state of the first round, for timing that round.
+Napi::Value ReducerProbeWrap::restart(const Napi::CallbackInfo& info) {
+  if (inputs_.empty()) throw typeError(info.Env(), "restart() needs setInput() first");
+  for (size_t w = 0; w < reducers_.size(); ++w) {
+    for (size_t i = 0; i < parameters_[w].size(); ++i)
+      backends_[w]->copy(parameters_[w][i].grad.data(), inputs_[w][i].data(), inputs_[w][i].bytes());
+    reducers_[w]->resetErrorFeedback();
+    backends_[w]->synchronize();  // nothing of the restart is left to the timed round
+  }
   return info.Env().Undefined();
 }
 

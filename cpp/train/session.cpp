@@ -156,6 +156,7 @@ void Session::exchangeAndUpdate(StepResult& result, double computeSecondsSoFar, 
   const auto reduceEnd = Clock::now();
   optimizer_.step();
   result.floatsSent = reduced.floatsSent;
+  result.overheadFloats = reduced.overheadFloats;
   result.communicationSeconds = reduced.communicationSeconds;
   result.compressionSeconds = std::chrono::duration<double>(reduceEnd - reduceStart).count() - reduced.communicationSeconds;
   result.computeSeconds = computeSecondsSoFar + std::chrono::duration<double>(Clock::now() - reduceEnd).count();

@@ -21,6 +21,7 @@ struct StepResult {
   int64_t correct = 0;
   int64_t samples = 0;
   int64_t floatsSent = 0;  // by this worker in the gradient exchange
+  int64_t overheadFloats = 0;  // the exchange's control traffic, not in floatsSent (the finite agreement)
   // Where the step's time went: forward, backward and update; compressing and decompressing;
   // waiting in collectives.
   double computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0;

@@ -133,6 +133,7 @@ void NcclGroup::allReduceSum(float* data, int64_t count) {
   const std::string what = "all-reduce of " + std::to_string(count) + " floats";
   enqueued(nccl::api().allReduce(data, data, static_cast<size_t>(count), nccl::kFloat32, nccl::kSum, live(what), impl_->stream), what);
   wait(what);
+  if (size() > 1) record(Collective::AllReduce, count);
 }
 
 void NcclGroup::allGather(const float* input, int64_t count, float* output) {
@@ -140,6 +141,7 @@ void NcclGroup::allGather(const float* input, int64_t count, float* output) {
   const std::string what = "all-gather of " + std::to_string(count) + " floats per rank";
   enqueued(nccl::api().allGather(input, output, static_cast<size_t>(count), nccl::kFloat32, live(what), impl_->stream), what);
   wait(what);
+  if (size() > 1) record(Collective::AllGather, count * size());
 }
 
 void NcclGroup::broadcast(float* data, int64_t count, int root) {
@@ -147,9 +149,10 @@ void NcclGroup::broadcast(float* data, int64_t count, int root) {
   const std::string what = "broadcast of " + std::to_string(count) + " floats from rank " + std::to_string(root);
   enqueued(nccl::api().broadcast(data, data, static_cast<size_t>(count), nccl::kFloat32, root, live(what), impl_->stream), what);
   wait(what);
+  if (size() > 1) record(Collective::Broadcast, count);
 }
 
-// A one-float all-reduce: NCCL has no barrier of its own.
+// A one-float all-reduce: NCCL has no barrier of its own (so it counts as an all-reduce of one float).
 void NcclGroup::barrier() { allReduceSum(impl_->one, 1); }
 
 std::shared_ptr<ProcessGroup> makeNcclGroup(StoreClient& store, const NcclOptions& options) {

@@ -3,6 +3,7 @@
 // manner of llm.c's dev/cuda. It needs no Node (the GPU machines have none):
 //
 //   kernel_check [--iterations N] [--seed S] [--json FILE] [--only NAME[,NAME...]]
+//   kernel_check --self-check      the comparison alone, on the CPU (compare.h); no device needed
 //
 // Each check runs the same inputs through a CpuBackend and a CudaBackend(0) and compares every
 // output, the CPU's being the reference. Inputs are drawn in NCHW; the CPU keeps activations NHWC,
@@ -35,6 +36,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "compare.h"
 #include "core/check.h"
 #include "ops/cpu_backend.h"
 #include "ops/cuda_backend.h"
@@ -75,8 +77,6 @@ constexpr double kDoubleSum = 1e-9;
 // double on the GPU.
 constexpr double kColumnSums = 1e-5;
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 // ---- Command line ----------------------------------------------------------------------------
 
 struct UsageError : std::runtime_error {
@@ -89,6 +89,7 @@ struct Options {
   std::string jsonPath;
   std::vector<std::string> only;  // op families; empty: all
   bool help = false;
+  bool selfCheckOnly = false;  // --self-check: the comparison's own check, no device needed
 };
 
 uint64_t parseUnsigned(const std::string& flag, const std::string& text, uint64_t max) {
@@ -106,6 +107,10 @@ Options parseOptions(int argc, char** argv) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
       options.help = true;
+      continue;
+    }
+    if (flag == "--self-check") {
+      options.selfCheckOnly = true;
       continue;
     }
     if (flag != "--iterations" && flag != "--seed" && flag != "--json" && flag != "--only")
@@ -250,63 +255,10 @@ std::vector<TensorList> tensorLists() {
 
 // ---- Results -------------------------------------------------------------------------------------
 
-// One row of the report: an op on one shape, checked and timed.
-struct Check {
-  std::string op, shape;
-  double tolerance = 0;
-  double error = 0;  // the largest over the outputs compared
-  bool pass = true;
-  std::vector<std::string> failures;  // what failed, one line each
-  double medianUs = kNaN, gbPerS = kNaN, fractionOfCopy = kNaN, gflopPerS = kNaN;
-
-  void record(double outputError, double outputTolerance, const std::string& failure) {
-    error = std::max(error, outputError);
-    if (!(outputError <= outputTolerance)) fail(failure);
-  }
-  void fail(const std::string& why) {
-    pass = false;
-    failures.push_back(why);
-  }
-};
-
-// An element of an output, with as many digits as tell its type's values apart.
-std::string describe(const std::string& output, size_t index, double got, double want, int digits) {
-  char text[128];
-  std::snprintf(text, sizeof text, "[%zu]: got %.*g, want %.*g", index, digits, got, digits, want);
-  return output + text;
-}
-
-// max_i |got_i − want_i| / max(max_i |want_i|, tiny), where an element that is NaN or ±Inf on one
-// side only, or NaN on both, fails the output outright (poison left in place reads as NaN).
-template <typename T>
-void compare(Check& check, const std::string& output, const std::vector<T>& got, const std::vector<T>& want, double tolerance) {
-  if (got.size() != want.size()) {
-    check.record(INFINITY, tolerance, output + ": " + std::to_string(got.size()) + " values, want " + std::to_string(want.size()));
-    return;
-  }
-  double scale = std::numeric_limits<float>::min();
-  for (const T w : want)
-    if (std::isfinite(w)) scale = std::max(scale, std::fabs(static_cast<double>(w)));
-  double worst = 0;
-  size_t worstAt = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double g = got[i], w = want[i];
-    if (g == w) continue;  // infinities of the same sign included
-    if (!std::isfinite(g) || !std::isfinite(w)) {
-      check.record(INFINITY, tolerance,
-                   describe(output, i, g, w, std::numeric_limits<T>::max_digits10) + " (NaN or Inf: not written, or not finite)");
-      return;
-    }
-    const double e = std::fabs(g - w) / scale;
-    if (e > worst) worst = e, worstAt = i;
-  }
-  check.record(worst, tolerance, worst > 0 ? describe(output, worstAt, got[worstAt], want[worstAt], std::numeric_limits<T>::max_digits10)
-                                  : output);
-}
-
-void compare(Check& check, const std::string& output, double got, double want, double tolerance) {
-  compare(check, output, std::vector<double>{got}, std::vector<double>{want}, tolerance);
-}
+// Check, compare() and their self-check live in compare.h, which needs no CUDA.
+using lab::Check;
+using lab::compare;
+using lab::kNaN;
 
 // What one timed launch must do, for the rates derived from its time.
 struct Work {
@@ -1617,7 +1569,9 @@ std::string familyNames() {
 
 std::string usage() {
   return "usage: kernel_check [--iterations N] [--seed S] [--json FILE] [--only NAME[,NAME...]]\n"
+         "       kernel_check --self-check\n"
          "Checks every CUDA op against its CPU twin on fresh random inputs, then times it on cuda:0.\n"
+         "  --self-check    only check the comparison itself (unwritten, NaN and Inf outputs fail); no GPU needed\n"
          "  --iterations N  timed launches per op after warm-up; the median is reported (default 50)\n"
          "  --seed S        the inputs of an earlier run (default: from the clock; printed)\n"
          "  --json FILE     also write the results to FILE as JSON\n"
@@ -1694,6 +1648,14 @@ int labMain(int argc, char** argv) {
   }
   if (options.help) {
     std::printf("%s", usage().c_str());
+    return 0;
+  }
+  // The verdicts below are only as good as the comparison: check it first, on known cases.
+  const std::vector<std::string> comparisonProblems = lab::comparisonSelfCheck();
+  for (const std::string& p : comparisonProblems) std::fprintf(stderr, "kernel_check: the comparison is broken: %s\n", p.c_str());
+  if (!comparisonProblems.empty()) return 1;
+  if (options.selfCheckOnly) {
+    std::printf("comparison self-check passed: unwritten, NaN and Inf outputs fail, and NaN errors are kept\n");
     return 0;
   }
   std::ofstream json;

@@ -1,0 +1,96 @@
+// One worker of the floats-accounting test: connects through the environment (RANK, WORLD_SIZE, …)
+// and, for each case of argv[2], builds a model whose gradients travel over the job's group, trains
+// a few steps, and reads around every step what the group's collectives carried
+// (collectiveCounts(), counted where the collectives run). Prints one JSON line:
+// { rank, cases: [{ name, shapes, levels, steps: [{ floatsSent, overheadFloats, carried }] }] },
+// where `carried` is the step's difference of the counts, per kind.
+//
+// Spec: { timeoutMs, cases: [{ name, model: { architecture, classes, hidden?, layers?, compressor,
+//   level?, minCompressionRate? }, levels?: number[] (per parameter, set before the first step),
+//   steps }] }.
+import { pathToFileURL } from 'node:url';
+import { Model, setThreads } from '../../lib/index.js';
+import { ProcessGroup, distributedEnv } from '../../lib/cluster/group.js';
+
+/** A deterministic stream in [0, 1) (mulberry32), the same on every rank for a given seed. */
+function stream(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
+  };
+}
+
+/** The step's input on this rank: a token window for the language model, else a few images. */
+function input(model, rank, step) {
+  const next = stream(1000 * rank + step + 1);
+  if (model.architecture === 'lstm') {
+    const steps = 6, batch = 3;
+    const tokens = Int32Array.from({ length: steps * batch }, () => Math.floor(next() * model.classes));
+    const targets = Int32Array.from({ length: steps * batch }, () => Math.floor(next() * model.classes));
+    return { tokens, targets, steps, batch };
+  }
+  const n = 2;
+  return {
+    images: Float32Array.from({ length: n * 3 * 32 * 32 }, () => next() * 2 - 1),
+    labels: Int32Array.from({ length: n }, () => Math.floor(next() * model.classes)),
+  };
+}
+
+function difference(after, before) {
+  const kinds = ['allReduce', 'allGather', 'broadcast'];
+  const out = Object.fromEntries(
+    kinds.map((k) => [k, { calls: after[k].calls - before[k].calls, elements: after[k].elements - before[k].elements }]),
+  );
+  out.barrier = { calls: after.barrier.calls - before.barrier.calls };
+  out.elements = after.elements - before.elements;
+  return out;
+}
+
+async function runCase(c, group) {
+  const model = await Model.create({ seed: 3, learningRate: 0.01, ...c.model, group });
+  try {
+    if (c.levels) await model.setLevels(c.levels);
+    const record = { name: c.name, shapes: model.parameters().map((p) => p.shape), levels: Array.from(await model.levels()), steps: [] };
+    for (let s = 0; s < c.steps; s++) {
+      const before = await model.native.collectiveCounts();
+      const r = await model.trainStep(input(model, group.rank, s));
+      const after = await model.native.collectiveCounts();
+      record.steps.push({ floatsSent: r.floatsSent, overheadFloats: r.overheadFloats, carried: difference(after, before) });
+    }
+    return record;
+  } finally {
+    await model.dispose();
+  }
+}
+
+async function main(spec) {
+  if (process.env.OMP_NUM_THREADS) setThreads(Number(process.env.OMP_NUM_THREADS));
+  const env = distributedEnv();
+  const group = await ProcessGroup.fromEnv(env, spec.timeoutMs ?? 60000);
+  try {
+    const cases = [];
+    for (const c of spec.cases) cases.push(await runCase(c, group));
+    // The JS-level collectives count by the same convention: an all-gather counts its whole result.
+    const before = await group.native.collectiveCounts();
+    await group.allReduce(new Float32Array(5));
+    await group.allGather(new Float32Array(3));
+    await group.allGather(new Float32Array(env.rank + 1), Array.from({ length: env.worldSize }, (_, r) => r + 1));
+    await group.broadcast(new Float32Array(7), 0);
+    await group.barrier();
+    const direct = difference(await group.native.collectiveCounts(), before);
+    process.stdout.write(JSON.stringify({ rank: env.rank, cases, direct }) + '\n');
+  } finally {
+    await group.dispose();
+  }
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main(JSON.parse(process.argv[2])).catch((err) => {
+    process.stderr.write(`error: ${err.code ?? ''} ${err.stack ?? err.message}\n`);
+    process.exit(1);
+  });
+}

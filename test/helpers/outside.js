@@ -1,0 +1,44 @@
+// What some tests need from outside the repository: a text corpus beside the checkout, and the
+// PyTorch and Chromium peers from Debian. A test that needs one of them fails, naming what is missing
+// and how to get it, instead of being skipped: every test that can run without a GPU runs in CI.
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+/** tinyshakespeare (1.1 MB, public domain), kept beside the repository in every checkout and CI. */
+export const SHAKESPEARE = path.join(ROOT, '..', 'shared', 'data', 'tinyshakespeare.txt');
+const SHAKESPEARE_URL = 'https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt';
+
+/** The text of tinyshakespeare; throws naming the file and where to get it when it is missing. */
+export function readShakespeare() {
+  if (!fs.existsSync(SHAKESPEARE))
+    throw new Error(
+      `this test reads ${SHAKESPEARE} (../shared/data/tinyshakespeare.txt beside the repository), which is missing: ` +
+        `download the public-domain text from ${SHAKESPEARE_URL} and save it there`,
+    );
+  return fs.readFileSync(SHAKESPEARE, 'utf8');
+}
+
+/** Debian's python3-torch, importable by the system interpreter (the peer of the interop tests). */
+export const PYTHON = '/usr/bin/python3';
+
+/** Throws naming the package to install unless /usr/bin/python3 can import torch. */
+export function requireTorch() {
+  const r = spawnSync(PYTHON, ['-c', 'import torch'], { encoding: 'utf8', timeout: 120_000 });
+  if (r.error || r.status !== 0) {
+    const why = r.error ? r.error.message : (r.stderr || '').trim().split('\n').pop() || `exit ${r.status}`;
+    throw new Error(`these tests need PyTorch for ${PYTHON} (${why}): install it with \`apt-get install python3-torch\` (scripts/setup.sh does as root)`);
+  }
+}
+
+/** Debian's chromium, which opens the HTML report headless. */
+export const CHROMIUM = '/usr/bin/chromium';
+
+/** Throws naming the package to install unless Chromium is there. */
+export function requireChromium() {
+  if (!fs.existsSync(CHROMIUM))
+    throw new Error(`this test opens the report in ${CHROMIUM}, which is missing: install it with \`apt-get install chromium\` (scripts/setup.sh does as root)`);
+}
