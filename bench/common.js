@@ -1,7 +1,6 @@
 // Helpers shared by the bench suites: statistics, table output, machine facts and the PyTorch peer.
 import { execFile, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import * as net from 'node:net';
 import os from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -165,14 +164,5 @@ export function positiveInt(name, text, { min = 1 } = {}) {
   return n;
 }
 
-/** A loopback TCP port that was free a moment ago (for a multi-process job's store). */
-export async function freePort() {
-  const server = net.createServer();
-  await new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', resolve);
-  });
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
+/** A loopback TCP port that was free a moment ago (shared with the tests' jobs). */
+export { freePort } from '../test/helpers/ports.js';

@@ -8,7 +8,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
-import { freePort } from '../bench/common.js';
+import { freePort } from './helpers/ports.js';
 import { Batcher, Model, ensureSyntheticCifar10, loadCheckpoint, readMetrics } from '../lib/index.js';
 import { endOfEpoch, initialState, normChangeRatio, wholeModelNorm } from '../lib/accordion.js';
 import { learningRateForEpoch } from '../lib/schedule.js';

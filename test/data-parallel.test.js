@@ -9,7 +9,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
-import { freePort } from '../bench/common.js';
+import { freePort } from './helpers/ports.js';
 import { ReducerProbe } from '../lib/testing.js';
 import { Model, Trainer, loadCheckpoint } from '../lib/index.js';
 import { decode, gradientFor, numel } from './helpers/reducer-worker.js';

@@ -4,7 +4,7 @@ import * as fs from 'node:fs';
 import * as net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
-import { freePort } from '../bench/common.js';
+import { freePort } from './helpers/ports.js';
 import { RendezvousError, StoreClient, StoreServer } from '../lib/cluster/store.js';
 import { dataFor } from './helpers/collective-worker.js';
 

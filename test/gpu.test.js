@@ -14,7 +14,7 @@ import { binding } from '../lib/native.js';
 import { ReducerProbe } from '../lib/testing.js';
 import { workerDevice } from '../lib/device.js';
 import { UsageError } from '../lib/errors.js';
-import { freePort } from '../bench/common.js';
+import { freePort } from './helpers/ports.js';
 import { gpuUnavailable, requireDevice } from './helpers/devices.js';
 
 const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'lib', 'cli.js');

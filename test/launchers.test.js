@@ -10,7 +10,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
-import { freePort } from '../bench/common.js';
+import { freePort } from './helpers/ports.js';
 import { detectLauncher, firstSlurmHost } from '../lib/cluster/environment.js';
 import { loadCheckpoint } from '../lib/index.js';
 
