@@ -45,7 +45,7 @@ describe('HTML report', function () {
     expect(loadRun(staticRun).accordion).to.equal(false);
   });
 
-  it('opens in headless Chromium without console errors and shows the four plots with the runs’ data', async function () {
+  it('opens in headless Chromium without console errors and shows the five plots with the runs’ data', async function () {
     requireChromium();
     const file = await writeReport([accordionRun, staticRun], path.join(tmp, 'report.html'));
     const html = fs.readFileSync(file, 'utf8');
@@ -61,7 +61,7 @@ describe('HTML report', function () {
       page.on('console', (m) => m.type() === 'error' && problems.push(m.text()));
       page.on('pageerror', (e) => problems.push(e.message));
       await page.goto('file://' + file);
-      await page.waitForFunction(() => window.reportCharts && Object.keys(window.reportCharts).length === 4);
+      await page.waitForFunction(() => window.reportCharts && Object.keys(window.reportCharts).length === 5);
       const charts = await page.evaluate(() =>
         Object.fromEntries(
           Object.entries(window.reportCharts).map(([name, chart]) => [
@@ -71,9 +71,10 @@ describe('HTML report', function () {
         ),
       );
       expect(problems).to.deep.equal([]);
-      expect(Object.keys(charts)).to.have.members(['accuracyEpochs', 'accuracyFloats', 'levels', 'ratios']);
+      expect(Object.keys(charts)).to.have.members(['accuracyEpochs', 'accuracyFloats', 'accuracyWall', 'levels', 'ratios']);
       expect(charts.accuracyEpochs.points).to.deep.equal([4, 4]); // both runs, every epoch
       expect(charts.accuracyFloats.points).to.deep.equal([4, 4]);
+      expect(charts.accuracyWall.points).to.deep.equal([4, 4]);
       expect(charts.levels.type).to.equal('matrix');
       expect(charts.levels.points).to.deep.equal([21 * 4]); // every weight matrix, every epoch
       expect(charts.ratios.points.slice(0, -1).every((n) => n === 3)).to.equal(true); // checks after epochs 2-4
@@ -131,4 +132,46 @@ describe('report of a damaged metrics log', function () {
       expect(fs.existsSync(path.join(r.run, 'report.html'))).to.equal(false);
     });
   }
+});
+
+describe('report: accuracy against wall-clock time', function () {
+  let tmp;
+  before(() => (tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-report-wall-'))));
+  after(() => fs.rmSync(tmp, { recursive: true, force: true }));
+  const at = (seconds) => new Date(Date.UTC(2026, 0, 1) + seconds * 1000).toISOString();
+  const line = (event) => JSON.stringify(event) + '\n';
+
+  it("each epoch's seconds since the run began; a resumed run's clock goes on from the epoch it resumed after, without the idle time", function () {
+    const run = path.join(tmp, 'resumed');
+    fs.mkdirSync(run);
+    const common = { compressor: 'powersgd', accordion: false, rank: 2, parameterNames: [], matrices: [] };
+    fs.writeFileSync(
+      path.join(run, 'metrics.jsonl'),
+      line({ time: at(0), event: 'start', epoch: 0, ...common }) +
+        line({ time: at(10), event: 'epoch', epoch: 0, testAccuracy: 0.2, floatsSentTotal: 1 }) +
+        line({ time: at(25), event: 'epoch', epoch: 1, testAccuracy: 0.3, floatsSentTotal: 2 }) +
+        // Stopped during epoch 2 (never logged), resumed from epoch 2's start an hour later.
+        line({ time: at(3600), event: 'resume', epoch: 2, ...common }) +
+        line({ time: at(3612), event: 'epoch', epoch: 2, testAccuracy: 0.4, floatsSentTotal: 3 }) +
+        line({ time: at(3620.5), event: 'epoch', epoch: 3, testAccuracy: 0.5, floatsSentTotal: 4 }),
+    );
+    // A cluster run's network log names the link.
+    fs.writeFileSync(path.join(run, 'network.jsonl'), line({ event: 'start', epoch: 0, host: 0, bitsPerSecond: 1e8 }));
+    const series = loadRun(run);
+    expect(series.epochs.map((e) => e.wallSeconds)).to.deep.equal([10, 25, 37, 45.5]);
+    expect(series.name).to.equal('resumed (powersgd, rank 2, 100 Mbit/s)');
+  });
+
+  it('a log without times has no wall-clock points, and its other plots are unchanged', function () {
+    const run = path.join(tmp, 'timeless');
+    fs.mkdirSync(run);
+    fs.writeFileSync(
+      path.join(run, 'metrics.jsonl'),
+      line({ event: 'start', epoch: 0, compressor: 'topk', accordion: false, topkRatio: 0.1, parameterNames: [], matrices: [] }) +
+        line({ event: 'epoch', epoch: 0, testAccuracy: 0.2, floatsSentTotal: 1 }),
+    );
+    const series = loadRun(run);
+    expect(series.epochs).to.deep.equal([{ epoch: 0, testAccuracy: 0.2, floatsSentTotal: 1, wallSeconds: null, levels: undefined, ratios: undefined }]);
+    expect(series.name).to.equal('timeless (topk, 10%)');
+  });
 });

@@ -3,8 +3,9 @@
  * figures, built from the runs' metrics logs alone:
  *   1. test accuracy against epochs (every run),
  *   2. test accuracy against floats communicated (every run),
- *   3. each layer's compression level over the epochs (first run with Accordion), as a heatmap,
- *   4. each layer's norm-change ratio at the check epochs, with η marked.
+ *   3. test accuracy against wall-clock seconds (every run: compare runs over one network),
+ *   4. each layer's compression level over the epochs (first run with Accordion), as a heatmap,
+ *   5. each layer's norm-change ratio at the check epochs, with η marked.
  * Charts are drawn by Chart.js (and its matrix plugin for the heatmap), inlined into the file.
  */
 import * as fs from 'node:fs';
@@ -13,6 +14,7 @@ import { createRequire } from 'node:module';
 import { readMetricsLog, type MetricsEvent } from '../metrics.js';
 import { UsageError } from '../errors.js';
 import { writeFileAtomicAsync } from '../files.js';
+import { formatRate } from '../cluster/cluster.js';
 
 export interface RunSeries {
   name: string;
@@ -21,7 +23,16 @@ export interface RunSeries {
   eta: number;
   parameterNames: string[];
   matrices: boolean[];
-  epochs: { epoch: number; testAccuracy: number; floatsSentTotal: number; levels?: number[]; ratios?: (number | null)[] }[];
+  epochs: {
+    epoch: number;
+    testAccuracy: number;
+    floatsSentTotal: number;
+    /** Seconds from the run's start to the end of this epoch (its evaluation included), not counting
+     * the time a stopped run lay idle before it was resumed; null in logs without times. */
+    wallSeconds: number | null;
+    levels?: number[];
+    ratios?: (number | null)[];
+  }[];
 }
 
 /** Where the report's warnings go: a process warning unless the caller takes them. */
@@ -41,22 +52,39 @@ export function loadRun(runDir: string, warn: WarningSink = processWarning): Run
     warn(`${file}: line ${tornLine} is incomplete (the run was stopped while writing it); the report uses the ${events.length} complete lines`);
   const start = [...events].reverse().find((e) => e.event === 'start' || e.event === 'resume') as MetricsEvent | undefined;
   if (!start) throw new UsageError(`${file} has no start event`);
-  // A resumed run logs some epochs again; the last record of an epoch wins.
+  // A resumed run logs some epochs again; the last record of an epoch wins. Its clock goes on
+  // from where the epoch it resumed after had brought it.
   const byEpoch = new Map<number, RunSeries['epochs'][number]>();
+  let segmentStart = NaN;
+  let offset = 0;
   for (const e of events) {
+    const time = typeof e.time === 'string' ? Date.parse(e.time) : NaN;
+    if (e.event === 'start' || e.event === 'resume') {
+      segmentStart = time;
+      offset = e.event === 'resume' ? (byEpoch.get(Number(e.epoch) - 1)?.wallSeconds ?? 0) : 0;
+      continue;
+    }
     if (e.event !== 'epoch') continue;
+    const wall = offset + (time - segmentStart) / 1000;
     byEpoch.set(e.epoch as number, {
       epoch: e.epoch as number,
       testAccuracy: e.testAccuracy as number,
       floatsSentTotal: e.floatsSentTotal as number,
+      wallSeconds: Number.isFinite(wall) ? wall : null,
       levels: e.levels as number[] | undefined,
       ratios: e.ratios as (number | null)[] | undefined,
     });
   }
   const accordion = Boolean(start.accordion);
   const compressor = String(start.compressor ?? 'none');
+  const details = [compressor];
+  if (accordion) details.push('Accordion');
+  else if (compressor === 'powersgd' && start.rank !== undefined) details.push(`rank ${start.rank}`);
+  else if (compressor === 'topk' && start.topkRatio !== undefined) details.push(`${+(Number(start.topkRatio) * 100).toPrecision(3)}%`);
+  const link = clusterLink(runDir);
+  if (link) details.push(link);
   return {
-    name: `${path.basename(path.resolve(runDir))} (${compressor}${accordion ? ', Accordion' : ''})`,
+    name: `${path.basename(path.resolve(runDir))} (${details.join(', ')})`,
     compressor,
     accordion,
     eta: Number(start.eta ?? 0.5),
@@ -64,6 +92,19 @@ export function loadRun(runDir: string, warn: WarningSink = processWarning): Run
     matrices: (start.matrices as boolean[] | undefined) ?? [],
     epochs: [...byEpoch.values()].sort((a, b) => a.epoch - b.epoch),
   };
+}
+
+/** "100 Mbit/s" for a run made by `accordion cluster` (its network.jsonl names the hosts' link). */
+function clusterLink(runDir: string): string | undefined {
+  const file = path.join(runDir, 'network.jsonl');
+  if (!fs.existsSync(file)) return undefined;
+  const first = fs.readFileSync(file, 'utf8').split('\n', 1)[0]!;
+  try {
+    const bits = (JSON.parse(first) as { bitsPerSecond?: unknown }).bitsPerSecond;
+    return typeof bits === 'number' ? formatRate(bits) : undefined;
+  } catch {
+    return undefined; // the network log is a side record: a damaged one only loses the label
+  }
 }
 
 /** A browser build shipped next to a package's main file, as inline script text. */
@@ -101,6 +142,8 @@ export function renderReport(runs: RunSeries[]): string {
 <div class="chart"><canvas id="accuracy-epochs"></canvas></div>
 <h2>Test accuracy against floats communicated (per worker)</h2>
 <div class="chart"><canvas id="accuracy-floats"></canvas></div>
+<h2>Test accuracy against wall-clock time</h2>
+<div class="chart"><canvas id="accuracy-wall"></canvas></div>
 <h2>Compression level of each layer over the epochs</h2>
 <p class="note" id="heatmap-note"></p>
 <div class="chart tall"><canvas id="levels-heatmap"></canvas></div>
@@ -123,6 +166,11 @@ charts.accuracyFloats = new Chart(document.getElementById('accuracy-floats'), {
   type: 'line',
   data: { datasets: runs.map((r, i) => ({ label: r.name, borderColor: palette[i % palette.length], data: r.epochs.map((e) => ({ x: e.floatsSentTotal, y: 100 * e.testAccuracy })) })) },
   options: { maintainAspectRatio: false, scales: { x: { type: 'logarithmic', title: { display: true, text: 'floats communicated (cumulative)' } }, y: { title: { display: true, text: 'test accuracy (%)' } } } },
+});
+charts.accuracyWall = new Chart(document.getElementById('accuracy-wall'), {
+  type: 'line',
+  data: { datasets: runs.map((r, i) => ({ label: r.name, borderColor: palette[i % palette.length], data: r.epochs.filter((e) => e.wallSeconds !== null).map((e) => ({ x: e.wallSeconds, y: 100 * e.testAccuracy })) })) },
+  options: { maintainAspectRatio: false, scales: { x: { type: 'linear', title: { display: true, text: 'wall-clock seconds since the run began' } }, y: { title: { display: true, text: 'test accuracy (%)' } } } },
 });
 const adaptive = runs.find((r) => r.accordion && r.epochs.some((e) => e.levels)) || runs.find((r) => r.epochs.some((e) => e.levels));
 if (adaptive) {
