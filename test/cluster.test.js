@@ -12,7 +12,7 @@ import { expect } from 'chai';
 import { loadCheckpoint } from '../lib/index.js';
 import { readMetrics } from '../lib/metrics.js';
 import * as netns from '../lib/cluster/netns.js';
-import { compareWire, parseSubnet, predictedWireBytes, readNetworkLog } from '../lib/cluster/cluster.js';
+import { compareWire, parseSubnet, predictedWireBytes, readNetworkLog, topkExchange } from '../lib/cluster/cluster.js';
 
 const CLI = fileURLToPath(new URL('../lib/cli.js', import.meta.url));
 
@@ -267,15 +267,8 @@ describe('accordion cluster (needs root)', function () {
       await expectNothingLeft(c, dir);
       let exchange;
       if (job.ratio) {
-        // TopK all-reduces the 1-D tensors and all-gathers 2·max(1, ⌊K·numel⌋)·W floats of each matrix.
         const params = sizes(dir);
-        const dense = params.filter((p) => !p.matrix).reduce((a, p) => a + p.numel, 0);
-        const gathered = params.filter((p) => p.matrix).reduce((a, p) => a + 2 * Math.max(1, Math.floor(job.ratio * p.numel)) * job.hosts, 0);
-        exchange = (r) => {
-          const steps = r.floatsSent / (dense + gathered);
-          expect(Number.isInteger(steps), `${r.floatsSent} floats are not whole steps of ${dense} + ${gathered}`).to.equal(true);
-          return { allReduceFloats: steps * dense, allGatherFloats: steps * gathered };
-        };
+        exchange = (r) => topkExchange(params, params.map(() => job.ratio), job.hosts, r.floatsSent);
       }
       const rows = compareWire(readNetworkLog(dir), { exchange });
       expect(rows).to.have.length(2 * job.hosts);

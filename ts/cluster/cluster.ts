@@ -119,7 +119,8 @@ function describeRanks(host: number, perHost: number): string {
   return perHost === 1 ? `rank ${first}` : `ranks ${first}-${first + perHost - 1}`;
 }
 
-function formatRate(bits: number): string {
+/** "100 Mbit/s", "1 Gbit/s": a rate in bits per second as people write it. */
+export function formatRate(bits: number): string {
   for (const [unit, scale] of [['Gbit/s', 1e9], ['Mbit/s', 1e6], ['kbit/s', 1e3]] as const) if (bits >= scale) return `${+(bits / scale).toPrecision(4)} ${unit}`;
   return `${bits} bit/s`;
 }
@@ -431,6 +432,22 @@ export function predictedWireBytes(exchange: Exchange, hosts: number, procsPerHo
   if (hosts < 2) return 0;
   const n = hosts * procsPerHost;
   return 4 * ((exchange.allReduceFloats * 2 * (n - 1)) / n + (exchange.allGatherFloats * (n - 1)) / n);
+}
+
+/**
+ * The exchange of `floatsSent` floats of TopK steps: each step all-reduces the 1-D tensors and
+ * all-gathers, of every matrix i, 2·max(1, ⌊ratios[i]·numel⌋) floats (indices and values) from each
+ * of the `workers`. Floats that are not whole steps are an error in the accounting.
+ */
+export function topkExchange(parameters: { numel: number; matrix: boolean }[], ratios: number[], workers: number, floatsSent: number): Exchange {
+  let dense = 0, gathered = 0;
+  parameters.forEach((p, i) => {
+    if (p.matrix) gathered += 2 * Math.max(1, Math.floor(ratios[i]! * p.numel)) * workers;
+    else dense += p.numel;
+  });
+  const steps = floatsSent / (dense + gathered);
+  if (!Number.isInteger(steps)) throw new Error(`${floatsSent} floats are not whole TopK steps of ${dense} all-reduced + ${gathered} all-gathered floats`);
+  return { allReduceFloats: steps * dense, allGatherFloats: steps * gathered };
 }
 
 export interface WireComparison {

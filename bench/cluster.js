@@ -1,0 +1,197 @@
+#!/usr/bin/env node
+// What compression buys on a slow network: ResNet-18 on the synthetic data over 2 simulated hosts
+// (`accordion cluster`: a network namespace each, egress shaped with tc), for dense, PowerSGD rank 2
+// and rank 1, PowerSGD with Accordion, TopK 10% and TopK with Accordion, at each bandwidth. Per run:
+// seconds per step (compute and communication apart), wall-clock seconds to a test accuracy, the
+// floats accounting, and the bytes on the wire against what the accounting and Gloo's rings predict.
+// Needs root (CAP_NET_ADMIN). Runs take minutes each; finished ones are kept in <out>/results.jsonl
+// and not run again, so an interrupted grid goes on where it stopped (--fresh starts over).
+//
+//   sudo node bench/cluster.js [--bandwidths 10gbit,1gbit,100mbit] [--configs dense,powersgd-r2,…]
+//        [--latency 1ms] [--target 0.5] [--out DIR] [--fresh] [--quick] [-- extra training options]
+//
+// Then `node lib/cli.js report <out>/100mbit/*` draws the runs of one bandwidth against wall-clock time.
+import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { parseArgs } from 'node:util';
+import { ROOT, fmt, formatTable } from './common.js';
+import { readMetrics } from '../lib/metrics.js';
+import { compareWire, formatRate, parseBandwidth, readNetworkLog, topkExchange } from '../lib/cluster/cluster.js';
+import { missingCapabilities } from '../lib/cluster/netns.js';
+
+const CONFIGS = {
+  dense: ['--compressor', 'none'],
+  'powersgd-r2': ['--compressor', 'powersgd', '--accordion', 'off', '--rank', '2'],
+  'powersgd-r1': ['--compressor', 'powersgd', '--accordion', 'off', '--rank', '1'],
+  'powersgd-accordion': ['--compressor', 'powersgd', '--accordion', 'on'],
+  'topk-10': ['--compressor', 'topk', '--accordion', 'off', '--topk-ratio', '0.1'],
+  'topk-accordion': ['--compressor', 'topk', '--accordion', 'on'],
+};
+
+const USAGE = `usage: sudo node bench/cluster.js [options] [-- extra training options]
+  --bandwidths LIST  each host's outgoing rate, tc units (default 10gbit,1gbit,100mbit)
+  --configs LIST     of ${Object.keys(CONFIGS).join(', ')} (default: all)
+  --latency TIME     delay on each host's egress (netem; default 1ms; 0ms where the kernel has no netem)
+  --target FRAC      the test accuracy whose wall-clock time is reported (default 0.5)
+  --out DIR          run directories and results.jsonl (default ${path.join(os.tmpdir(), 'accordion-cluster-bench')})
+  --fresh            run every cell again, even those already in results.jsonl
+  --quick            one epoch on 256 images: a smoke run of the harness, not figures to quote`;
+
+const { values: opts, positionals } = parseArgs({
+  allowPositionals: true,
+  options: {
+    bandwidths: { type: 'string', default: '10gbit,1gbit,100mbit' },
+    configs: { type: 'string', default: Object.keys(CONFIGS).join(',') },
+    latency: { type: 'string', default: '1ms' },
+    target: { type: 'string', default: '0.5' },
+    out: { type: 'string', default: path.join(os.tmpdir(), 'accordion-cluster-bench') },
+    fresh: { type: 'boolean', default: false },
+    quick: { type: 'boolean', default: false },
+    help: { type: 'boolean', default: false },
+  },
+});
+if (opts.help) {
+  console.log(USAGE);
+  process.exit(0);
+}
+const fail = (message) => {
+  console.error(`bench/cluster.js: ${message}`);
+  process.exit(2);
+};
+const bandwidths = opts.bandwidths.split(',').filter(Boolean);
+bandwidths.forEach(parseBandwidth); // a bad rate is an error before anything runs
+const configs = opts.configs.split(',').filter(Boolean);
+for (const c of configs) if (!CONFIGS[c]) fail(`unknown config '${c}' (known: ${Object.keys(CONFIGS).join(', ')})`);
+const target = Number(opts.target);
+if (!(target > 0 && target < 1)) fail(`--target: a test accuracy between 0 and 1, got '${opts.target}'`);
+const missing = missingCapabilities();
+if (missing.length) fail(`the simulated cluster needs root (this process lacks ${missing.join(' and ')}); run it with sudo`);
+
+const extra = opts.quick ? ['--epochs', '1', '--synthetic-train', '256', '--synthetic-test', '128', ...positionals] : positionals;
+const training = ['--model', 'resnet18', '--dataset', 'synthetic', '--threads', '1', '--checkpoint-every', '100', ...extra];
+const cli = path.join(ROOT, 'lib', 'cli.js');
+fs.mkdirSync(opts.out, { recursive: true });
+const resultsFile = path.join(opts.out, 'results.jsonl');
+const done = new Map(
+  (!opts.fresh && fs.existsSync(resultsFile) ? fs.readFileSync(resultsFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []).map((r) => [r.key, r]),
+);
+
+/** One cell: the cluster command with its output to a log file; resolves to its exit code. */
+function runCell(bandwidth, config, dir) {
+  fs.rmSync(dir, { recursive: true, force: true });
+  fs.mkdirSync(path.dirname(dir), { recursive: true });
+  const log = fs.openSync(`${dir}.log`, 'w');
+  const args = [cli, 'cluster', '--hosts', '2', '--bandwidth', bandwidth, '--latency', opts.latency, '--', ...training, ...CONFIGS[config], '--out', dir];
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, args, { stdio: ['ignore', log, log] });
+    child.on('exit', (code, signal) => resolve(code ?? (signal ? 128 : 1)));
+  });
+}
+
+/** The figures of a finished run directory. */
+function summarise(dir) {
+  const events = readMetrics(path.join(dir, 'metrics.jsonl'));
+  const start = events.find((e) => e.event === 'start');
+  const epochs = events.filter((e) => e.event === 'epoch');
+  const begun = Date.parse(start.time);
+  let steps = 0, seconds = 0, compute = 0, communication = 0, compression = 0;
+  for (const e of epochs) {
+    steps += (e.samples * start.workers) / e.batchSize;
+    seconds += e.seconds;
+    compute += e.computeSeconds;
+    communication += e.communicationSeconds;
+    compression += e.compressionSeconds;
+  }
+  const reached = epochs.find((e) => e.testAccuracy >= target);
+  // The wire: every epoch and host, payload bytes over the bytes the floats accounting predicts.
+  const parameters = start.parameterSizes.map((numel, i) => ({ numel, matrix: start.matrices[i] }));
+  const levelsOf = new Map(epochs.map((e) => [e.epoch, e.levels]));
+  const exchange =
+    start.compressor === 'topk'
+      ? (r) => topkExchange(parameters, levelsOf.get(r.epoch) ?? parameters.map(() => start.topkRatio), start.workers, r.floatsSent)
+      : undefined;
+  const wire = compareWire(readNetworkLog(dir), { exchange });
+  const ratios = wire.flatMap((w) => [w.sentRatio, w.receivedRatio]);
+  return {
+    steps,
+    stepSeconds: seconds / steps,
+    computePerStep: compute / steps,
+    communicationPerStep: communication / steps,
+    compressionPerStep: compression / steps,
+    finalAccuracy: epochs.at(-1).testAccuracy,
+    bestAccuracy: Math.max(...epochs.map((e) => e.testAccuracy)),
+    secondsToTarget: reached ? (Date.parse(reached.time) - begun) / 1000 : null,
+    epochsToTarget: reached ? reached.epoch + 1 : null,
+    wallSeconds: (Date.parse(epochs.at(-1).time) - begun) / 1000,
+    floatsSent: epochs.at(-1).floatsSentTotal,
+    wireBytesSent: wire.filter((w) => w.host === 0).reduce((a, w) => a + w.sentPayloadBytes, 0),
+    wireRatioMin: Math.min(...ratios),
+    wireRatioMax: Math.max(...ratios),
+    wireOk: wire.every((w) => w.ok),
+  };
+}
+
+console.log(`# ResNet-18, synthetic data, 2 hosts × 1 worker (1 thread each), latency ${opts.latency}; training options: ${training.join(' ')}`);
+for (const bandwidth of bandwidths) {
+  for (const config of configs) {
+    const key = JSON.stringify([bandwidth, opts.latency, config, training]);
+    if (done.has(key)) continue;
+    const dir = path.join(opts.out, bandwidth, config);
+    const started = Date.now();
+    process.stdout.write(`${bandwidth} ${config} … `);
+    const code = await runCell(bandwidth, config, dir);
+    if (code !== 0) {
+      // A failed cell (a kernel without netem for --latency, a crash) is looked at before the grid goes on.
+      const tail = fs.readFileSync(`${dir}.log`, 'utf8').trimEnd().split('\n').slice(-5).join('\n');
+      console.log(`failed (exit ${code}); its output is in ${dir}.log, ending:\n${tail}`);
+      process.exit(1);
+    }
+    const result = { key, bandwidth, latency: opts.latency, config, target, ...summarise(dir), date: new Date().toISOString() };
+    fs.appendFileSync(resultsFile, JSON.stringify(result) + '\n');
+    done.set(key, result);
+    console.log(`${fmt((Date.now() - started) / 1000, 0)} s`);
+  }
+}
+
+// One table per bandwidth, in the order asked for.
+for (const bandwidth of bandwidths) {
+  // From the run directories where they are kept, so that another --target needs no new runs.
+  const rows = configs
+    .map((c) => done.get(JSON.stringify([bandwidth, opts.latency, c, training])))
+    .filter(Boolean)
+    .map((r) => {
+      const dir = path.join(opts.out, r.bandwidth, r.config);
+      return fs.existsSync(path.join(dir, 'network.jsonl')) ? { ...r, ...summarise(dir) } : r;
+    });
+  if (!rows.length) continue;
+  const dense = rows.find((r) => r.config === 'dense');
+  console.log(`\n## ${formatRate(parseBandwidth(bandwidth))}, latency ${opts.latency}: time to ${fmt(100 * target, 0)}% test accuracy\n`);
+  const columns = [
+    { key: 'run', title: 'run', align: 'left' },
+    { key: 'step', title: 's/step' },
+    { key: 'compute', title: 'compute' },
+    { key: 'comm', title: 'comm.' },
+    { key: 'speedup', title: 'dense ÷ run (step)' },
+    { key: 'toTarget', title: `s to ${fmt(100 * target, 0)}%` },
+    { key: 'epochs', title: 'epochs' },
+    { key: 'final', title: 'final acc.' },
+    { key: 'floats', title: 'floats/worker' },
+    { key: 'wire', title: 'wire/predicted' },
+  ];
+  const table = rows.map((r) => ({
+    run: r.config,
+    step: fmt(r.stepSeconds, 2),
+    compute: fmt(r.computePerStep, 2),
+    comm: fmt(r.communicationPerStep, 2),
+    speedup: dense ? fmt(dense.stepSeconds / r.stepSeconds, 2) : 'n/a',
+    toTarget: r.secondsToTarget === null ? 'not reached' : fmt(r.secondsToTarget, 0),
+    epochs: r.epochsToTarget ?? '-',
+    final: `${fmt(100 * r.finalAccuracy, 1)}%`,
+    floats: `${fmt(r.floatsSent / 1e6, 1)}M`,
+    wire: `${r.wireRatioMin.toFixed(3)}–${r.wireRatioMax.toFixed(3)}${r.wireOk ? '' : ' (off by > 10%)'}`,
+  }));
+  console.log(formatTable(columns, table, { markdown: true }));
+}
+console.log(`\nresults: ${resultsFile}; curves: node lib/cli.js report ${path.join(opts.out, bandwidths.at(-1))}/*`);
