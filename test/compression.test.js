@@ -656,11 +656,11 @@ for (const target of DEVICES) {
     describe('levels (1.3, 5.5)', function () {
       it('rejects invalid levels with ERR_INVALID_ARGUMENT, and levels of 1-D parameters', function () {
         const p = probe([[4, 3], [4]], { compressor: 'powersgd', level: 1 });
-        for (const bad of [0, -1, 1.5, NaN, Infinity]) expectThrowsCode(() => p.setLevel(0, bad), 'ERR_INVALID_ARGUMENT');
+        for (const bad of [-1, 1.5, NaN, Infinity]) expectThrowsCode(() => p.setLevel(0, bad), 'ERR_INVALID_ARGUMENT');
         expectThrowsCode(() => p.setLevel(1, 1), 'ERR_INVALID_ARGUMENT');
         expect(p.level(0)).to.equal(1);
         const t = probe([[4, 3], [4]], { compressor: 'topk', level: 0.5 });
-        for (const bad of [0, -0.1, 1.5, NaN]) expectThrowsCode(() => t.setLevel(0, bad), 'ERR_INVALID_ARGUMENT');
+        for (const bad of [-0.1, 1.5, NaN]) expectThrowsCode(() => t.setLevel(0, bad), 'ERR_INVALID_ARGUMENT');
         expectThrowsCode(() => t.setLevel(1, 0.5), 'ERR_INVALID_ARGUMENT');
         expect(t.level(0)).to.equal(0.5);
         expectThrowsCode(() => probe([[4, 3]], { compressor: 'powersgd', level: 0 }), 'ERR_INVALID_ARGUMENT');
@@ -807,6 +807,71 @@ for (const target of DEVICES) {
       it('refuses norms() when they are not accumulated', function () {
         const p = probe([[3, 3]], { compressor: 'topk', level: 0.5 });
         expectThrowsCode(() => p.norms(0), 'ERR_INVALID_ARGUMENT');
+      });
+    });
+
+    describe('level 0: a matrix sent dense', function () {
+      it('sends the gradient plus the error memory once, then plain gradients, counting every entry', function () {
+        for (const [compressor, level] of [['powersgd', 1], ['topk', 0.25]]) {
+          const shapes = [[6, 4], [4]];
+          const p = probe(shapes, { compressor, level, minCompressionRate: 0 });
+          const rng = makeRng(41);
+          const g1 = shapes.map((s) => randn(rng, numelOf(s)));
+          p.step([g1]);
+          const memory = p.memory(0, 0);
+          expect(maxAbs(memory), `${compressor}: a compressed step leaves an error`).to.be.above(0);
+          p.setLevel(0, 0);
+          expect(p.level(0)).to.equal(0);
+          expect(p.isCompressed(0)).to.equal(false);
+          expect(p.floatsPerStep()).to.equal(24 + 4);
+          const g2 = shapes.map((s) => randn(rng, numelOf(s)));
+          const r = p.step([g2]);
+          expect(r.floatsSent).to.equal(24 + 4);
+          expectClose(r.outputs[0][0], Array.from(g2[0], (v, k) => v + memory[k]), 1e-6, `${compressor}: g + e`);
+          expect(maxAbs(p.memory(0, 0)), 'memory spent').to.equal(0);
+          const g3 = shapes.map((s) => randn(rng, numelOf(s)));
+          expectEqualArrays(p.step([g3]).outputs[0][0], g3[0], `${compressor}: then the gradient itself`);
+          p.setLevel(0, level); // and back: compressed again from a zero memory
+          expect(p.isCompressed(0)).to.equal(true);
+        }
+      });
+    });
+
+    describe('level costs (automatic levels)', function () {
+      // The error of a level must be what the reducer itself makes of the tensor at that level.
+      it("gives each candidate's relative error as a fresh reducer's compression of the epoch sum, its floats, and 0 for dense", function () {
+        const shapes = [[12, 5], [8, 3, 3, 3], [8], [2, 40]];
+        const rng = makeRng(53);
+        const gradients = [0, 1].map(() => shapes.map((s) => randn(rng, numelOf(s))));
+        const sum = shapes.map((_, i) => gradients[0][i].map((v, k) => v + gradients[1][i][k]));
+        for (const [compressor, candidates] of [['powersgd', [1, 2, 4, 8, 0]], ['topk', [0.05, 0.2, 0.5, 0]]]) {
+          const p = probe(shapes, { compressor, level: candidates[0], seed: 5, accumulateNorms: true });
+          for (const g of gradients) p.step([g]);
+          const costs = p.levelCosts(0, candidates);
+          expect(costs[2], '1-D parameter').to.deep.equal([]);
+          for (const i of [0, 1, 3]) {
+            expect(costs[i].map((c) => c.level)).to.deep.equal(candidates);
+            for (const c of costs[i]) {
+              const fresh = probe(shapes, { compressor, level: candidates[0], seed: 5 });
+              if (c.level !== candidates[0]) fresh.setLevel(i, c.level);
+              const grads = shapes.map((s, j) => (j === i ? sum[i] : new Float32Array(numelOf(s))));
+              const r = fresh.step([grads]);
+              const residual = sum[i].map((v, k) => v - r.outputs[0][i][k]);
+              const what = `${compressor} parameter ${i} level ${c.level}`;
+              expect(c.error, what).to.be.closeTo(frobenius(residual) / frobenius(sum[i]), 1e-5);
+              // PowerSGD sends (rows + cols)·r, r clipped to the matrix, unless that is not below rows·cols (then dense).
+              const [rows, cols] = [shapes[i][0], numelOf(shapes[i]) / shapes[i][0]];
+              const rank = Math.min(c.level, rows, cols);
+              const floats =
+                c.level === 0 ? rows * cols : compressor === 'topk' ? 2 * Math.max(1, Math.floor(c.level * rows * cols)) : (rows + cols) * rank < rows * cols ? (rows + cols) * rank : rows * cols;
+              expect(c.floats, what).to.equal(floats);
+              expect(c.seconds, what).to.be.at.least(0);
+            }
+            expect(costs[i].at(-1).error, 'dense').to.equal(0);
+          }
+          // Nothing of the reducer's state moved: the sums are still there.
+          expect(p.norms(0)[0]).to.be.closeTo(frobenius(sum[0]), 1e-4);
+        }
       });
     });
   });

@@ -4,7 +4,7 @@
  * safetensors layout loads here.
  */
 import * as os from 'node:os';
-import { binding, call, type CompressorName, type MemoryStats, type NativeEngine, type StateEntry, type StepResult } from './native.js';
+import { binding, call, type CompressorName, type LevelCost, type MemoryStats, type NativeEngine, type StateEntry, type StepResult } from './native.js';
 import { parseDevice, type DeviceName } from './device.js';
 import { Batcher } from './batcher.js';
 import { ProcessGroup } from './cluster/group.js';
@@ -457,6 +457,18 @@ export class Model {
     if (!(levels instanceof Float64Array) && !(Array.isArray(levels) && levels.every((v) => typeof v === 'number')))
       throw new UsageError(`setLevels takes a Float64Array or an array of numbers, got ${describe(levels)}`);
     await call(this.native.setLevels(Float64Array.from(levels)));
+  }
+
+  /**
+   * Per parameter, what each candidate level (a PowerSGD rank or TopK ratio; 0: dense) would cost on
+   * the sum of its raw local gradients since the last gradientNorms(): relative error, floats per
+   * step, kernel seconds. An empty list for 1-D parameters. Needs accumulateNorms; call it before
+   * gradientNorms(), which restarts the sums.
+   */
+  async levelCosts(candidates: number[]): Promise<LevelCost[][]> {
+    if (!Array.isArray(candidates) || candidates.length === 0 || !candidates.every((c) => typeof c === 'number' && Number.isFinite(c)))
+      throw new UsageError(`levelCosts takes a non-empty array of levels, got ${describe(candidates)}`);
+    return call(this.native.levelCosts(candidates));
   }
 
   /** ‖Σ g‖₂ per parameter over the steps since the last call (raw local gradients), then restarts. */

@@ -31,7 +31,7 @@ static uint64_t mix(uint64_t a, uint64_t b) {
 GradientReducer::GradientReducer(std::vector<Parameter*> parameters, const ReducerOptions& options, ProcessGroup& group,
                                  Backend& backend)
     : options_(options), group_(group), backend_(backend), kernels_(backend.compression()), finiteFlag_(1, backend) {
-  if (options.compressor != Compressor::None) checkLevel(options.level, "initial level");
+  if (options.compressor != Compressor::None) checkLevel(options.level, "initial level", false);
   for (Parameter* p : parameters) {
     Slot s;
     s.parameter = p;
@@ -50,13 +50,14 @@ GradientReducer::GradientReducer(std::vector<Parameter*> parameters, const Reduc
     if (options_.compressor == Compressor::PowerSgd && slots_[i].matrix) drawQ(i);
 }
 
-void GradientReducer::checkLevel(double level, const std::string& where) const {
+void GradientReducer::checkLevel(double level, const std::string& where, bool allowDense) const {
+  if (allowDense && level == 0 && options_.compressor != Compressor::None) return;
   if (options_.compressor == Compressor::PowerSgd) {
     if (!std::isfinite(level) || level < 1 || level != std::floor(level))
-      throw invalidArgument(where + ": a PowerSGD rank must be a positive integer, got " + std::to_string(level));
+      throw invalidArgument(where + ": a PowerSGD rank must be a positive integer (or 0: dense), got " + std::to_string(level));
   } else if (options_.compressor == Compressor::TopK) {
     if (!(level > 0 && level <= 1))
-      throw invalidArgument(where + ": a TopK ratio must lie in (0, 1], got " + std::to_string(level));
+      throw invalidArgument(where + ": a TopK ratio must lie in (0, 1] (or be 0: dense), got " + std::to_string(level));
   } else {
     throw invalidArgument(where + ": no compressor is active, so there are no levels to set");
   }
@@ -69,17 +70,20 @@ void GradientReducer::setLevel(size_t index, double level) {
   if (!s.matrix) throw invalidArgument(where + ": the parameter is 1-D and always sent dense");
   if (level == s.level) return;  // keeps PowerSGD's warm-started Q
   s.level = level;
-  if (options_.compressor == Compressor::PowerSgd) drawQ(index);
+  if (level == 0)
+    s.flushMemory = true;  // Q stays as it was, unused until the next compressed level re-draws it
+  else if (options_.compressor == Compressor::PowerSgd)
+    drawQ(index);
 }
 
-int64_t GradientReducer::rankOf(const Slot& s) const {
-  return std::min<int64_t>({s.rows, s.cols, static_cast<int64_t>(s.level)});
+int64_t GradientReducer::rankAt(const Slot& s, double level) const {
+  return std::min<int64_t>({s.rows, s.cols, static_cast<int64_t>(level)});
 }
 
-bool GradientReducer::compressed(const Slot& s) const {
-  if (!s.matrix || options_.compressor == Compressor::None) return false;
+bool GradientReducer::compressedAt(const Slot& s, double level) const {
+  if (!s.matrix || options_.compressor == Compressor::None || level == 0) return false;
   if (options_.compressor == Compressor::TopK) return true;
-  const double r = static_cast<double>(rankOf(s));
+  const double r = static_cast<double>(rankAt(s, level));
   return options_.minCompressionRate <= 0 ||
          (static_cast<double>(s.rows + s.cols) * r * options_.minCompressionRate < static_cast<double>(s.rows * s.cols));
 }
@@ -87,12 +91,13 @@ bool GradientReducer::compressed(const Slot& s) const {
 bool GradientReducer::isCompressed(size_t index) const { return compressed(slots_.at(index)); }
 
 // Q is drawn on the host from the shared seed, so every worker and every device starts alike.
-void GradientReducer::drawQ(size_t index) {
-  Slot& s = slots_[index];
-  Tensor q({s.cols, rankOf(s)});
+void GradientReducer::drawQ(size_t index) { slots_[index].q = initialQ(index, rankOf(slots_[index])); }
+
+Tensor GradientReducer::initialQ(size_t index, int64_t rank) const {
+  Tensor q({slots_[index].cols, rank});
   Random rng(mix(options_.seed, index));
   for (int64_t i = 0; i < q.numel(); ++i) q.data()[i] = rng.normal();
-  s.q = backend_.toDevice(q);
+  return backend_.toDevice(q);
 }
 
 static int64_t topKCount(double ratio, int64_t numel) {
@@ -164,6 +169,7 @@ ReduceResult GradientReducer::reduce(int64_t firstBad) {
   for (size_t i = 0; i < slots_.size(); ++i)
     (compressed(slots_[i]) ? (options_.compressor == Compressor::PowerSgd ? powerSgd : topK) : dense).push_back(i);
   for (size_t i : dense) result.floatsSent += slots_[i].parameter->grad.numel();
+  flushMemories(dense);
   if (!powerSgd.empty()) {
     reducePowerSgd(powerSgd);
     for (size_t i : powerSgd) result.floatsSent += (slots_[i].rows + slots_[i].cols) * rankOf(slots_[i]);
@@ -185,6 +191,23 @@ void GradientReducer::communicate(Fn&& collective) {
 float* GradientReducer::scratch(Tensor& buffer, int64_t n) {
   if (buffer.numel() < n) buffer = backend_.empty({n});
   return buffer.data();
+}
+
+void GradientReducer::flushMemories(const std::vector<size_t>& slots) {
+  std::vector<Slot*> flushed;
+  std::vector<Span> grads;
+  std::vector<ConstSpan> memories;
+  for (size_t i : slots) {
+    Slot& s = slots_[i];
+    if (!s.flushMemory || !s.memory.defined()) continue;
+    s.flushMemory = false;
+    flushed.push_back(&s);
+    grads.push_back({s.parameter->grad.data(), s.parameter->grad.numel()});
+    memories.push_back({s.memory.data(), s.memory.numel()});
+  }
+  if (flushed.empty()) return;
+  backend_.accumulate(grads, memories);
+  for (Slot* s : flushed) backend_.fill(s->memory.data(), s->memory.numel(), 0.0f);
 }
 
 void GradientReducer::reduceDense(const std::vector<size_t>& slots) {
@@ -256,6 +279,50 @@ void GradientReducer::resetErrorFeedback() {
     if (s.memory.defined()) backend_.fill(s.memory.data(), s.memory.numel(), 0.0f);
     if (s.q.defined()) drawQ(i);
   }
+}
+
+std::vector<std::vector<LevelCost>> GradientReducer::levelCosts(const std::vector<double>& candidates) {
+  if (!options_.accumulateNorms) throw invalidArgument("level costs need the epoch's gradient sums (accumulateNorms)");
+  for (double c : candidates) checkLevel(c, "candidate level");
+  const int world = group_.size();
+  std::vector<std::vector<LevelCost>> out(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    if (!s.matrix) continue;
+    const int64_t numel = s.parameter->value.numel();
+    const double norm = std::sqrt(backend_.sumsOfSquares({{s.normSum.data(), numel}})[0]);
+    Tensor g = backend_.empty(s.parameter->value.shape()), residual = backend_.empty(s.parameter->value.shape());
+    for (double level : candidates) {
+      LevelCost cost{level, 0, numel, 0};
+      if (compressedAt(s, level)) {
+        // The residual is what error feedback would keep: M − out (PowerSGD), a − sparse(a) (TopK).
+        backend_.copy(g.data(), s.normSum.data(), g.bytes());
+        backend_.fill(residual.data(), numel, 0.0f);
+        backend_.synchronize();
+        const auto start = std::chrono::steady_clock::now();
+        if (options_.compressor == Compressor::PowerSgd) {
+          const int64_t r = rankAt(s, level);
+          Tensor q = initialQ(i, r), p = backend_.empty({s.rows * r}), qt = backend_.empty({s.cols * r});
+          std::vector<PowerSgdMatrix> m{{g.data(), residual.data(), q.data(), p.data(), qt.data(), s.rows, s.cols, r}};
+          kernels_.powerSgdProject(m);
+          kernels_.powerSgdProjectBack(m, options_.orthogonalizationEps);
+          kernels_.powerSgdDecompress(m, 1.0f);
+          cost.floats = (s.rows + s.cols) * r;
+        } else {
+          const int64_t count = topKCount(level, numel);
+          Tensor send = backend_.empty({2 * count});
+          std::vector<TopKTensor> t{{g.data(), residual.data(), send.data(), numel, count, 0}};
+          kernels_.topKSelect(t);
+          cost.floats = 2 * count * world;
+        }
+        backend_.synchronize();
+        cost.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (norm > 0) cost.error = std::sqrt(backend_.sumsOfSquares({{residual.data(), numel}})[0]) / norm;
+      }
+      out[i].push_back(cost);
+    }
+  }
+  return out;
 }
 
 std::vector<double> GradientReducer::takeGradientNorms() {

@@ -48,6 +48,14 @@ struct ReducerOptions {
   bool accumulateNorms = false;
 };
 
+// What compressing one weight matrix's gradient at one level costs (GradientReducer::levelCosts).
+struct LevelCost {
+  double level = 0;     // the candidate: a PowerSGD rank or TopK ratio, 0 = dense
+  double error = 0;     // ‖G − C(G)‖ / ‖G‖ for the parameter's epoch sum G (0 when G = 0 or dense)
+  int64_t floats = 0;   // floats this worker sends per step at this level
+  double seconds = 0;   // the compression kernels' time on G
+};
+
 struct ReduceResult {
   int64_t floatsSent = 0;
   int64_t overheadFloats = 0;       // the finite-gradient agreement: W floats when W ≥ 2
@@ -73,11 +81,19 @@ class GradientReducer {
   ReduceResult reduce() { return reduce(firstNonFinite()); }
 
   Compressor compressor() const { return options_.compressor; }
-  // Levels: PowerSGD rank (a positive integer) or TopK ratio in (0, 1]; 0 for dense parameters.
+  // Levels: PowerSGD rank (a positive integer) or TopK ratio in (0, 1]; 0 for parameters sent dense
+  // (1-D ones always, a matrix when its level is set to 0).
   double level(size_t index) const { return slots_.at(index).level; }
   // Changing a level keeps the error-feedback memory and re-draws PowerSGD's Q from the shared seed;
-  // setting the current level again changes nothing.
+  // setting the current level again changes nothing. A matrix set to 0 is sent dense from the next
+  // step, its memory added to its first dense gradient (error feedback owes it) and then zero.
   void setLevel(size_t index, double level);
+  // For every matrix, what each candidate level (0: dense) would cost on the sum of its raw local
+  // gradients since the last takeGradientNorms(): the relative error of compressing that sum as one
+  // worker's reduce() would from fresh state (zero memory, Q drawn from the shared seed), the floats
+  // sent per step and the kernels' seconds. Empty for 1-D parameters. Needs accumulateNorms; leaves
+  // the sums, memories, Q and levels as they were.
+  std::vector<std::vector<LevelCost>> levelCosts(const std::vector<double>& candidates);
   // Whether the parameter is compressed at its current level (PowerSGD's rate test may leave it dense).
   bool isCompressed(size_t index) const;
   // Floats this worker sends per step at the current levels.
@@ -95,8 +111,8 @@ class GradientReducer {
   // On the backend's device.
   Tensor& errorMemory(size_t index) { return slots_.at(index).memory; }
   Tensor& powerSgdQ(size_t index) { return slots_.at(index).q; }
-  // Validates a level for this reducer's compressor, throwing a clear error.
-  void checkLevel(double level, const std::string& where) const;
+  // Validates a level for this reducer's compressor (0, dense, where allowed), throwing a clear error.
+  void checkLevel(double level, const std::string& where, bool allowDense = true) const;
 
  private:
   struct Slot {
@@ -107,13 +123,21 @@ class GradientReducer {
     Tensor memory;                // error feedback (PyTorch layout of the parameter)
     Tensor q;                     // PowerSGD (cols, r), row-major
     Tensor normSum;
+    bool flushMemory = false;     // set to dense: the memory joins the next gradient
   };
-  int64_t rankOf(const Slot& s) const;
-  bool compressed(const Slot& s) const;
+  // The rank (clipped to the matrix) and whether the matrix is compressed, at its level or another.
+  int64_t rankAt(const Slot& s, double level) const;
+  bool compressedAt(const Slot& s, double level) const;
+  int64_t rankOf(const Slot& s) const { return rankAt(s, s.level); }
+  bool compressed(const Slot& s) const { return compressedAt(s, s.level); }
   void drawQ(size_t index);
+  // Q of `rank` columns for slot `index`, drawn from the shared seed, on the backend's device.
+  Tensor initialQ(size_t index, int64_t rank) const;
   void reducePowerSgd(const std::vector<size_t>& slots);
   void reduceTopK(const std::vector<size_t>& slots, ReduceResult& result);
   void reduceDense(const std::vector<size_t>& slots);
+  // Adds the memory of matrices just set to dense into their gradients, and zeroes it.
+  void flushMemories(const std::vector<size_t>& slots);
   // A buffer of at least `n` floats on the backend's device, reused between steps.
   float* scratch(Tensor& buffer, int64_t n);
   // Runs a collective, adding its duration to the step's communication time.

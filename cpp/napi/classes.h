@@ -84,6 +84,7 @@ class EngineWrap : public GuardedWrap<EngineWrap> {
   Napi::Value levels(const Napi::CallbackInfo& info);
   Napi::Value setLevels(const Napi::CallbackInfo& info);
   Napi::Value gradientNorms(const Napi::CallbackInfo& info);
+  Napi::Value levelCosts(const Napi::CallbackInfo& info);
   Napi::Value dispose(const Napi::CallbackInfo& info);
   WorkerThread& worker(Napi::Env env);
   Batcher& batcherArg(const Napi::CallbackInfo& info, size_t index);
@@ -147,6 +148,7 @@ class ReducerProbeWrap : public GuardedWrap<ReducerProbeWrap> {
   Napi::Value isCompressed(const Napi::CallbackInfo& info);
   Napi::Value floatsPerStep(const Napi::CallbackInfo& info);
   Napi::Value norms(const Napi::CallbackInfo& info);
+  Napi::Value levelCosts(const Napi::CallbackInfo& info);
   Napi::Value randomize(const Napi::CallbackInfo& info);
   Napi::Value setInput(const Napi::CallbackInfo& info);
   Napi::Value restart(const Napi::CallbackInfo& info);

@@ -175,6 +175,40 @@ inline Napi::Object stepResultValue(Napi::Env env, const StepResult& r) {
   return o;
 }
 
+// Per parameter, its candidates' { level, error, floats, seconds } (GradientReducer::levelCosts);
+// an empty list for a 1-D parameter.
+inline Napi::Array levelCostsValue(Napi::Env env, const std::vector<std::vector<LevelCost>>& costs) {
+  Napi::Array out = Napi::Array::New(env, costs.size());
+  for (size_t i = 0; i < costs.size(); ++i) {
+    Napi::Array list = Napi::Array::New(env, costs[i].size());
+    for (size_t k = 0; k < costs[i].size(); ++k) {
+      Napi::Object c = Napi::Object::New(env);
+      c.Set("level", costs[i][k].level);
+      c.Set("error", costs[i][k].error);
+      c.Set("floats", static_cast<double>(costs[i][k].floats));
+      c.Set("seconds", costs[i][k].seconds);
+      list.Set(static_cast<uint32_t>(k), c);
+    }
+    out.Set(static_cast<uint32_t>(i), list);
+  }
+  return out;
+}
+
+// Candidate levels: an array of finite numbers (the reducer checks each against its compressor).
+inline std::vector<double> levelList(Napi::Env env, Napi::Value v) {
+  if (!v.IsArray()) throw typeError(env, "candidates must be an array of levels");
+  Napi::Array a = v.As<Napi::Array>();
+  if (a.Length() == 0 || a.Length() > 64) throw rangeError(env, "candidates must hold 1 to 64 levels");
+  std::vector<double> out;
+  for (uint32_t i = 0; i < a.Length(); ++i) {
+    Napi::Value x = a.Get(i);
+    if (!x.IsNumber() || !std::isfinite(x.As<Napi::Number>().DoubleValue()))
+      throw typeError(env, "candidates[" + std::to_string(i) + "] must be a finite number");
+    out.push_back(x.As<Napi::Number>().DoubleValue());
+  }
+  return out;
+}
+
 // { allReduce: { calls, elements }, allGather: { calls, elements }, broadcast: { calls, elements },
 //   barrier: { calls }, elements }: what a group's collectives carried (comm/process_group.h).
 inline Napi::Object collectiveCountsValue(Napi::Env env, const CollectiveCounts& c) {

@@ -15,6 +15,7 @@ Napi::Function EngineWrap::define(Napi::Env env) {
                       method<&EngineWrap::getState>("getState"), method<&EngineWrap::setState>("setState"),
                       method<&EngineWrap::levels>("levels"), method<&EngineWrap::setLevels>("setLevels"),
                       method<&EngineWrap::gradientNorms>("gradientNorms"),
+                      method<&EngineWrap::levelCosts>("levelCosts"),
                       method<&EngineWrap::broadcastState>("broadcastState"),
                       method<&EngineWrap::trainTokens>("trainTokens"),
                       method<&EngineWrap::evaluateTokens>("evaluateTokens"),
@@ -290,6 +291,18 @@ Napi::Value EngineWrap::setLevels(const Napi::CallbackInfo& info) {
         return true;
       },
       [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
+}
+
+// levelCosts(candidates: number[]) → Promise<{ level, error, floats, seconds }[][]>: per parameter,
+// each candidate level's cost on the epoch's gradient sum (GradientReducer::levelCosts; needs
+// accumulateNorms). Call it before gradientNorms(), which restarts the sums.
+Napi::Value EngineWrap::levelCosts(const Napi::CallbackInfo& info) {
+  std::vector<double> candidates = levelList(info.Env(), info[0]);
+  EngineWrap* self = this;
+  return schedule<std::vector<std::vector<LevelCost>>>(
+      info.Env(), worker(info.Env()), [self, candidates] { return self->session().reducer().levelCosts(candidates); },
+      [](Napi::Env env, std::vector<std::vector<LevelCost>>& costs) -> Napi::Value { return levelCostsValue(env, costs); },
+      {info.This()});
 }
 
 // gradientNorms() → Promise<Float64Array>: ‖Σ g‖₂ per parameter since the last call (needs

@@ -15,6 +15,7 @@ Napi::Function ReducerProbeWrap::define(Napi::Env env) {
                       method<&ReducerProbeWrap::isCompressed>("isCompressed"),
                       method<&ReducerProbeWrap::floatsPerStep>("floatsPerStep"),
                       method<&ReducerProbeWrap::norms>("norms"),
+                      method<&ReducerProbeWrap::levelCosts>("levelCosts"),
                       method<&ReducerProbeWrap::randomize>("randomize"),
                       method<&ReducerProbeWrap::setInput>("setInput"), method<&ReducerProbeWrap::restart>("restart"),
                       method<&ReducerProbeWrap::run>("run")});
@@ -200,6 +201,12 @@ Napi::Value ReducerProbeWrap::floatsPerStep(const Napi::CallbackInfo& info) {
 // norms(worker) → Float64Array of ‖Σ g‖ per parameter, restarting the sums
 Napi::Value ReducerProbeWrap::norms(const Napi::CallbackInfo& info) {
   return float64Array(info.Env(), reducer(info, 0).takeGradientNorms());
+}
+
+// levelCosts(worker, candidates: number[]) → { level, error, floats, seconds }[][] per parameter
+Napi::Value ReducerProbeWrap::levelCosts(const Napi::CallbackInfo& info) {
+  GradientReducer& r = reducer(info, 0);
+  return levelCostsValue(info.Env(), r.levelCosts(levelList(info.Env(), info[1])));
 }
 
 }  // namespace accordion::napi
