@@ -1,0 +1,193 @@
+/**
+ * Levels chosen by the engine (`--adapt auto`), after L-GreCo's knapsack with Accordion's regimes
+ * steering the budget. At each of Accordion's checks (and at a learning-rate decay), for every weight
+ * matrix and every candidate level (PowerSGD ranks or TopK ratios, and dense), the engine measures
+ * the relative error of compressing the matrix's epoch gradient sum at that level and the level's
+ * cost per step (floats sent, or with a measured link, seconds: kernel time + bytes ÷ bandwidth).
+ * It then picks one level per matrix minimising the total cost while the summed error stays within
+ * the budget:
+ *
+ *   budget = errorBudget × Σ_layers error(reference level) × (criticalBudget if the layer is in a
+ *            critical regime, else 1)
+ *
+ * a multiple-choice knapsack, solved exactly by dynamic programming over errors counted in whole
+ * units of a fixed resolution (each error rounded up, so the chosen levels never exceed the budget).
+ * The resolution is a thousandth of the reference's total error, the same whatever the budget
+ * factors, so a larger budget never costs more. The per-collective latency is the same for every
+ * choice (the exchange runs the same collectives) and is left out of the costs.
+ */
+import type { LevelCost } from './native.js';
+import type { Regime } from './accordion.js';
+import type { ProcessGroup } from './cluster/group.js';
+
+/** One candidate level of one layer, with its error and its cost (floats or seconds per step). */
+export interface LevelOption {
+  level: number;
+  error: number;
+  cost: number;
+}
+
+export interface LevelChoice {
+  /** Per layer, the index of its chosen option. */
+  choice: number[];
+  error: number;
+  cost: number;
+  /** Whether the chosen levels fit the budget (false only when no combination does). */
+  feasible: boolean;
+}
+
+/** Error units of the discretisation: the reference's total error over this many. */
+export const ERROR_STEPS = 1000;
+
+/** Errors are counted in whole `unit`s, rounded up (a hair of slack for floating-point multiples). */
+function units(error: number, unit: number): number {
+  return error <= 0 ? 0 : Math.ceil(error / unit - 1e-9);
+}
+
+/**
+ * The options, one per layer, of least total cost whose rounded-up errors sum to at most the
+ * budget; ties go to the earlier option. Where no combination fits, each layer takes its
+ * least-error option and `feasible` is false.
+ */
+export function chooseLevels(layers: LevelOption[][], budget: number, unit: number): LevelChoice {
+  if (!(unit > 0)) throw new RangeError(`chooseLevels: the error unit must be positive, got ${unit}`);
+  const capacity = Math.max(0, Math.floor(budget / unit + 1e-9));
+  // best[b]: least cost of the layers so far with at most b units; picks[l][b]: layer l's option.
+  let best = new Float64Array(capacity + 1);
+  const picks: Int32Array[] = [];
+  for (const options of layers) {
+    const next = new Float64Array(capacity + 1).fill(Infinity);
+    const pick = new Int32Array(capacity + 1).fill(-1);
+    options.forEach((o, k) => {
+      const u = units(o.error, unit);
+      for (let b = u; b <= capacity; b++) {
+        const c = best[b - u]! + o.cost;
+        if (c < next[b]!) {
+          next[b] = c;
+          pick[b] = k;
+        }
+      }
+    });
+    picks.push(pick);
+    best = next;
+  }
+  if (!Number.isFinite(best[capacity]!)) {
+    const choice = layers.map((options) => options.reduce((m, o, k) => (o.error < options[m]!.error ? k : m), 0));
+    return { choice, ...totals(layers, choice), feasible: false };
+  }
+  const choice = new Array<number>(layers.length);
+  let b = capacity;
+  for (let l = layers.length - 1; l >= 0; l--) {
+    const k = picks[l]![b]!;
+    choice[l] = k;
+    b -= units(layers[l]![k]!.error, unit);
+  }
+  return { choice, ...totals(layers, choice), feasible: true };
+}
+
+function totals(layers: LevelOption[][], choice: number[]): { error: number; cost: number } {
+  let error = 0, cost = 0;
+  choice.forEach((k, l) => {
+    error += layers[l]![k]!.error;
+    cost += layers[l]![k]!.cost;
+  });
+  return { error, cost };
+}
+
+/** How a level's cost is counted: floats per step, or seconds per step over a measured link. */
+export type CostModel = { kind: 'floats' } | { kind: 'seconds'; bytesPerSecond: number; workers: number; compressor: 'powersgd' | 'topk' };
+
+/**
+ * A level's cost per step. In seconds: its kernel time plus the bytes one host sends over the link:
+ * a ring all-reduce (dense, PowerSGD) sends 2(W−1)/W of its floats, TopK's all-gather (W−1)/W of
+ * the gathered floats it is counted by.
+ */
+export function levelCost(c: LevelCost, model: CostModel): number {
+  if (model.kind === 'floats') return c.floats;
+  const w = model.workers;
+  const share = c.level === 0 || model.compressor === 'powersgd' ? (2 * (w - 1)) / w : (w - 1) / w;
+  return c.seconds + (4 * c.floats * share) / model.bytesPerSecond;
+}
+
+export interface AutoPlan {
+  /** Per parameter, its new level (0 for 1-D parameters and matrices sent dense). */
+  levels: number[];
+  budget: number;
+  /** The reference level's summed error, and that of the chosen levels. */
+  referenceError: number;
+  error: number;
+  cost: number;
+  feasible: boolean;
+  /** Per matrix (by parameter index), its candidates' levels, errors and costs. */
+  candidates: { index: number; levels: number[]; errors: number[]; costs: number[] }[];
+}
+
+export interface AutoSettings {
+  /** The reference level (--rank or --topk-ratio); it must be among the candidates. */
+  reference: number;
+  /** --error-budget: the budget as a multiple of the reference's error. */
+  errorBudget: number;
+  /** --critical-budget: the factor on a critical layer's share of the budget. */
+  criticalBudget: number;
+  cost: CostModel;
+}
+
+/**
+ * The levels of the next epochs from the measured costs of every matrix's candidates (`costs`, as
+ * Model.levelCosts gives them: an empty list for 1-D parameters) and each parameter's regime.
+ */
+export function planLevels(costs: LevelCost[][], regimes: Regime[], settings: AutoSettings): AutoPlan {
+  const candidates: AutoPlan['candidates'] = [];
+  const layers: LevelOption[][] = [];
+  let referenceError = 0, budget = 0;
+  costs.forEach((list, index) => {
+    if (list.length === 0) return;
+    const reference = list.find((c) => c.level === settings.reference);
+    if (!reference) throw new RangeError(`planLevels: the reference level ${settings.reference} is not among the candidates of parameter ${index}`);
+    referenceError += reference.error;
+    budget += reference.error * (regimes[index] === 'critical' ? settings.criticalBudget : 1);
+    const options = list.map((c) => ({ level: c.level, error: c.error, cost: levelCost(c, settings.cost) }));
+    layers.push(options);
+    candidates.push({ index, levels: options.map((o) => o.level), errors: options.map((o) => o.error), costs: options.map((o) => o.cost) });
+  });
+  budget *= settings.errorBudget;
+  const unit = referenceError > 0 ? referenceError / ERROR_STEPS : Number.MIN_VALUE;
+  const chosen = chooseLevels(layers, budget, unit);
+  const levels = costs.map(() => 0);
+  candidates.forEach((c, l) => (levels[c.index] = c.levels[chosen.choice[l]!]!));
+  return { levels, budget, referenceError, error: chosen.error, cost: chosen.cost, feasible: chosen.feasible, candidates };
+}
+
+/** The candidate levels of a compressor: the given ranks or ratios, the reference, and 0 (dense). */
+export function candidateLevels(levels: number[], reference: number): number[] {
+  return [...new Set([...levels, reference, 0])].sort((a, b) => a - b);
+}
+
+function median(values: number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  return s.length % 2 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+}
+
+/**
+ * The link as the exchange sees it, with timed all-reduces on every rank: the latency is the median
+ * time of a 1-float all-reduce, the bandwidth what a host sends in a ring all-reduce of `floats`
+ * floats (2(W−1)/W of the buffer) over the median time beyond that latency.
+ */
+export async function measureLink(group: ProcessGroup, floats = 1 << 20, rounds = 5): Promise<{ bytesPerSecond: number; latencySeconds: number }> {
+  const big = new Float32Array(floats), small = new Float32Array(1);
+  const time = async (buffer: Float32Array) => {
+    const start = performance.now();
+    await group.allReduce(buffer);
+    return (performance.now() - start) / 1000;
+  };
+  await time(big); // connections and buffers warm
+  const bigTimes: number[] = [], smallTimes: number[] = [];
+  for (let r = 0; r < rounds; r++) {
+    smallTimes.push(await time(small));
+    bigTimes.push(await time(big));
+  }
+  const latencySeconds = median(smallTimes);
+  const w = group.worldSize;
+  const bytes = (4 * floats * 2 * (w - 1)) / w;
+  return { bytesPerSecond: bytes / Math.max(median(bigTimes) - latencySeconds, 1e-9), latencySeconds };
+}
