@@ -251,6 +251,62 @@ describe('Accordion in training', function () {
     expect(events.filter((e) => e.event === 'epoch').map((e) => e.levels)).to.deep.equal(expected.levels);
   });
 
+  describe('automatic levels (--adapt auto)', function () {
+    const logged = (dir, kind) => readMetrics(path.join(dir, 'metrics.jsonl')).filter((e) => e.event === kind);
+    for (const compressor of ['powersgd', 'topk'])
+      it(`${compressor}: each epoch plans from measured costs within the budget, the next epoch runs the plan; 3 epochs = 2 + resumed, bit for bit`, async function () {
+        const options = { ...base(), compressor, adapt: 'auto', accordionInterval: 1, lr: 0.02 };
+        const whole = runDir(`auto-${compressor}-whole`);
+        const split = runDir(`auto-${compressor}-split`);
+        const a = await runTrainer({ ...options, epochs: 3, outDir: whole });
+        const stateA = await a.trainer.model.stateDict(true);
+        await a.trainer.dispose();
+        const reference = compressor === 'topk' ? 0.1 : 2;
+        const candidates = compressor === 'topk' ? [0, 0.01, 0.02, 0.05, 0.1, 0.2] : [0, 1, 2, 4, 8];
+        const epochs = logged(whole, 'epoch');
+        expect(epochs[0].levels.filter((l, i) => a.matrices[i]).every((l) => l === reference), 'epoch 0 runs at the reference level').to.equal(true);
+        epochs.forEach((e, k) => {
+          const plan = e.auto;
+          expect(plan, `epoch ${k}: a plan`).to.be.an('object');
+          expect(plan.costUnit).to.equal('floats');
+          expect(plan.candidates.map((c) => c.index)).to.deep.equal(a.matrices.flatMap((m, i) => (m ? [i] : [])));
+          let referenceError = 0;
+          for (const c of plan.candidates) {
+            expect(c.levels).to.deep.equal(candidates);
+            expect(c.errors[0], 'dense has no error').to.equal(0);
+            expect(c.errors.every((x) => x >= 0 && x <= 1 + 1e-6), `errors of parameter ${c.index}`).to.equal(true);
+            referenceError += c.errors[candidates.indexOf(reference)];
+          }
+          expect(plan.referenceError).to.be.closeTo(referenceError, 1e-9);
+          expect(plan.feasible).to.equal(true);
+          expect(plan.error, `epoch ${k}: within the budget`).to.be.at.most(plan.budget + 1e-12);
+          // Epoch 0 is critical everywhere: half the reference's error.
+          if (k === 0) expect(plan.budget).to.be.closeTo(0.5 * referenceError, 1e-9);
+          if (k + 1 < epochs.length) expect(epochs[k + 1].levels, `epoch ${k + 1} runs epoch ${k}'s plan`).to.deep.equal(plan.levels);
+        });
+        const switches = logged(whole, 'switch');
+        expect(switches.length, 'the plans change levels').to.be.above(0);
+        expect(switches.every((s) => s.reason === 'auto')).to.equal(true);
+
+        const b1 = await runTrainer({ ...options, epochs: 2, outDir: split });
+        await b1.trainer.dispose();
+        const b2 = await runTrainer({ ...options, epochs: 3, resume: split });
+        const stateB = await b2.trainer.model.stateDict(true);
+        await b2.trainer.dispose();
+        expect(b2.epochs, 'per-epoch records').to.deep.equal(a.epochs);
+        expect(logged(split, 'epoch').map((e) => e.auto), 'plans').to.deep.equal(epochs.map((e) => e.auto));
+        expect(firstDifference(stateB, stateA), 'stateDict(true) after 2 + 1 epochs vs 3').to.equal(undefined);
+      });
+
+    it('over 2 processes: rank 0 plans, every rank runs the same levels', async function () {
+      const options = { ...base(), compressor: 'powersgd', adapt: 'auto', accordionInterval: 1, lr: 0.02, epochs: 2, errorBudget: 2 };
+      const ranks = await runJob({ options: { ...options, outDir: runDir('auto-dp') } });
+      expect(ranks[1].epochs.map((e) => e.levels)).to.deep.equal(ranks[0].epochs.map((e) => e.levels));
+      const plans = logged(runDir('auto-dp'), 'epoch').map((e) => e.auto);
+      expect(ranks[0].epochs[1].levels).to.deep.equal(plans[0].levels);
+    });
+  });
+
   describe('resume with Accordion, one process, bit for bit', function () {
     const variants = [
       { compressor: 'powersgd', low: 2, high: 1, extra: {} },
@@ -502,6 +558,20 @@ describe('Accordion in training', function () {
       expect(r.events['batch-switch'][0].ratio).to.be.closeTo(event.ratio, 1e-12);
       const logged = readMetrics(path.join(outDir, 'metrics.jsonl')).filter((e) => e.event === 'batch-switch');
       expect(withoutTime(logged)).to.deep.equal([{ event: 'batch-switch', ...r.events['batch-switch'][0] }]);
+    });
+
+    it('adapt batch+compression: the batch grows as in batch mode and every layer follows Accordion, from the one reading of the norms', async function () {
+      const options = { ...base(), adapt: 'batch+compression', compressor: 'powersgd', batchLow: 32, batchHigh: 64, batchSize: 16, accordionInterval: 1, lr: 0.02, epochs: 4 };
+      const r = await runTrainer({ ...options, outDir: runDir('joint') }, 'batch');
+      await r.trainer.dispose();
+      // The script: every norm stable at the epoch-1 check only. The batch grows once and stays; the
+      // levels go to high compression (rank 1) for epoch 2 and back to rank 2 after the epoch-2 check.
+      expect(r.epochs.map((e) => e.batchSize)).to.deep.equal([32, 32, 64, 64]);
+      r.epochs.forEach((e, i) => expect(e.lr, `epoch ${i}: lr`).to.be.closeTo(i < 2 ? 0.02 : 0.04, 1e-12));
+      const levels = [2, 2, 1, 2];
+      r.epochs.forEach((e, k) => expect(e.levels, `epoch ${k}`).to.deep.equal(r.matrices.map((m) => (m ? levels[k] : 0))));
+      expect(r.hookCalls.map((c) => c.epoch), 'one reading per epoch').to.deep.equal([0, 1, 2, 3]);
+      expect(r.events['batch-switch'].map((e) => e.epoch)).to.deep.equal([1]);
     });
 
     it('Smith baseline: the batch doubles at the first milestone, the cap leaves the second to the rate', async function () {

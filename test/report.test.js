@@ -48,43 +48,80 @@ describe('HTML report', function () {
   it('opens in headless Chromium without console errors and shows the five plots with the runs’ data', async function () {
     requireChromium();
     const file = await writeReport([accordionRun, staticRun], path.join(tmp, 'report.html'));
-    const html = fs.readFileSync(file, 'utf8');
-    expect(html).to.not.match(/<script[^>]+src=/); // self-contained
-    const { chromium } = await import('playwright-core');
-    const browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
-    });
-    try {
-      const page = await browser.newPage();
-      const problems = [];
-      page.on('console', (m) => m.type() === 'error' && problems.push(m.text()));
-      page.on('pageerror', (e) => problems.push(e.message));
-      await page.goto('file://' + file);
-      await page.waitForFunction(() => window.reportCharts && Object.keys(window.reportCharts).length === 5);
-      const charts = await page.evaluate(() =>
-        Object.fromEntries(
-          Object.entries(window.reportCharts).map(([name, chart]) => [
-            name,
-            { type: chart.config.type, points: chart.data.datasets.map((d) => d.data.length), width: chart.width, height: chart.height },
-          ]),
-        ),
-      );
-      expect(problems).to.deep.equal([]);
-      expect(Object.keys(charts)).to.have.members(['accuracyEpochs', 'accuracyFloats', 'accuracyWall', 'levels', 'ratios']);
-      expect(charts.accuracyEpochs.points).to.deep.equal([4, 4]); // both runs, every epoch
-      expect(charts.accuracyFloats.points).to.deep.equal([4, 4]);
-      expect(charts.accuracyWall.points).to.deep.equal([4, 4]);
-      expect(charts.levels.type).to.equal('matrix');
-      expect(charts.levels.points).to.deep.equal([21 * 4]); // every weight matrix, every epoch
-      expect(charts.ratios.points.slice(0, -1).every((n) => n === 3)).to.equal(true); // checks after epochs 2-4
-      expect(charts.ratios.points.at(-1)).to.equal(2); // the η line
-      for (const c of Object.values(charts)) expect(c.width * c.height).to.be.above(0);
-    } finally {
-      await browser.close();
-    }
+    const { problems, charts } = await openReport(file);
+    expect(problems).to.deep.equal([]);
+    expect(Object.keys(charts)).to.have.members(['accuracyEpochs', 'accuracyFloats', 'accuracyWall', 'levels', 'ratios']);
+    expect(charts.accuracyEpochs.points).to.deep.equal([4, 4]); // both runs, every epoch
+    expect(charts.accuracyFloats.points).to.deep.equal([4, 4]);
+    expect(charts.accuracyWall.points).to.deep.equal([4, 4]);
+    expect(charts.levels.type).to.equal('matrix');
+    expect(charts.levels.points).to.deep.equal([21 * 4]); // every weight matrix, every epoch
+    expect(charts.ratios.points.slice(0, -1).every((n) => n === 3)).to.equal(true); // checks after epochs 2-4
+    expect(charts.ratios.points.at(-1)).to.equal(2); // the η line
+    for (const c of Object.values(charts)) expect(c.width * c.height).to.be.above(0);
+  });
+
+  it('a heatmap of automatic levels: more than two levels, dense drawn darkest', async function () {
+    requireChromium();
+    const run = path.join(tmp, 'auto');
+    fs.mkdirSync(run);
+    const names = ['a.weight', 'a.bias', 'b.weight', 'c.weight'];
+    const levels = [[2, 0, 2, 2], [1, 0, 4, 0], [0, 0, 8, 1]];
+    const lines = [{ event: 'start', epoch: 0, compressor: 'powersgd', accordion: true, adapt: 'auto', eta: 0.5, parameterNames: names, matrices: [true, false, true, true] }];
+    levels.forEach((l, epoch) => lines.push({ event: 'epoch', epoch, testAccuracy: 0.1 * (epoch + 1), floatsSentTotal: 1000 * (epoch + 1), levels: l }));
+    fs.writeFileSync(path.join(run, 'metrics.jsonl'), lines.map((l) => JSON.stringify(l) + '\n').join(''));
+    const file = await writeReport([run, staticRun], path.join(tmp, 'auto.html'));
+    const { problems, charts, heatmap } = await openReport(file);
+    expect(problems).to.deep.equal([]);
+    expect(charts.levels.points).to.deep.equal([3 * 3]);
+    const alpha = (cell) => Number(/rgba\([^)]*, ([\d.]+)\)/.exec(cell.color)[1]);
+    const at = (y, x) => heatmap.cells.find((c) => c.y === y && c.x === x);
+    expect(alpha(at('a.weight', '3')), 'dense').to.equal(1);
+    expect(alpha(at('b.weight', '3')), 'rank 8, the highest').to.equal(0.8);
+    expect(alpha(at('a.weight', '2')), 'rank 1, the lowest').to.equal(0.2);
+    expect(alpha(at('b.weight', '1'))).to.be.above(0.2).and.below(0.8);
+    expect(heatmap.note).to.include('PowerSGD rank 1, 2, 4, 8, dense');
+    expect(heatmap.note).to.include('auto (powersgd, automatic levels)');
   });
 });
+
+/** Opens a report in headless Chromium: console errors, each chart's type, points per dataset and size, and the heatmap's cells. */
+async function openReport(file) {
+  const html = fs.readFileSync(file, 'utf8');
+  expect(html).to.not.match(/<script[^>]+src=/); // self-contained
+  const { chromium } = await import('playwright-core');
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
+  });
+  try {
+    const page = await browser.newPage();
+    const problems = [];
+    page.on('console', (m) => m.type() === 'error' && problems.push(m.text()));
+    page.on('pageerror', (e) => problems.push(e.message));
+    await page.goto('file://' + file);
+    await page.waitForFunction(() => window.reportCharts && Object.keys(window.reportCharts).length === 5);
+    const charts = await page.evaluate(() =>
+      Object.fromEntries(
+        Object.entries(window.reportCharts).map(([name, chart]) => [
+          name,
+          { type: chart.config.type, points: chart.data.datasets.map((d) => d.data.length), width: chart.width, height: chart.height },
+        ]),
+      ),
+    );
+    const heatmap = await page.evaluate(() => {
+      const chart = window.reportCharts.levels;
+      const set = chart.data.datasets[0];
+      return {
+        note: document.getElementById('heatmap-note').textContent,
+        cells: set.data.map((cell, index) => ({ ...cell, color: set.backgroundColor({ raw: cell, dataIndex: index }) })),
+      };
+    });
+    return { problems, charts, heatmap };
+  } finally {
+    await browser.close();
+  }
+}
 
 describe('report of a damaged metrics log', function () {
   let tmp;

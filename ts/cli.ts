@@ -19,7 +19,7 @@ import { resolveCheckpointDir } from './checkpoint.js';
 import { splitTextFile } from './data/wikitext.js';
 import { checkRunDir } from './rundir.js';
 
-type Kind = 'int' | 'number' | 'string' | 'list' | 'flag';
+type Kind = 'int' | 'number' | 'string' | 'list' | 'numbers' | 'flag';
 
 interface OptionSpec {
   flag: string;
@@ -60,7 +60,12 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--high-rank', key: 'highRank', kind: 'int', help: 'PowerSGD rank otherwise (high compression)' },
   { flag: '--low-ratio', key: 'lowRatio', kind: 'number', help: 'TopK ratio in critical regimes (low compression)' },
   { flag: '--high-ratio', key: 'highRatio', kind: 'number', help: 'TopK ratio otherwise (high compression)' },
-  { flag: '--adapt', key: 'adapt', kind: 'string', choices: ['compression', 'batch', 'smith'], help: "what Accordion adapts: per-layer compression, or the global batch (batch: B_low → B_high; smith: Smith et al.'s baseline)" },
+  { flag: '--adapt', key: 'adapt', kind: 'string', choices: ['compression', 'batch', 'smith', 'auto', 'batch+compression'], help: "what Accordion adapts: per-layer compression (compression: low/high levels; auto: each layer's level from candidates under an error budget), the global batch (batch: B_low → B_high; smith: Smith et al.'s baseline), or batch and levels together" },
+  { flag: '--auto-ranks', key: 'autoRanks', kind: 'list', help: 'adapt auto: candidate PowerSGD ranks (with dense and --rank, the reference)' },
+  { flag: '--auto-ratios', key: 'autoRatios', kind: 'numbers', help: 'adapt auto: candidate TopK ratios (with dense and --topk-ratio, the reference)' },
+  { flag: '--error-budget', key: 'errorBudget', kind: 'number', help: "adapt auto: the layers' summed compression error may reach this multiple of the reference level's" },
+  { flag: '--critical-budget', key: 'criticalBudget', kind: 'number', help: "adapt auto: factor on a layer's share of the budget while Accordion finds it critical (< 1: tighter)" },
+  { flag: '--auto-cost', key: 'autoCost', kind: 'string', choices: ['floats', 'seconds'], help: 'adapt auto: what a level costs: floats per step, or seconds (kernel time + bytes over the link measured at start)' },
   { flag: '--batch-low', key: 'batchLow', kind: 'int', help: 'global batch in critical regimes (batch-size mode)' },
   { flag: '--batch-high', key: 'batchHigh', kind: 'int', help: 'global batch afterwards (batch-size mode)' },
   { flag: '--out', key: 'outDir', kind: 'string', help: 'run directory (default runs/<model>-<time>); one that holds a run needs --resume or --overwrite' },
@@ -97,6 +102,11 @@ function parseValue(spec: OptionSpec, raw: string): unknown {
     case 'list': {
       const parts = raw === '' ? [] : raw.split(',');
       if (parts.some((p) => !/^\d+$/.test(p.trim()))) throw bad('expected comma-separated non-negative integers');
+      return parts.map((p) => Number(p));
+    }
+    case 'numbers': {
+      const parts = raw.split(',');
+      if (parts.some((p) => p.trim() === '' || !Number.isFinite(Number(p)))) throw bad('expected comma-separated numbers');
       return parts.map((p) => Number(p));
     }
     default:
@@ -158,7 +168,7 @@ export function parseTrainArgs(argv: string[]): Record<string, unknown> {
 function trainHelp(): string {
   const defaults = DEFAULT_CONFIG as unknown as Record<string, unknown>;
   const lines = TRAIN_OPTIONS.map((o) => {
-    const value = o.kind === 'flag' ? '' : ` ${o.kind === 'list' ? 'A,B' : o.kind === 'int' || o.kind === 'number' ? 'N' : 'VALUE'}`;
+    const value = o.kind === 'flag' ? '' : ` ${o.kind === 'list' || o.kind === 'numbers' ? 'A,B' : o.kind === 'int' || o.kind === 'number' ? 'N' : 'VALUE'}`;
     const dflt = defaults[o.key];
     const shown = dflt === undefined || o.kind === 'flag' ? '' : ` (default: ${Array.isArray(dflt) ? dflt.join(',') : dflt})`;
     const choices = o.choices ? ` [${o.choices.join('|')}]` : '';
@@ -394,8 +404,8 @@ async function train(argv: string[]): Promise<number> {
           (last?.testPerplexity !== undefined ? `; perplexity: validation ${last.validPerplexity!.toFixed(2)}, test ${last.testPerplexity.toFixed(2)}` : ''),
         `compressor ${describeCompressor(config)}: ${summary.floatsSentTotal.toLocaleString('en-US')} floats sent by this worker` +
           (last ? ` (${last.floatsSent.toLocaleString('en-US')} in the last epoch)` : ''),
-        ...(config.adapt !== 'compression' && summary.epochs.length
-          ? [`global batch ${summary.epochs[0]!.batchSize} → ${summary.epochs[summary.epochs.length - 1]!.batchSize} (${config.adapt === 'batch' ? 'Accordion on the whole-model norm' : 'grown at the LR milestones'})`]
+        ...(config.adapt !== 'compression' && config.adapt !== 'auto' && summary.epochs.length
+          ? [`global batch ${summary.epochs[0]!.batchSize} → ${summary.epochs[summary.epochs.length - 1]!.batchSize} (${config.adapt === 'smith' ? 'grown at the LR milestones' : 'Accordion on the whole-model norm'})`]
           : []),
         ...(summary.accordion ? [`Accordion: ${summary.switches.length} level switch${summary.switches.length === 1 ? '' : 'es'}`, ...describeSwitches(summary)] : []),
         `run directory ${summary.runDir}`,
@@ -479,6 +489,13 @@ function describeInterruption(signal: NodeJS.Signals, summary: TrainSummary, con
 
 function describeCompressor(c: TrainConfig): string {
   const every = `η ${c.eta}, checked every ${c.accordionInterval} epoch${c.accordionInterval > 1 ? 's' : ''}`;
+  if (c.adapt === 'auto') {
+    const [unit, list, reference] = c.compressor === 'topk' ? ['ratios', c.autoRatios, c.topkRatio] : ['ranks', c.autoRanks, c.rank];
+    return (
+      `${c.compressor} with automatic levels (${unit} ${list.join(', ')} or dense, costed in ${c.autoCost}; error budget ${c.errorBudget} × ` +
+      `that of ${c.compressor === 'topk' ? 'ratio' : 'rank'} ${reference}, ×${c.criticalBudget} for critical layers; ${every})`
+    );
+  }
   if (c.compressor === 'powersgd')
     return c.accordion === 'on' ? `powersgd with Accordion (rank ${c.lowRank} in critical regimes, ${c.highRank} otherwise; ${every})` : `powersgd rank ${c.rank}`;
   if (c.compressor === 'topk')
@@ -494,7 +511,8 @@ function describeSwitches(summary: TrainSummary): string[] {
   return [...byEpoch].map(([epoch, list]) => {
     const groups = new Map<string, string[]>();
     for (const s of list) {
-      const change = `${s.from} → ${s.to}${s.reason === 'lr-decay' ? ' (lr decay)' : ''}`;
+      const show = (level: number) => (level === 0 ? 'dense' : String(level));
+      const change = `${show(s.from)} → ${show(s.to)}${s.reason === 'lr-decay' ? ' (lr decay)' : ''}`;
       groups.set(change, [...(groups.get(change) ?? []), s.parameter]);
     }
     const parts = [...groups].map(([change, names]) => `${names.length} layer${names.length > 1 ? 's' : ''} ${unit} ${change} (${names.slice(0, 3).join(', ')}${names.length > 3 ? ', …' : ''})`);

@@ -6,7 +6,7 @@ import { EventEmitter } from 'node:events';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { binding, type CompressorName, type StepResult } from './native.js';
+import { binding, type CompressorName, type LevelCost, type StepResult } from './native.js';
 import { Model, type Architecture } from './model.js';
 import { loadImageDataset, type ImageDatasetName } from './data/datasets.js';
 import { readWikiText } from './data/wikitext.js';
@@ -20,6 +20,7 @@ import { checkRunDir, clearRun } from './rundir.js';
 import { CheckpointError, UsageError } from './errors.js';
 import { ProcessGroup, distributedEnv } from './cluster/group.js';
 import { endOfEpoch, initialState, wholeModelNorm, type AccordionState, type Regime } from './accordion.js';
+import { candidateLevels, measureLink, planLevels, type AutoPlan, type CostModel } from './auto-levels.js';
 import { parseDevice, requireDevice, workerDevice, type DeviceName } from './device.js';
 
 export type DatasetName = ImageDatasetName | 'wikitext2';
@@ -69,12 +70,23 @@ export interface TrainConfig {
   /**
    * What Accordion adapts: the compression level per layer ('compression'), or the global batch size
    * from `batchLow` to `batchHigh` on the whole-model norm ('batch'). 'smith' is the baseline of Smith
-   * et al.: the batch grows at the LR milestones instead of the LR decaying.
+   * et al.: the batch grows at the LR milestones instead of the LR decaying. 'auto' chooses every
+   * layer's level from candidates under an error budget (auto-levels.ts) at Accordion's checks;
+   * 'batch+compression' grows the batch as 'batch' does and sets the levels as 'compression' does,
+   * both from the same norms at the same checks.
    */
-  adapt: 'compression' | 'batch' | 'smith';
+  adapt: 'compression' | 'batch' | 'smith' | 'auto' | 'batch+compression';
   /** Global batch sizes of batch-size mode; a step accumulates micro-batches of `batchSize` per worker. */
   batchLow: number;
   batchHigh: number;
+  /** --adapt auto: candidate PowerSGD ranks and TopK ratios (besides dense and the reference level). */
+  autoRanks: number[];
+  autoRatios: number[];
+  /** --adapt auto: the budget as a multiple of the reference level's error, and the factor on a critical layer's share. */
+  errorBudget: number;
+  criticalBudget: number;
+  /** --adapt auto: a level's cost in floats per step, or in seconds over the link measured at start. */
+  autoCost: 'floats' | 'seconds';
   /**
    * Run directory for metrics, configuration and checkpoints; none when undefined. A directory that
    * already holds a run is refused unless `resume` continues it or `overwrite` replaces it.
@@ -135,6 +147,11 @@ export const DEFAULT_CONFIG: Omit<TrainConfig, 'model'> = {
   adapt: 'compression',
   batchLow: 512,
   batchHigh: 4096,
+  autoRanks: [1, 2, 4, 8],
+  autoRatios: [0.01, 0.02, 0.05, 0.1, 0.2],
+  errorBudget: 1,
+  criticalBudget: 0.5,
+  autoCost: 'floats',
   checkpointEvery: 1,
   syntheticTrain: 2560,
   syntheticTest: 1000,
@@ -204,6 +221,17 @@ export interface EpochRecord {
   batchSize: number;
   /** Seconds of Accordion's end-of-epoch bookkeeping: reading norms, deciding, broadcasting, setting levels. */
   bookkeepingSeconds: number;
+  /** --adapt auto, on rank 0 at the epochs where levels were chosen: the budget, the plan and every matrix's candidates. */
+  auto?: AutoRecord;
+}
+
+/** The plan of automatic levels in an epoch record; costs are floats or seconds per step (`costUnit`). */
+export type AutoRecord = AutoPlan & { costUnit: 'floats' | 'seconds' };
+
+interface EpochDecision {
+  norms: number[];
+  ratios: (number | null)[];
+  auto?: AutoRecord;
 }
 
 /**
@@ -245,7 +273,22 @@ export interface LevelSwitch {
   parameter: string;
   from: number;
   to: number;
-  reason: 'norm-change' | 'lr-decay';
+  reason: 'norm-change' | 'lr-decay' | 'auto';
+}
+
+/** Modes whose compression levels Accordion's per-layer rule governs, and those that grow the batch on it. */
+const LEVEL_MODES: TrainConfig['adapt'][] = ['compression', 'auto', 'batch+compression'];
+const BATCH_MODES: TrainConfig['adapt'][] = ['batch', 'batch+compression'];
+
+/**
+ * --adapt auto's state across epochs (and checkpoints): the link measured at the start, and the
+ * kernels' seconds per matrix and candidate from the first check, so that resumed runs choose
+ * exactly as uninterrupted ones do.
+ */
+interface AutoState {
+  bytesPerSecond?: number;
+  latencySeconds?: number;
+  kernelSeconds?: number[][];
 }
 
 export interface TrainSummary {
@@ -297,6 +340,7 @@ export class Trainer extends EventEmitter {
   /** Batch-size mode: the current global batch and the rule's state on the whole-model norm. */
   private globalBatch: number;
   private batchState?: AccordionState;
+  private autoState: AutoState = {};
   private readonly matrices: boolean[];
   private normSource?: TrainerContext['gradientNorms'];
 
@@ -309,8 +353,8 @@ export class Trainer extends EventEmitter {
     this.ownsGroup = ownsGroup;
     this.matrices = model.parameters().map((p) => p.shape.length > 1);
     if (config.accordion === 'on') this.accordionState = initialState(this.matrices.length);
-    this.globalBatch = config.adapt === 'compression' ? config.batchSize * config.workers : config.batchLow;
-    if (config.adapt === 'batch') this.batchState = initialState(1);
+    this.globalBatch = config.adapt === 'compression' || config.adapt === 'auto' ? config.batchSize * config.workers : config.batchLow;
+    if (BATCH_MODES.includes(config.adapt)) this.batchState = initialState(1);
     this.schedule = {
       base: config.lr,
       workers: config.workers,
@@ -338,18 +382,24 @@ export class Trainer extends EventEmitter {
       throw new UsageError(
         config.model === 'lstm' ? `the lstm model trains on --dataset wikitext2, not ${config.dataset}` : `--dataset wikitext2 is for --model lstm`,
       );
-    if (config.model === 'lstm' && config.adapt !== 'compression')
-      throw new UsageError('batch-size adaptation (--adapt batch|smith) is for the vision models');
+    if (config.model === 'lstm' && config.adapt !== 'compression' && config.adapt !== 'auto')
+      throw new UsageError(`batch-size adaptation (--adapt ${config.adapt}) is for the vision models`);
+    // Automatic levels and the joint mode run on Accordion's regimes.
+    const regimeModes = config.adapt === 'auto' || config.adapt === 'batch+compression';
+    if (regimeModes && config.compressor === 'none') throw new UsageError(`--adapt ${config.adapt} needs a compressor (--compressor powersgd or topk)`);
+    if (regimeModes && config.accordion === 'off') throw new UsageError(`--adapt ${config.adapt} runs on Accordion's regimes: leave out --accordion off`);
     if (config.accordion === 'auto')
       config.accordion =
-        config.adapt === 'compression' && config.compressor !== 'none' && options.rank === undefined && options.topkRatio === undefined
+        regimeModes ||
+        (config.adapt === 'compression' && config.compressor !== 'none' && options.rank === undefined && options.topkRatio === undefined)
           ? 'on'
           : 'off';
-    if (config.accordion === 'on' && config.adapt !== 'compression')
-      throw new UsageError(`--adapt ${config.adapt} adapts the batch size; per-layer compression (--accordion on) goes with --adapt compression`);
+    if (config.accordion === 'on' && !LEVEL_MODES.includes(config.adapt))
+      throw new UsageError(`--adapt ${config.adapt} adapts the batch size; per-layer compression (--accordion on) goes with --adapt compression, auto or batch+compression`);
     if (config.accordion === 'on' && config.compressor === 'none')
       throw new UsageError('--accordion on needs a compressor (--compressor powersgd or topk)');
-    if (config.accordion === 'on' && (options.rank !== undefined || options.topkRatio !== undefined))
+    // With --adapt auto, --rank and --topk-ratio name the reference level of the error budget.
+    if (config.accordion === 'on' && config.adapt !== 'auto' && (options.rank !== undefined || options.topkRatio !== undefined))
       throw new UsageError('--rank and --topk-ratio set a static level; with --accordion on use --low-rank/--high-rank or --low-ratio/--high-ratio');
     validateConfig(config);
     const env = context.group ? undefined : distributedEnv();
@@ -368,7 +418,7 @@ export class Trainer extends EventEmitter {
     // Before any data is read or any worker joins: rank 0, which writes the run directory, refuses
     // to train over another run.
     if (job.rank === 0) checkRunDir(config);
-    if (config.adapt !== 'compression')
+    if (config.adapt !== 'compression' && config.adapt !== 'auto')
       for (const key of ['batchLow', 'batchHigh'] as const)
         if (config[key] % (config.batchSize * worldSize) !== 0)
           throw new UsageError(
@@ -404,9 +454,11 @@ export class Trainer extends EventEmitter {
               { ...config, ...shard },
             );
       const accordion = config.accordion === 'on';
-      const adaptBatch = config.adapt === 'batch';
+      const adaptBatch = BATCH_MODES.includes(config.adapt);
+      // Accordion starts at its low level; automatic levels start at the reference level.
+      const lowLevel = accordion && config.adapt !== 'auto';
       const level =
-        config.compressor === 'topk' ? (accordion ? config.lowRatio : config.topkRatio) : accordion ? config.lowRank : config.rank;
+        config.compressor === 'topk' ? (lowLevel ? config.lowRatio : config.topkRatio) : lowLevel ? config.lowRank : config.rank;
       const model = await Model.create({
         architecture: config.model,
         device: config.device,
@@ -443,6 +495,7 @@ export class Trainer extends EventEmitter {
         trainer.switches = (extra.switches as LevelSwitch[] | undefined) ?? [];
         if (accordion) trainer.accordionState = extra.accordion as AccordionState;
         if (adaptBatch) trainer.batchState = extra.batch as AccordionState;
+        if (extra.auto) trainer.autoState = extra.auto as AutoState;
         if (typeof extra.globalBatch === 'number') trainer.globalBatch = extra.globalBatch;
       }
       // A fresh job starts from rank 0's weights; a resumed one has restored every rank's own state
@@ -479,6 +532,7 @@ export class Trainer extends EventEmitter {
       workers: config.workers,
       compressor: config.compressor,
       accordion: config.accordion === 'on',
+      adapt: config.adapt,
       eta: config.eta,
       accordionInterval: config.accordionInterval,
       rank: config.rank,
@@ -490,6 +544,11 @@ export class Trainer extends EventEmitter {
       trainSamples: this.task.trainSamples,
       testSamples: this.task.testSamples,
     });
+    // Automatic levels priced in seconds need the link: measured once, kept in the checkpoints.
+    if (config.adapt === 'auto' && config.autoCost === 'seconds' && this.group && this.autoState.bytesPerSecond === undefined) {
+      Object.assign(this.autoState, await measureLink(this.group));
+      this.metrics?.write({ event: 'link', ...this.autoState });
+    }
     try {
       for (let epoch = this.startEpoch; epoch < config.epochs && !this.stopRequested; epoch++) {
         const record = await this.runEpoch(epoch);
@@ -554,8 +613,8 @@ export class Trainer extends EventEmitter {
    */
   private epochPlan(epoch: number): { lr: number; batch: number } {
     const { config } = this;
-    if (config.adapt === 'compression') return { lr: learningRateForEpoch(epoch, this.schedule), batch: this.globalBatch };
-    if (config.adapt === 'batch')
+    if (config.adapt === 'compression' || config.adapt === 'auto') return { lr: learningRateForEpoch(epoch, this.schedule), batch: this.globalBatch };
+    if (BATCH_MODES.includes(config.adapt))
       return { lr: learningRateForEpoch(epoch, this.schedule) * (this.globalBatch / config.batchLow), batch: this.globalBatch };
     const undecayed = learningRateForEpoch(epoch, { ...this.schedule, milestones: [] });
     const decayed = learningRateForEpoch(epoch, this.schedule);
@@ -612,8 +671,7 @@ export class Trainer extends EventEmitter {
     const seconds = (performance.now() - begin) / 1000;
     if (this.stopRequested) return partialRecord(epoch, lr, batch, seconds); // discarded by fit()
     const bookkeepingStart = performance.now();
-    const decision = this.stopRequested ? undefined : await this.applyAccordion(epoch, lr);
-    if (!this.stopRequested) await this.adaptBatch(epoch, lr);
+    const decision = this.stopRequested ? undefined : await this.adaptAtEpochEnd(epoch, lr);
     const bookkeepingSeconds = (performance.now() - bookkeepingStart) / 1000;
     const language = this.task.kind === 'language';
     const valid = language ? await this.evaluate('valid') : undefined;
@@ -638,6 +696,7 @@ export class Trainer extends EventEmitter {
       batchSize: batch,
       bookkeepingSeconds,
       ...(levels && decision ? { levels, norms: decision.norms, ratios: decision.ratios } : {}),
+      ...(decision?.auto ? { auto: decision.auto } : {}),
     };
   }
 
@@ -648,15 +707,30 @@ export class Trainer extends EventEmitter {
   }
 
   /**
+   * The end of an epoch: the norms are read once (restarting the sums) and drive the compression
+   * levels, the batch size, or both. With automatic levels, rank 0 first measures every candidate
+   * level on the epoch's gradient sums, at the epochs where levels are chosen.
+   */
+  private async adaptAtEpochEnd(epoch: number, lr: number): Promise<EpochDecision | undefined> {
+    if (!this.accordionState && !this.batchState) return undefined;
+    const lrNext = learningRateForEpoch(epoch + 1, this.schedule);
+    const choose = this.config.adapt === 'auto' && (epoch % this.config.accordionInterval === 0 || lrNext < lr);
+    const costs = choose && this.rank === 0 ? await this.model.levelCosts(this.autoCandidates()) : undefined;
+    const norms = await this.epochNorms(epoch);
+    const decision = await this.applyAccordion(epoch, lr, lrNext, norms, choose, costs);
+    await this.adaptBatch(epoch, lr, norms);
+    return decision;
+  }
+
+  /**
    * Batch-size mode at the end of an epoch: the rule on the whole model's norm; once training leaves
    * the critical regime the batch grows to B_high (and never shrinks), from the next epoch.
    */
-  private async adaptBatch(epoch: number, lr: number): Promise<void> {
+  private async adaptBatch(epoch: number, lr: number, norms: number[]): Promise<void> {
     if (!this.batchState) return;
     const { config } = this;
-    const norm = wholeModelNorm(await this.epochNorms(epoch));
     // Only growth: the learning-rate override of the compression rule does not apply here.
-    const decision = endOfEpoch(this.batchState, { epoch, norms: [norm], lrCurrent: lr, lrNext: lr }, { eta: config.eta, interval: config.accordionInterval });
+    const decision = endOfEpoch(this.batchState, { epoch, norms: [wholeModelNorm(norms)], lrCurrent: lr, lrNext: lr }, { eta: config.eta, interval: config.accordionInterval });
     const stable = new Float32Array([decision.state.regimes[0] === 'stable' ? 1 : 0]);
     await this.group?.broadcast(stable, 0);
     this.batchState = { ...decision.state, regimes: [stable[0] ? 'stable' : 'critical'] };
@@ -668,25 +742,53 @@ export class Trainer extends EventEmitter {
     }
   }
 
+  /** --adapt auto's candidate levels: the compressor's ranks or ratios, the reference level and dense (0). */
+  private autoCandidates(): number[] {
+    const { config } = this;
+    return config.compressor === 'topk' ? candidateLevels(config.autoRatios, config.topkRatio) : candidateLevels(config.autoRanks, config.rank);
+  }
+
   /**
-   * Accordion at the end of an epoch: every worker reads (and restarts) its gradient-norm sums, rank
-   * 0 applies the rule to its own, broadcasts the regimes, and every worker sets the levels that
-   * govern the next epoch.
+   * Accordion at the end of an epoch: rank 0 applies the rule to its norms and broadcasts the
+   * regimes, and every worker sets the levels that govern the next epoch: the low or high level by
+   * regime, or with automatic levels (`choose`, on the check and LR-decay epochs) the levels rank 0
+   * plans from the measured `costs` with the regimes steering the budget, broadcast as indices into
+   * the candidates so that every worker sets exactly the same values.
    */
-  private async applyAccordion(epoch: number, lr: number): Promise<{ norms: number[]; ratios: (number | null)[] } | undefined> {
+  private async applyAccordion(
+    epoch: number,
+    lr: number,
+    lrNext: number,
+    norms: number[],
+    choose: boolean,
+    costs: LevelCost[][] | undefined,
+  ): Promise<EpochDecision | undefined> {
     if (!this.accordionState) return undefined;
     const { config } = this;
-    const norms = await this.epochNorms(epoch);
-    const lrNext = learningRateForEpoch(epoch + 1, this.schedule);
     const decision = endOfEpoch(this.accordionState, { epoch, norms, lrCurrent: lr, lrNext }, { eta: config.eta, interval: config.accordionInterval });
     // Rank 0 decides; the others take its regimes.
     const critical = new Float32Array(decision.state.regimes.map((r) => (r === 'critical' ? 1 : 0)));
     await this.group?.broadcast(critical, 0);
     const regimes: Regime[] = Array.from(critical, (c) => (c ? 'critical' : 'stable'));
     const before = Array.from(await this.model.levels());
-    const levelOf = (regime: Regime) =>
-      config.compressor === 'topk' ? (regime === 'critical' ? config.lowRatio : config.highRatio) : regime === 'critical' ? config.lowRank : config.highRank;
-    const after = regimes.map((r, i) => (this.matrices[i] ? levelOf(r) : 0));
+    let after: number[];
+    let auto: AutoRecord | undefined;
+    if (config.adapt !== 'auto') {
+      const levelOf = (regime: Regime) =>
+        config.compressor === 'topk' ? (regime === 'critical' ? config.lowRatio : config.highRatio) : regime === 'critical' ? config.lowRank : config.highRank;
+      after = regimes.map((r, i) => (this.matrices[i] ? levelOf(r) : 0));
+    } else if (!choose) {
+      after = before;
+    } else {
+      const candidates = this.autoCandidates();
+      const picked = new Float32Array(before.length);
+      if (costs) {
+        auto = this.planAuto(costs, regimes);
+        auto.levels.forEach((level, i) => (picked[i] = candidates.indexOf(level)));
+      }
+      await this.group?.broadcast(picked, 0);
+      after = Array.from(picked, (k, i) => (this.matrices[i] ? candidates[k]! : 0));
+    }
     await this.model.setLevels(after);
     this.accordionState = { ...decision.state, regimes };
     const names = this.model.parameters().map((p) => p.name);
@@ -697,13 +799,32 @@ export class Trainer extends EventEmitter {
         parameter: names[i]!,
         from: before[i]!,
         to: after[i]!,
-        reason: decision.lrOverride && regimes[i] === 'critical' ? 'lr-decay' : 'norm-change',
+        reason: config.adapt === 'auto' ? 'auto' : decision.lrOverride && regimes[i] === 'critical' ? 'lr-decay' : 'norm-change',
       };
       this.switches.push(change);
       this.metrics?.write({ event: 'switch', ...change });
       this.emit('switch', change);
     }
-    return { norms, ratios: decision.ratios.map((r) => (r === undefined || !Number.isFinite(r) ? null : r)) };
+    const ratios = decision.ratios.map((r) => (r === undefined || !Number.isFinite(r) ? null : r));
+    return { norms, ratios, ...(auto ? { auto } : {}) };
+  }
+
+  /**
+   * Rank 0's plan of automatic levels. Costs in seconds use the link measured at the start and the
+   * kernel times of the first plan, kept in the state so that a resumed run plans alike.
+   */
+  private planAuto(costs: LevelCost[][], regimes: Regime[]): AutoRecord {
+    const { config } = this;
+    let cost: CostModel = { kind: 'floats' };
+    if (config.autoCost === 'seconds' && this.autoState.bytesPerSecond) {
+      this.autoState.kernelSeconds ??= costs.map((list) => list.map((c) => c.seconds));
+      const kept = this.autoState.kernelSeconds;
+      costs = costs.map((list, i) => list.map((c, k) => ({ ...c, seconds: kept[i]?.[k] ?? c.seconds })));
+      cost = { kind: 'seconds', bytesPerSecond: this.autoState.bytesPerSecond, workers: config.workers, compressor: config.compressor as 'powersgd' | 'topk' };
+    }
+    const reference = config.compressor === 'topk' ? config.topkRatio : config.rank;
+    const plan = planLevels(costs, regimes, { reference, errorBudget: config.errorBudget, criticalBudget: config.criticalBudget, cost });
+    return { ...plan, costUnit: cost.kind };
   }
 
   /** Rank 0 at the start of fit(): clears a replaced run (overwrite), writes config.json, opens the metrics log. */
@@ -733,6 +854,7 @@ export class Trainer extends EventEmitter {
           switches: this.switches,
           accordion: this.accordionState,
           batch: this.batchState,
+          auto: this.autoState,
           globalBatch: this.globalBatch,
         },
       },
@@ -794,7 +916,15 @@ function validateConfig(c: TrainConfig): void {
   if (!Number.isInteger(c.rank) || c.rank < 1) throw new UsageError(`rank must be a positive integer, got ${c.rank}`);
   if (!(c.topkRatio > 0 && c.topkRatio <= 1)) throw new UsageError(`topkRatio must lie in (0, 1], got ${c.topkRatio}`);
   finite('minCompressionRate', 0);
-  if (!['compression', 'batch', 'smith'].includes(c.adapt)) throw new UsageError(`adapt must be compression, batch or smith, got '${c.adapt}'`);
+  if (!['compression', 'batch', 'smith', 'auto', 'batch+compression'].includes(c.adapt))
+    throw new UsageError(`adapt must be compression, batch, smith, auto or batch+compression, got '${c.adapt}'`);
+  if (!Array.isArray(c.autoRanks) || c.autoRanks.length === 0 || !c.autoRanks.every((r) => Number.isInteger(r) && r >= 1))
+    throw new UsageError(`autoRanks must be a non-empty list of positive integers, got ${JSON.stringify(c.autoRanks)}`);
+  if (!Array.isArray(c.autoRatios) || c.autoRatios.length === 0 || !c.autoRatios.every((r) => r > 0 && r <= 1))
+    throw new UsageError(`autoRatios must be a non-empty list of ratios in (0, 1], got ${JSON.stringify(c.autoRatios)}`);
+  if (!(c.errorBudget > 0) || !Number.isFinite(c.errorBudget)) throw new UsageError(`errorBudget must be a positive number, got ${c.errorBudget}`);
+  if (!(c.criticalBudget > 0) || !Number.isFinite(c.criticalBudget)) throw new UsageError(`criticalBudget must be a positive number, got ${c.criticalBudget}`);
+  if (!['floats', 'seconds'].includes(c.autoCost)) throw new UsageError(`autoCost must be floats or seconds, got '${c.autoCost}'`);
   for (const key of ['batchLow', 'batchHigh'] as const)
     if (!Number.isInteger(c[key]) || c[key] < 1) throw new UsageError(`${key} must be a positive integer, got ${c[key]}`);
   if (c.batchHigh < c.batchLow) throw new UsageError(`batchHigh (${c.batchHigh}) must be at least batchLow (${c.batchLow})`);
@@ -883,5 +1013,5 @@ export function checkMemory(c: TrainConfig, memory: number): void {
 function describeLevels(levels: number[], matrices: boolean[]): string {
   const counts = new Map<number, number>();
   levels.forEach((l, i) => matrices[i] && counts.set(l, (counts.get(l) ?? 0) + 1));
-  return [...counts].sort((a, b) => b[0] - a[0]).map(([level, n]) => `${n}×${level}`).join(' ');
+  return [...counts].sort((a, b) => b[0] - a[0]).map(([level, n]) => `${n}×${level === 0 ? 'dense' : level}`).join(' ');
 }

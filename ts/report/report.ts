@@ -78,7 +78,8 @@ export function loadRun(runDir: string, warn: WarningSink = processWarning): Run
   const accordion = Boolean(start.accordion);
   const compressor = String(start.compressor ?? 'none');
   const details = [compressor];
-  if (accordion) details.push('Accordion');
+  if (start.adapt === 'auto') details.push('automatic levels');
+  else if (accordion) details.push('Accordion');
   else if (compressor === 'powersgd' && start.rank !== undefined) details.push(`rank ${start.rank}`);
   else if (compressor === 'topk' && start.topkRatio !== undefined) details.push(`${+(Number(start.topkRatio) * 100).toPrecision(3)}%`);
   const link = clusterLink(runDir);
@@ -178,17 +179,22 @@ if (adaptive) {
   const cells = [];
   const epochLabels = adaptive.epochs.map((e) => String(e.epoch + 1));
   for (const e of adaptive.epochs) if (e.levels) for (const l of layers) cells.push({ x: String(e.epoch + 1), y: l.name, v: e.levels[l.i] });
-  const values = cells.map((c) => c.v);
-  const lo = Math.min(...values), hi = Math.max(...values);
-  // Darker is less compression (a higher PowerSGD rank or TopK ratio).
-  const shade = (v) => 'rgba(31, 119, 180, ' + (hi === lo ? 0.8 : 0.2 + 0.8 * (v - lo) / (hi - lo)).toFixed(3) + ')';
-  document.getElementById('heatmap-note').textContent = adaptive.name + ': darker cells are lower compression (' + (adaptive.compressor === 'topk' ? 'TopK ratio ' : 'PowerSGD rank ') + hi + '), lighter higher compression (' + lo + ').';
+  // Level 0 is a matrix sent dense (automatic levels): no compression at all, drawn darkest.
+  const values = cells.map((c) => c.v).filter((v) => v > 0);
+  const lo = values.length ? Math.min(...values) : 0, hi = values.length ? Math.max(...values) : 0;
+  const dense = cells.some((c) => c.v === 0);
+  // Darker is less compression (a higher PowerSGD rank or TopK ratio); compressed levels span 0.2 to 0.8.
+  const shade = (v) => 'rgba(31, 119, 180, ' + (v === 0 ? 1 : hi === lo ? 0.8 : 0.2 + 0.6 * (v - lo) / (hi - lo)).toFixed(3) + ')';
+  const unit = adaptive.compressor === 'topk' ? 'TopK ratio ' : 'PowerSGD rank ';
+  const levelsUsed = [...new Set(values)].sort((a, b) => a - b);
+  document.getElementById('heatmap-note').textContent = adaptive.name + ': darker cells are lower compression' + (dense ? ' (darkest: sent dense)' : '') +
+    '; levels used: ' + unit + levelsUsed.join(', ') + (dense ? ', dense' : '') + '.';
   charts.levels = new Chart(document.getElementById('levels-heatmap'), {
     type: 'matrix',
     data: { datasets: [{ label: 'level', data: cells, backgroundColor: (ctx) => shade(ctx.raw.v), borderWidth: 1, borderColor: '#fff',
       width: ({ chart }) => (chart.chartArea || {}).width / epochLabels.length - 1,
       height: ({ chart }) => (chart.chartArea || {}).height / layers.length - 1 }] },
-    options: { maintainAspectRatio: false, plugins: { legend: { display: false }, tooltip: { callbacks: { label: (ctx) => ctx.raw.y + ' epoch ' + ctx.raw.x + ': ' + ctx.raw.v } } },
+    options: { maintainAspectRatio: false, plugins: { legend: { display: false }, tooltip: { callbacks: { label: (ctx) => ctx.raw.y + ' epoch ' + ctx.raw.x + ': ' + (ctx.raw.v === 0 ? 'dense' : ctx.raw.v) } } },
       scales: { x: { type: 'category', labels: epochLabels, offset: true, grid: { display: false }, title: { display: true, text: 'epoch' } },
                 y: { type: 'category', labels: layers.map((l) => l.name), offset: true, grid: { display: false }, ticks: { autoSkip: false, font: { size: 9 } } } } },
   });
