@@ -298,12 +298,20 @@ describe('Accordion in training', function () {
         expect(firstDifference(stateB, stateA), 'stateDict(true) after 2 + 1 epochs vs 3').to.equal(undefined);
       });
 
-    it('over 2 processes: rank 0 plans, every rank runs the same levels', async function () {
-      const options = { ...base(), compressor: 'powersgd', adapt: 'auto', accordionInterval: 1, lr: 0.02, epochs: 2, errorBudget: 2 };
+    it('over 2 processes, priced in seconds: the link is measured at start, rank 0 plans, every rank runs the same levels', async function () {
+      const options = { ...base(), compressor: 'powersgd', adapt: 'auto', autoCost: 'seconds', accordionInterval: 1, lr: 0.02, epochs: 2, errorBudget: 2 };
       const ranks = await runJob({ options: { ...options, outDir: runDir('auto-dp') } });
       expect(ranks[1].epochs.map((e) => e.levels)).to.deep.equal(ranks[0].epochs.map((e) => e.levels));
+      const [link] = logged(runDir('auto-dp'), 'link');
+      expect(link.bytesPerSecond).to.be.above(1e6); // loopback: far above a megabyte per second
+      expect(link.latencySeconds).to.be.above(0).and.below(1);
       const plans = logged(runDir('auto-dp'), 'epoch').map((e) => e.auto);
+      expect(plans.map((p) => p.costUnit)).to.deep.equal(['seconds', 'seconds']);
       expect(ranks[0].epochs[1].levels).to.deep.equal(plans[0].levels);
+      // Dense costs only its bytes; a compressed level its kernel time and fewer bytes.
+      const dense = plans[0].candidates[0];
+      const numel = logged(runDir('auto-dp'), 'start')[0].parameterSizes[dense.index];
+      expect(dense.costs[0]).to.be.closeTo((4 * numel * 2 * (1 / 2)) / link.bytesPerSecond, 1e-12);
     });
   });
 
