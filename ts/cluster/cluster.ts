@@ -16,7 +16,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { UsageError, signalExitCode } from '../errors.js';
 import { MetricsLog, readMetrics, type MetricsEvent } from '../metrics.js';
-import { relay } from './launch.js';
+import { ProcessSet, relay } from './launch.js';
 import {
   createNetwork,
   formatAddress,
@@ -136,29 +136,12 @@ export async function runCluster(options: ClusterOptions): Promise<ClusterResult
   const grace = (options.graceSeconds ?? 15) * 1000;
   const { hosts, nprocPerHost } = options;
 
-  let interrupted: NodeJS.Signals | undefined;
   let failure: string | undefined;
-  const launchers: { host: number; child: ChildProcess; exited: boolean }[] = [];
-  let killTimer: NodeJS.Timeout | undefined;
+  // Watching signals before anything is built, so that Ctrl-C while the hosts are made still removes them.
+  const hostLaunchers = new ProcessSet<{ host: number; child: ChildProcess; exited: boolean }>(grace, (signal) => (failure ??= `interrupted by ${signal}`));
+  const launchers = hostLaunchers.members;
+  const stopAll = () => hostLaunchers.stopAll();
   let stopTimer: NodeJS.Timeout | undefined;
-  const stopAll = () => {
-    for (const l of launchers)
-      if (!l.exited) {
-        l.child.kill('SIGTERM');
-        l.child.kill('SIGCONT');
-      }
-    killTimer ??= setTimeout(() => {
-      for (const l of launchers) if (!l.exited) l.child.kill('SIGKILL');
-    }, grace);
-  };
-  // Installed before anything is built, so that Ctrl-C while the hosts are made still removes them.
-  const onSignal = (signal: NodeJS.Signals) => {
-    interrupted ??= signal;
-    failure ??= `interrupted by ${signal}`;
-    stopAll();
-  };
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
 
   let network: ClusterNetwork | undefined;
   let sampler: CounterSampler | undefined;
@@ -172,7 +155,7 @@ export async function runCluster(options: ClusterOptions): Promise<ClusterResult
         `${master}…${network.hosts[hosts - 1]!.address}/${network.prefixLength} on one bridge; each host sends at ${formatRate(options.shape.bitsPerSecond)}` +
         `, latency ${options.shape.delaySeconds > 0 ? `${+(options.shape.delaySeconds * 1e3).toPrecision(4)} ms` : 'none'}, loss ${+(options.shape.loss * 100).toPrecision(4)}%; run directory ${options.runDir}\n`,
     );
-    if (interrupted) return { exitCode: signalExitCode(interrupted), failure };
+    if (hostLaunchers.interrupted) return { exitCode: signalExitCode(hostLaunchers.interrupted), failure };
 
     // While a host's launcher has not been reaped its pid is still its own, in the host's namespace.
     const launcherPid = (host: number) => launchers.find((l) => l.host === host && !l.exited)?.child.pid;
@@ -188,8 +171,7 @@ export async function runCluster(options: ClusterOptions): Promise<ClusterResult
         ...['--master-addr', master, '--master-port', String(options.masterPort ?? 29500), '--', ...options.trainArgs],
       ];
       const child = spawn('ip', ['netns', 'exec', host.namespace, process.execPath, options.cli, ...launch], { stdio: ['ignore', 'pipe', 'pipe'], env });
-      const entry = { host: host.index, child, exited: false };
-      launchers.push(entry);
+      const entry = hostLaunchers.add({ host: host.index, child, exited: false });
       // Host 0 shows rank 0's output as is (its launcher prefixes its other ranks); the others are prefixed.
       const prefix = host.index === 0 ? '' : `[host ${host.index}] `;
       relay(child.stdout!, out, prefix);
@@ -218,11 +200,10 @@ export async function runCluster(options: ClusterOptions): Promise<ClusterResult
       );
     }
     await Promise.all(exits);
-    if (failure) return { exitCode: interrupted ? signalExitCode(interrupted) : 1, failure };
+    if (failure) return { exitCode: hostLaunchers.interrupted ? signalExitCode(hostLaunchers.interrupted) : 1, failure };
     return { exitCode: 0 };
   } finally {
     clearTimeout(stopTimer);
-    clearTimeout(killTimer);
     await sampler?.stop();
     if (network) {
       // A launcher killed by SIGKILL leaves its workers; nothing of the job outlives the cluster.
@@ -232,8 +213,7 @@ export async function runCluster(options: ClusterOptions): Promise<ClusterResult
       }
       await removeNetwork(network.id);
     }
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
+    hostLaunchers.close();
   }
 }
 

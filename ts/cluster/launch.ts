@@ -72,6 +72,53 @@ function isStopped(pid: number | undefined): boolean {
   }
 }
 
+/**
+ * Child processes that are stopped together: SIGTERM (with SIGCONT, so that a stopped one can act on
+ * it), then SIGKILL for those still running `graceMs` later. While it watches, SIGINT and SIGTERM
+ * sent to this process stop them all and are kept as `interrupted`.
+ */
+export class ProcessSet<T extends { child: ChildProcess; exited: boolean }> {
+  readonly members: T[] = [];
+  interrupted?: NodeJS.Signals;
+  private killTimer?: NodeJS.Timeout;
+  private readonly onSignal = (signal: NodeJS.Signals) => {
+    this.interrupted ??= signal;
+    this.onInterrupt(signal);
+    this.stopAll();
+  };
+
+  constructor(
+    private readonly graceMs: number,
+    private readonly onInterrupt: (signal: NodeJS.Signals) => void,
+  ) {
+    process.on('SIGINT', this.onSignal);
+    process.on('SIGTERM', this.onSignal);
+  }
+
+  add(member: T): T {
+    this.members.push(member);
+    return member;
+  }
+
+  stopAll(): void {
+    for (const m of this.members)
+      if (!m.exited) {
+        m.child.kill('SIGTERM');
+        m.child.kill('SIGCONT');
+      }
+    this.killTimer ??= setTimeout(() => {
+      for (const m of this.members) if (!m.exited) m.child.kill('SIGKILL');
+    }, this.graceMs);
+  }
+
+  /** Stops watching the signals and forgets the pending SIGKILL. */
+  close(): void {
+    clearTimeout(this.killTimer);
+    process.off('SIGINT', this.onSignal);
+    process.off('SIGTERM', this.onSignal);
+  }
+}
+
 export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const { nprocPerNode, nnodes, nodeRank } = options;
   if (!Number.isInteger(nprocPerNode) || nprocPerNode < 1) throw new UsageError(`--nproc-per-node must be a positive integer, got ${nprocPerNode}`);
@@ -91,28 +138,9 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const masterPort = store?.port ?? options.masterPort;
   const threadsPerWorker = String(Math.max(1, Math.floor((os.availableParallelism?.() ?? os.cpus().length) / nprocPerNode)));
 
-  const children: { rank: number; child: ChildProcess; exited: boolean }[] = [];
   let failure: string | undefined;
-  let interrupted: NodeJS.Signals | undefined;
-  let killTimer: NodeJS.Timeout | undefined;
-
-  const stopAll = () => {
-    for (const c of children)
-      if (!c.exited) {
-        c.child.kill('SIGTERM');
-        c.child.kill('SIGCONT'); // a stopped worker must run to act on SIGTERM
-      }
-    killTimer ??= setTimeout(() => {
-      for (const c of children) if (!c.exited) c.child.kill('SIGKILL');
-    }, grace);
-  };
-  const onSignal = (signal: NodeJS.Signals) => {
-    interrupted ??= signal;
-    failure ??= `interrupted by ${signal}`;
-    stopAll();
-  };
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
+  const workers = new ProcessSet<{ rank: number; child: ChildProcess; exited: boolean }>(grace, (signal) => (failure ??= `interrupted by ${signal}`));
+  const children = workers.members;
 
   const exits = [];
   for (let local = 0; local < nprocPerNode; local++) {
@@ -134,8 +162,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
         OMP_NUM_THREADS: baseEnv.OMP_NUM_THREADS ?? threadsPerWorker,
       },
     });
-    const entry = { rank, child, exited: false };
-    children.push(entry);
+    const entry = workers.add({ rank, child, exited: false });
     const prefix = rank === 0 ? '' : `[rank ${rank}] `;
     relay(child.stdout!, out, prefix);
     relay(child.stderr!, err, prefix);
@@ -144,7 +171,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
         child.on('error', (e) => {
           failure ??= `rank ${rank} could not start: ${e.message}`;
           entry.exited = true;
-          stopAll();
+          workers.stopAll();
           resolve();
         });
         child.on('exit', (code, signal) => {
@@ -157,7 +184,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
               `rank ${rank} ${describeExit(code, signal)}` +
               (stopped.length ? ` (${stopped.length === 1 ? `rank ${stopped[0]} is` : `ranks ${stopped.join(', ')} are`} stopped and did not answer)` : '');
             err.write(`accordion launch: ${failure}; stopping the other workers\n`);
-            stopAll();
+            workers.stopAll();
           }
           resolve();
         });
@@ -165,10 +192,8 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     );
   }
   await Promise.all(exits);
-  if (killTimer) clearTimeout(killTimer);
-  process.off('SIGINT', onSignal);
-  process.off('SIGTERM', onSignal);
+  workers.close();
   await store?.close();
-  if (failure) return { exitCode: interrupted ? signalExitCode(interrupted) : 1, failure };
+  if (failure) return { exitCode: workers.interrupted ? signalExitCode(workers.interrupted) : 1, failure };
   return { exitCode: 0 };
 }
