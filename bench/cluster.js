@@ -1,15 +1,20 @@
 #!/usr/bin/env node
-// What compression buys on a slow network: ResNet-18 on the synthetic data over 2 simulated hosts
-// (`accordion cluster`: a network namespace each, egress shaped with tc), for dense, PowerSGD rank 2
-// and rank 1, PowerSGD with Accordion, TopK 10% and TopK with Accordion, at each bandwidth. Per run:
-// seconds per step (compute and communication apart), wall-clock seconds to a test accuracy, the
+// What compression buys on a slow network: a model trained over 2 simulated hosts (`accordion
+// cluster`: a network namespace each, egress shaped with tc) with each exchange, at each bandwidth.
+// By default ResNet-18 on the synthetic data with dense, PowerSGD rank 2 and rank 1, PowerSGD with
+// Accordion, TopK 10% and TopK with Accordion; `--model lstm --text FILE` trains the LSTM language
+// model on a plain text file instead (perplexity in place of accuracy). Per run: seconds per step
+// (compute and communication apart), wall-clock seconds to a test accuracy (or perplexity), the
 // floats accounting, and the bytes on the wire against what the accounting and Gloo's rings predict.
 // Needs root (CAP_NET_ADMIN). Runs take minutes each; finished ones are kept in <out>/results.jsonl
 // and not run again, so an interrupted grid goes on where it stopped (--fresh starts over).
 //
 //   sudo node bench/cluster.js [--bandwidths 10gbit,1gbit,100mbit] [--configs dense,powersgd-r2,…]
-//        [--latency 1ms] [--target 0.5] [--out DIR] [--fresh] [--quick] [-- extra training options]
+//        [--latency 1ms] [--target 0.5] [--model resnet18|lstm] [--text FILE] [--out DIR] [--fresh]
+//        [--quick] [-- extra training options]
 //
+// Configs: dense, powersgd-rN (static rank N), topk-P (static ratio P%), and powersgd- or topk-
+// followed by accordion (Accordion's two levels) or auto (levels chosen under an error budget).
 // Then `node lib/cli.js report <out>/100mbit/*` draws the runs of one bandwidth against wall-clock time.
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -21,20 +26,28 @@ import { readMetrics } from '../lib/metrics.js';
 import { compareWire, formatRate, parseBandwidth, readNetworkLog, topkExchange } from '../lib/cluster/cluster.js';
 import { missingCapabilities } from '../lib/cluster/netns.js';
 
-const CONFIGS = {
-  dense: ['--compressor', 'none'],
-  'powersgd-r2': ['--compressor', 'powersgd', '--accordion', 'off', '--rank', '2'],
-  'powersgd-r1': ['--compressor', 'powersgd', '--accordion', 'off', '--rank', '1'],
-  'powersgd-accordion': ['--compressor', 'powersgd', '--accordion', 'on'],
-  'topk-10': ['--compressor', 'topk', '--accordion', 'off', '--topk-ratio', '0.1'],
-  'topk-accordion': ['--compressor', 'topk', '--accordion', 'on'],
-};
+const DEFAULT_CONFIGS = ['dense', 'powersgd-r2', 'powersgd-r1', 'powersgd-accordion', 'topk-10', 'topk-accordion'];
+
+/** The training options of a config name, or undefined for a name that is none. */
+function configArgs(name) {
+  if (name === 'dense') return ['--compressor', 'none'];
+  let m = /^powersgd-r(\d+)$/.exec(name);
+  if (m) return ['--compressor', 'powersgd', '--accordion', 'off', '--rank', m[1]];
+  m = /^topk-(\d+(?:\.\d+)?)$/.exec(name);
+  if (m && Number(m[1]) > 0 && Number(m[1]) <= 100) return ['--compressor', 'topk', '--accordion', 'off', '--topk-ratio', String(Number(m[1]) / 100)];
+  m = /^(powersgd|topk)-(accordion|auto)$/.exec(name);
+  if (m) return ['--compressor', m[1], ...(m[2] === 'auto' ? ['--adapt', 'auto'] : ['--accordion', 'on'])];
+  return undefined;
+}
 
 const USAGE = `usage: sudo node bench/cluster.js [options] [-- extra training options]
   --bandwidths LIST  each host's outgoing rate, tc units (default 10gbit,1gbit,100mbit)
-  --configs LIST     of ${Object.keys(CONFIGS).join(', ')} (default: all)
+  --configs LIST     dense, powersgd-rN, topk-P (percent), powersgd-accordion, topk-accordion,
+                     powersgd-auto, topk-auto (default ${DEFAULT_CONFIGS.join(',')})
   --latency TIME     delay on each host's egress (netem; default 1ms; 0ms where the kernel has no netem)
-  --target FRAC      the test accuracy whose wall-clock time is reported (default 0.5)
+  --target X         the test accuracy (a fraction; for the LSTM a perplexity) whose wall-clock
+                     time is reported (default 0.5)
+  --model NAME       resnet18 on the synthetic data (default) or lstm on --text FILE
   --out DIR          run directories and results.jsonl (default ${path.join(os.tmpdir(), 'accordion-cluster-bench')})
   --fresh            run every cell again, even those already in results.jsonl
   --quick            one epoch on 256 images: a smoke run of the harness, not figures to quote`;
@@ -43,7 +56,9 @@ const { values: opts, positionals } = parseArgs({
   allowPositionals: true,
   options: {
     bandwidths: { type: 'string', default: '10gbit,1gbit,100mbit' },
-    configs: { type: 'string', default: Object.keys(CONFIGS).join(',') },
+    configs: { type: 'string', default: DEFAULT_CONFIGS.join(',') },
+    model: { type: 'string', default: 'resnet18' },
+    text: { type: 'string' },
     latency: { type: 'string', default: '1ms' },
     target: { type: 'string', default: '0.5' },
     out: { type: 'string', default: path.join(os.tmpdir(), 'accordion-cluster-bench') },
@@ -63,14 +78,22 @@ const fail = (message) => {
 const bandwidths = opts.bandwidths.split(',').filter(Boolean);
 bandwidths.forEach(parseBandwidth); // a bad rate is an error before anything runs
 const configs = opts.configs.split(',').filter(Boolean);
-for (const c of configs) if (!CONFIGS[c]) fail(`unknown config '${c}' (known: ${Object.keys(CONFIGS).join(', ')})`);
+for (const c of configs) if (!configArgs(c)) fail(`unknown config '${c}' (see --help)`);
+const language = opts.model === 'lstm';
+if (!language && opts.model !== 'resnet18') fail(`--model: resnet18 or lstm, got '${opts.model}'`);
+if (language && !opts.text) fail('--model lstm trains on a plain text file: give --text FILE');
 const target = Number(opts.target);
-if (!(target > 0 && target < 1)) fail(`--target: a test accuracy between 0 and 1, got '${opts.target}'`);
+if (language ? !(target > 1) : !(target > 0 && target < 1))
+  fail(`--target: ${language ? 'a test perplexity above 1' : 'a test accuracy between 0 and 1'}, got '${opts.target}'`);
+// The quality measure: test accuracy (higher is better) or test perplexity (lower is better).
+const quality = language ? (e) => e.testPerplexity : (e) => e.testAccuracy;
+const reaches = language ? (e) => e.testPerplexity <= target : (e) => e.testAccuracy >= target;
 const missing = missingCapabilities();
 if (missing.length) fail(`the simulated cluster needs root (this process lacks ${missing.join(' and ')}); run it with sudo`);
 
-const extra = opts.quick ? ['--epochs', '1', '--synthetic-train', '256', '--synthetic-test', '128', ...positionals] : positionals;
-const training = ['--model', 'resnet18', '--dataset', 'synthetic', '--threads', '1', '--checkpoint-every', '100', ...extra];
+const quick = opts.quick ? ['--epochs', '1', ...(language ? [] : ['--synthetic-train', '256', '--synthetic-test', '128'])] : [];
+const base = language ? ['--model', 'lstm', '--text', path.resolve(opts.text)] : ['--model', 'resnet18', '--dataset', 'synthetic'];
+const training = [...base, '--threads', '1', '--checkpoint-every', '100', ...quick, ...positionals];
 const cli = path.join(ROOT, 'lib', 'cli.js');
 fs.mkdirSync(opts.out, { recursive: true });
 const resultsFile = path.join(opts.out, 'results.jsonl');
@@ -78,12 +101,14 @@ const done = new Map(
   (!opts.fresh && fs.existsSync(resultsFile) ? fs.readFileSync(resultsFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []).map((r) => [r.key, r]),
 );
 
+const keyOf = (bandwidth, config) => JSON.stringify([bandwidth, opts.latency, config, training]);
+
 /** One cell: the cluster command with its output to a log file; resolves to its exit code. */
 function runCell(bandwidth, config, dir) {
   fs.rmSync(dir, { recursive: true, force: true });
   fs.mkdirSync(path.dirname(dir), { recursive: true });
   const log = fs.openSync(`${dir}.log`, 'w');
-  const args = [cli, 'cluster', '--hosts', '2', '--bandwidth', bandwidth, '--latency', opts.latency, '--', ...training, ...CONFIGS[config], '--out', dir];
+  const args = [cli, 'cluster', '--hosts', '2', '--bandwidth', bandwidth, '--latency', opts.latency, '--', ...training, ...configArgs(config), '--out', dir];
   return new Promise((resolve) => {
     const child = spawn(process.execPath, args, { stdio: ['ignore', log, log] });
     child.on('exit', (code, signal) => resolve(code ?? (signal ? 128 : 1)));
@@ -98,13 +123,13 @@ function summarise(dir) {
   const begun = Date.parse(start.time);
   let steps = 0, seconds = 0, compute = 0, communication = 0, compression = 0;
   for (const e of epochs) {
-    steps += (e.samples * start.workers) / e.batchSize;
+    steps += e.steps ?? (e.samples * start.workers) / e.batchSize; // logs from before records counted steps
     seconds += e.seconds;
     compute += e.computeSeconds;
     communication += e.communicationSeconds;
     compression += e.compressionSeconds;
   }
-  const reached = epochs.find((e) => e.testAccuracy >= target);
+  const reached = epochs.find(reaches);
   // The wire: every epoch and host, payload bytes over the bytes the floats accounting predicts.
   const parameters = start.parameterSizes.map((numel, i) => ({ numel, matrix: start.matrices[i] }));
   const levelsOf = new Map(epochs.map((e) => [e.epoch, e.levels]));
@@ -120,8 +145,8 @@ function summarise(dir) {
     computePerStep: compute / steps,
     communicationPerStep: communication / steps,
     compressionPerStep: compression / steps,
-    finalAccuracy: epochs.at(-1).testAccuracy,
-    bestAccuracy: Math.max(...epochs.map((e) => e.testAccuracy)),
+    final: quality(epochs.at(-1)),
+    best: (language ? Math.min : Math.max)(...epochs.map(quality)),
     secondsToTarget: reached ? (Date.parse(reached.time) - begun) / 1000 : null,
     epochsToTarget: reached ? reached.epoch + 1 : null,
     wallSeconds: (Date.parse(epochs.at(-1).time) - begun) / 1000,
@@ -133,10 +158,10 @@ function summarise(dir) {
   };
 }
 
-console.log(`# ResNet-18, synthetic data, 2 hosts × 1 worker (1 thread each), latency ${opts.latency}; training options: ${training.join(' ')}`);
+console.log(`# ${language ? 'LSTM' : 'ResNet-18'}, 2 hosts × 1 worker (1 thread each), latency ${opts.latency}; training options: ${training.join(' ')}`);
 for (const bandwidth of bandwidths) {
   for (const config of configs) {
-    const key = JSON.stringify([bandwidth, opts.latency, config, training]);
+    const key = keyOf(bandwidth, config);
     if (done.has(key)) continue;
     const dir = path.join(opts.out, bandwidth, config);
     const started = Date.now();
@@ -159,7 +184,7 @@ for (const bandwidth of bandwidths) {
 for (const bandwidth of bandwidths) {
   // From the run directories where they are kept, so that another --target needs no new runs.
   const rows = configs
-    .map((c) => done.get(JSON.stringify([bandwidth, opts.latency, c, training])))
+    .map((c) => done.get(keyOf(bandwidth, c)))
     .filter(Boolean)
     .map((r) => {
       const dir = path.join(opts.out, r.bandwidth, r.config);
@@ -167,16 +192,17 @@ for (const bandwidth of bandwidths) {
     });
   if (!rows.length) continue;
   const dense = rows.find((r) => r.config === 'dense');
-  console.log(`\n## ${formatRate(parseBandwidth(bandwidth))}, latency ${opts.latency}: time to ${fmt(100 * target, 0)}% test accuracy\n`);
+  const goal = language ? `test perplexity ${fmt(target, 1)}` : `${fmt(100 * target, 0)}% test accuracy`;
+  console.log(`\n## ${formatRate(parseBandwidth(bandwidth))}, latency ${opts.latency}: time to ${goal}\n`);
   const columns = [
     { key: 'run', title: 'run', align: 'left' },
     { key: 'step', title: 's/step' },
     { key: 'compute', title: 'compute' },
     { key: 'comm', title: 'comm.' },
     { key: 'speedup', title: 'dense ÷ run (step)' },
-    { key: 'toTarget', title: `s to ${fmt(100 * target, 0)}%` },
+    { key: 'toTarget', title: `s to ${language ? `ppl ${fmt(target, 1)}` : `${fmt(100 * target, 0)}%`}` },
     { key: 'epochs', title: 'epochs' },
-    { key: 'final', title: 'final acc.' },
+    { key: 'final', title: language ? 'final ppl' : 'final acc.' },
     { key: 'floats', title: 'floats/worker' },
     { key: 'wire', title: 'wire/predicted' },
   ];
@@ -188,7 +214,7 @@ for (const bandwidth of bandwidths) {
     speedup: dense ? fmt(dense.stepSeconds / r.stepSeconds, 2) : 'n/a',
     toTarget: r.secondsToTarget === null ? 'not reached' : fmt(r.secondsToTarget, 0),
     epochs: r.epochsToTarget ?? '-',
-    final: `${fmt(100 * r.finalAccuracy, 1)}%`,
+    final: language ? fmt(r.final, 1) : `${fmt(100 * r.final, 1)}%`,
     floats: `${fmt(r.floatsSent / 1e6, 1)}M`,
     wire: `${r.wireRatioMin.toFixed(3)}–${r.wireRatioMax.toFixed(3)}${r.wireOk ? '' : ' (off by > 10%)'}`,
   }));

@@ -195,7 +195,9 @@ export interface EpochRecord {
   trainAccuracy: number;
   testLoss: number;
   testAccuracy: number;
+  /** Training samples this worker saw (tokens for a language model) in its `steps` optimiser steps. */
   samples: number;
+  steps: number;
   seconds: number;
   samplesPerSecond: number;
   /** Language model: validation loss and perplexity, and test perplexity (exp of the mean loss). */
@@ -631,12 +633,13 @@ export class Trainer extends EventEmitter {
     const steps = await this.task.startEpoch(this.model, epoch, microBatches);
     const bar = config.progress && this.rank === 0 ? new ProgressBar(`epoch ${epoch + 1}/${config.epochs}`, steps) : undefined;
     const begin = performance.now();
-    let lossSum = 0, correct = 0, samples = 0, floatsSent = 0, overheadFloats = 0;
+    let lossSum = 0, correct = 0, samples = 0, stepsDone = 0, floatsSent = 0, overheadFloats = 0;
     let computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0;
     const levels = this.accordionState ? Array.from(await this.model.levels()) : undefined;
     for (let step = 0; step < steps; step++) {
       const r: StepResult | null = await this.task.step(this.model, microBatches);
       if (!r) break;
+      stepsDone++;
       lossSum += r.loss * r.samples;
       correct += r.correct;
       samples += r.samples;
@@ -685,6 +688,7 @@ export class Trainer extends EventEmitter {
       testAccuracy: test.accuracy,
       ...(valid ? { validLoss: valid.loss, validPerplexity: valid.perplexity, testPerplexity: test.perplexity } : {}),
       samples,
+      steps: stepsDone,
       seconds,
       samplesPerSecond: samples / seconds,
       floatsSent,
@@ -889,7 +893,7 @@ export class Trainer extends EventEmitter {
 function partialRecord(epoch: number, lr: number, batchSize: number, seconds: number): EpochRecord {
   return {
     epoch, lr, batchSize, seconds,
-    trainLoss: NaN, trainAccuracy: NaN, testLoss: NaN, testAccuracy: NaN, samples: 0, samplesPerSecond: 0,
+    trainLoss: NaN, trainAccuracy: NaN, testLoss: NaN, testAccuracy: NaN, samples: 0, steps: 0, samplesPerSecond: 0,
     floatsSent: 0, floatsSentTotal: 0, overheadFloats: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, bookkeepingSeconds: 0,
   };
 }
