@@ -717,11 +717,13 @@ export class Trainer extends EventEmitter {
    */
   private async adaptAtEpochEnd(epoch: number, lr: number): Promise<EpochDecision | undefined> {
     if (!this.accordionState && !this.batchState) return undefined;
+    // The schedule's own rates: a batch that grew scales the epoch's rate, which is no decay.
+    const lrCurrent = learningRateForEpoch(epoch, this.schedule);
     const lrNext = learningRateForEpoch(epoch + 1, this.schedule);
-    const choose = this.config.adapt === 'auto' && (epoch % this.config.accordionInterval === 0 || lrNext < lr);
+    const choose = this.config.adapt === 'auto' && (epoch % this.config.accordionInterval === 0 || lrNext < lrCurrent);
     const costs = choose && this.rank === 0 ? await this.model.levelCosts(this.autoCandidates()) : undefined;
     const norms = await this.epochNorms(epoch);
-    const decision = await this.applyAccordion(epoch, lr, lrNext, norms, choose, costs);
+    const decision = await this.applyAccordion(epoch, lrCurrent, lrNext, norms, choose, costs);
     await this.adaptBatch(epoch, lr, norms);
     return decision;
   }

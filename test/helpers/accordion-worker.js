@@ -54,6 +54,7 @@ const BATCH_NORMS = [1, 1.1, 5, 0.2];
  *   runs cannot flip).
  * - 'batch': every parameter has the same norm, BATCH_NORMS[epoch]: stable at the epoch-1 check,
  *   critical at every later one.
+ * - 'steady': every norm 1 in every epoch: stable at every check after epoch 0.
  */
 export function scriptedNorms(script, rank, epoch, matrices, measured) {
   let m = -1;
@@ -72,6 +73,8 @@ export function scriptedNorms(script, rank, epoch, matrices, measured) {
         return RESUME_PATTERNS[k % RESUME_PATTERNS.length][epoch];
       case 'batch':
         return BATCH_NORMS[epoch];
+      case 'steady':
+        return 1;
       default:
         throw new Error(`unknown norm script '${script}'`);
     }
