@@ -296,21 +296,28 @@ std::vector<std::vector<LevelCost>> GradientReducer::levelCosts(const std::vecto
       LevelCost cost{level, 0, numel, 0};
       if (compressedAt(s, level)) {
         // The residual is what error feedback would keep: M − out (PowerSGD), a − sparse(a) (TopK).
+        // Only the kernels are timed: Q and the buffers are made once per level change, not per step.
+        const bool powerSgd = options_.compressor == Compressor::PowerSgd;
+        const int64_t r = rankAt(s, level), count = topKCount(level, numel);
+        Tensor q, p, qt, send;
+        if (powerSgd) {
+          q = initialQ(i, r);
+          p = backend_.empty({s.rows * r});
+          qt = backend_.empty({s.cols * r});
+        } else {
+          send = backend_.empty({2 * count});
+        }
         backend_.copy(g.data(), s.normSum.data(), g.bytes());
         backend_.fill(residual.data(), numel, 0.0f);
         backend_.synchronize();
         const auto start = std::chrono::steady_clock::now();
-        if (options_.compressor == Compressor::PowerSgd) {
-          const int64_t r = rankAt(s, level);
-          Tensor q = initialQ(i, r), p = backend_.empty({s.rows * r}), qt = backend_.empty({s.cols * r});
+        if (powerSgd) {
           std::vector<PowerSgdMatrix> m{{g.data(), residual.data(), q.data(), p.data(), qt.data(), s.rows, s.cols, r}};
           kernels_.powerSgdProject(m);
           kernels_.powerSgdProjectBack(m, options_.orthogonalizationEps);
           kernels_.powerSgdDecompress(m, 1.0f);
           cost.floats = (s.rows + s.cols) * r;
         } else {
-          const int64_t count = topKCount(level, numel);
-          Tensor send = backend_.empty({2 * count});
           std::vector<TopKTensor> t{{g.data(), residual.data(), send.data(), numel, count, 0}};
           kernels_.topKSelect(t);
           cost.floats = 2 * count * world;
