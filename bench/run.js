@@ -39,6 +39,15 @@ const SUITES = [
     quick: ['--quick'],
   },
   {
+    // Root and about an hour: run only when named (--only cluster).
+    name: 'cluster',
+    script: 'cluster.js',
+    description: 'ResNet-18 over 2 simulated hosts at 10 Gbit/s, 1 Gbit/s and 100 Mbit/s: s/step and time to accuracy per exchange (root)',
+    args: ['--latency', '0ms'],
+    quick: ['--quick', '--bandwidths', '1gbit', '--configs', 'dense,powersgd-r1'],
+    onlyWhenNamed: true,
+  },
+  {
     name: 'event-loop',
     script: 'event-loop.js',
     description: 'event-loop delay while ResNet-18 trains and writes a checkpoint every epoch (synthetic preset)',
@@ -49,7 +58,7 @@ const SUITES = [
 
 const USAGE = `usage: node bench/run.js [--quick] [--only NAME[,NAME]]
   --quick      fewer steps: a smoke run, not figures to quote
-  --only LIST  run only these suites (${SUITES.map((s) => s.name).join(', ')})`;
+  --only LIST  run only these suites (${SUITES.map((s) => s.name).join(', ')}; cluster runs only when named)`;
 
 // A separate process per suite so one suite's native thread pools and memory cannot colour the next.
 function runSuite(suite, quick) {
@@ -81,7 +90,7 @@ async function main() {
     console.log(USAGE);
     return 0;
   }
-  let suites = SUITES;
+  let suites = SUITES.filter((s) => !s.onlyWhenNamed);
   if (values.only !== undefined) {
     const wanted = values.only.split(',').map((s) => s.trim()).filter(Boolean);
     const unknown = wanted.filter((w) => !SUITES.some((s) => s.name === w));
