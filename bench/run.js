@@ -43,7 +43,7 @@ const SUITES = [
     name: 'cluster',
     script: 'cluster.js',
     description: 'ResNet-18 over 2 simulated hosts at 10 Gbit/s, 1 Gbit/s and 100 Mbit/s: s/step and time to accuracy per exchange (root)',
-    args: ['--latency', '0ms'],
+    args: [],
     quick: ['--quick', '--bandwidths', '1gbit', '--configs', 'dense,powersgd-r1'],
     onlyWhenNamed: true,
   },
