@@ -415,14 +415,15 @@ export function predictedWireBytes(exchange: Exchange, hosts: number, procsPerHo
 }
 
 /**
- * The exchange of `floatsSent` floats of TopK steps: each step all-reduces the 1-D tensors and
- * all-gathers, of every matrix i, 2·max(1, ⌊ratios[i]·numel⌋) floats (indices and values) from each
- * of the `workers`. Floats that are not whole steps are an error in the accounting.
+ * The exchange of `floatsSent` floats of TopK steps: each step all-reduces the 1-D tensors and the
+ * matrices at level 0 (dense), and all-gathers, of every other matrix i, 2·max(1, ⌊ratios[i]·numel⌋)
+ * floats (indices and values) from each of the `workers`. Floats that are not whole steps are an
+ * error in the accounting.
  */
 export function topkExchange(parameters: { numel: number; matrix: boolean }[], ratios: number[], workers: number, floatsSent: number): Exchange {
   let dense = 0, gathered = 0;
   parameters.forEach((p, i) => {
-    if (p.matrix) gathered += 2 * Math.max(1, Math.floor(ratios[i]! * p.numel)) * workers;
+    if (p.matrix && ratios[i]! > 0) gathered += 2 * Math.max(1, Math.floor(ratios[i]! * p.numel)) * workers;
     else dense += p.numel;
   });
   const steps = floatsSent / (dense + gathered);
