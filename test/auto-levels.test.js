@@ -2,18 +2,10 @@
 // and its tightening by Accordion's regimes, and the costs in seconds.
 import { expect } from 'chai';
 import { ERROR_STEPS, candidateLevels, chooseLevels, levelCost, planLevels } from '../lib/auto-levels.js';
+import { makeRng as seeded } from './helpers/gradcheck.js';
 
-// Seeded uniform numbers (mulberry32), so that a failing table reproduces.
-function makeRng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+// Seeded uniform numbers in [0, 1), so that a failing table reproduces.
+const makeRng = (seed) => seeded(seed).next;
 
 /** Every combination of one option per layer: the least cost whose rounded-up errors fit `capacity` units. */
 function bruteForce(layers, capacity, unit) {

@@ -11,18 +11,10 @@
 import { pathToFileURL } from 'node:url';
 import { Model, setThreads } from '../../lib/index.js';
 import { ProcessGroup, distributedEnv } from '../../lib/cluster/group.js';
+import { makeRng } from './gradcheck.js';
 
 /** A deterministic stream in [0, 1) (mulberry32), the same on every rank for a given seed. */
-function stream(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
+const stream = (seed) => makeRng(seed).next;
 
 /** The step's input on this rank: a token window for the language model, else a few images. */
 function input(model, rank, step) {
