@@ -14,6 +14,7 @@ import { endOfEpoch, initialState, normChangeRatio, wholeModelNorm } from '../li
 import { learningRateForEpoch } from '../lib/schedule.js';
 import { epochFacts, runTrainer, scriptedNorms } from './helpers/accordion-worker.js';
 import { syntheticImages } from './helpers/train-worker.js';
+import { exitWithin } from './helpers/processes.js';
 
 const WORKER = fileURLToPath(new URL('./helpers/accordion-worker.js', import.meta.url));
 
@@ -41,12 +42,6 @@ function startRank(spec, env) {
     });
   });
   return entry;
-}
-
-function exitWithin(entry, ms) {
-  let timer;
-  const timeout = new Promise((resolve) => (timer = setTimeout(() => resolve({ timedOut: true }), ms)));
-  return Promise.race([entry.exited, timeout]).finally(() => clearTimeout(timer));
 }
 
 afterEach(async function () {

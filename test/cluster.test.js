@@ -13,6 +13,7 @@ import { loadCheckpoint } from '../lib/index.js';
 import { readMetrics } from '../lib/metrics.js';
 import * as netns from '../lib/cluster/netns.js';
 import { compareWire, parseSubnet, predictedWireBytes, readNetworkLog, topkExchange } from '../lib/cluster/cluster.js';
+import { exitWithin, waitFor } from './helpers/processes.js';
 
 const CLI = fileURLToPath(new URL('../lib/cli.js', import.meta.url));
 
@@ -45,26 +46,10 @@ function start(args, env = {}) {
   return entry;
 }
 
-function exitWithin(entry, ms) {
-  let timer;
-  const timeout = new Promise((resolve) => (timer = setTimeout(() => resolve({ timedOut: true }), ms)));
-  return Promise.race([entry.exited, timeout]).finally(() => clearTimeout(timer));
-}
-
 async function finished(entry, ms, what) {
   const exit = await exitWithin(entry, ms);
   expect(exit.timedOut, `${what} did not end within ${ms} ms; stderr:\n${entry.stderr}`).to.not.equal(true);
   return exit;
-}
-
-async function waitFor(what, condition, ms, interval = 50) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await condition();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, interval));
-  }
 }
 
 /** Live processes whose command line mentions `text` (each test's run directory is unique). */

@@ -14,6 +14,7 @@ import { ReducerProbe } from '../lib/testing.js';
 import { Model, Trainer, loadCheckpoint } from '../lib/index.js';
 import { decode, gradientFor, numel } from './helpers/reducer-worker.js';
 import { train } from './helpers/train-worker.js';
+import { exitWithin, waitFor } from './helpers/processes.js';
 
 const REDUCER_WORKER = fileURLToPath(new URL('./helpers/reducer-worker.js', import.meta.url));
 const TRAIN_WORKER = fileURLToPath(new URL('./helpers/train-worker.js', import.meta.url));
@@ -77,23 +78,6 @@ function start(args, env, { detached = false } = {}) {
     });
   });
   return entry;
-}
-
-/** Resolves with the exit, or with { timedOut: true } after `ms`. */
-function exitWithin(entry, ms) {
-  let timer;
-  const timeout = new Promise((resolve) => (timer = setTimeout(() => resolve({ timedOut: true }), ms)));
-  return Promise.race([entry.exited, timeout]).finally(() => clearTimeout(timer));
-}
-
-async function waitFor(what, condition, ms, interval = 100) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = condition();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, interval));
-  }
 }
 
 function killEverything() {

@@ -13,6 +13,7 @@ import { expect } from 'chai';
 import { freePort } from './helpers/ports.js';
 import { detectLauncher, firstSlurmHost } from '../lib/cluster/environment.js';
 import { loadCheckpoint } from '../lib/index.js';
+import { exitWithin, waitFor } from './helpers/processes.js';
 
 const CLI = fileURLToPath(new URL('../lib/cli.js', import.meta.url));
 
@@ -253,23 +254,6 @@ async function heldPortBeforeFreeOne() {
     server?.close();
   }
   throw new Error('found no free port followed by a free one');
-}
-
-/** The exit, or { timedOut: true } after `ms`. */
-function exitWithin(entry, ms) {
-  let timer;
-  const timeout = new Promise((resolve) => (timer = setTimeout(() => resolve({ timedOut: true }), ms)));
-  return Promise.race([entry.exited, timeout]).finally(() => clearTimeout(timer));
-}
-
-async function waitFor(what, condition, ms, interval = 100) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = condition();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, interval));
-  }
 }
 
 async function killLeftovers() {
