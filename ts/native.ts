@@ -249,7 +249,9 @@ export interface Binding {
 
 export interface NativeReducerProbeOptions {
   compressor?: CompressorName;
+  /** PowerSGD rank or TopK ratio of every compressible parameter. */
   level?: number;
+  /** Simulated workers (default 1); a probe with a group is one worker. */
   workers?: number;
   seed?: number;
   minCompressionRate?: number;

@@ -13,7 +13,7 @@
  * - crossEntropy(logits, n, k, labels) and orthogonalize(matrix, rows, cols, eps?): the engine's
  *   loss and PowerSGD's Gram-Schmidt on their own.
  */
-import { testingBinding, type CompressorName, type NativeLayerProbe, type NativeReducerProbe } from './native.js';
+import { testingBinding, type NativeLayerProbe, type NativeReducerProbe, type NativeReducerProbeOptions } from './native.js';
 import { ProcessGroup } from './cluster/group.js';
 import { UsageError } from './errors.js';
 
@@ -23,18 +23,9 @@ export type LayerKind = 'conv2d' | 'batchnorm2d' | 'relu' | 'maxpool2d' | 'globa
 
 export const LayerProbe: new (kind: LayerKind, options?: Record<string, number | boolean>) => NativeLayerProbe = testingBinding.LayerProbe;
 
-export interface ReducerProbeOptions {
-  compressor?: CompressorName;
-  /** PowerSGD rank or TopK ratio of every compressible parameter. */
-  level?: number;
-  /** Simulated workers (default 1); a probe with a group is one worker. */
-  workers?: number;
-  seed?: number;
-  minCompressionRate?: number;
-  accumulateNorms?: boolean;
-  /** A connected ProcessGroup: the probe is this process's worker of a real job. */
+/** The native probe's options, with a connected ProcessGroup (this process's worker of a real job). */
+export interface ReducerProbeOptions extends Omit<NativeReducerProbeOptions, 'group'> {
   group?: ProcessGroup;
-  device?: string;
 }
 
 export class ReducerProbe extends testingBinding.ReducerProbe implements NativeReducerProbe {
