@@ -108,20 +108,21 @@ describe('automatic levels: the plan', function () {
       { level: 4, error: 0, floats: 10, seconds: 0 },
     ],
   ];
-  const settings = { reference: 2, errorBudget: 1, criticalBudget: 0.5, cost: { kind: 'floats' } };
+  const settings = { reference: 2, errorBudget: 1, criticalBudget: 0.5, errorMeasure: 'relative', cost: { kind: 'floats' } };
+  const norms = [1, 3, 2, 0.1];
 
   it("budget = Σ the reference level's errors × error budget; critical layers' shares × the critical factor", function () {
-    const stable = planLevels(costs, ['stable', 'stable', 'stable', 'stable'], settings);
+    const stable = planLevels(costs, ['stable', 'stable', 'stable', 'stable'], norms, settings);
     expect(stable.referenceError).to.be.closeTo(0.3 + 0.15 + 0.6, 1e-12);
     expect(stable.budget).to.be.closeTo(1.05, 1e-12);
     // Enumerated by hand: rank 1 on the first two (0.5 + 0.2) and dense on the last (0): 50 + 80 + 10 = 140.
     expect(stable.levels).to.deep.equal([1, 0, 1, 0]);
     expect(stable.cost).to.equal(140);
-    const critical = planLevels(costs, ['critical', 'stable', 'critical', 'stable'], settings);
+    const critical = planLevels(costs, ['critical', 'stable', 'critical', 'stable'], norms, settings);
     expect(critical.budget).to.be.closeTo(0.15 + 0.075 + 0.6, 1e-12);
     // 0.825 still admits rank 1 on both (0.7); a tighter budget changes the choice.
     expect(critical.levels).to.deep.equal([1, 0, 1, 0]);
-    const tight = planLevels(costs, ['critical', 'stable', 'critical', 'critical'], { ...settings, errorBudget: 0.8 });
+    const tight = planLevels(costs, ['critical', 'stable', 'critical', 'critical'], norms, { ...settings, errorBudget: 0.8 });
     expect(tight.budget).to.be.closeTo(0.8 * 0.5 * 1.05, 1e-12);
     // 0.42 allows rank 2 + rank 4 (0.3 + 0.05 = 0.35, 100 + 320) or rank 4 + rank 1 (0.1 + 0.2 = 0.3, 200 + 80 = 280).
     expect(tight.levels).to.deep.equal([4, 0, 1, 0]);
@@ -130,18 +131,32 @@ describe('automatic levels: the plan', function () {
     expect(tight.candidates[0].errors).to.deep.equal([0, 0.5, 0.3, 0.1]);
   });
 
+  it('squared errors weigh each layer by its gradient: (relative error × ‖G‖)², summed', function () {
+    const plan = planLevels(costs, ['stable', 'stable', 'stable', 'stable'], norms, { ...settings, errorMeasure: 'squared' });
+    // Errors (e·‖G‖)²: layer 0 [0, .25, .09, .01], layer 2 [0, .16, .09, .01], layer 3 [0, .0081, .0036, 0];
+    // budget .09 + .09 + .0036 = .1836. Rank 1 anywhere on the two large layers exceeds it but for
+    // rank 4 + rank 1 (.17, cost 280); rank 2 on both (.18, 260) with layer 3 dense (10) is cheapest.
+    expect(plan.referenceError).to.be.closeTo(0.1836, 1e-12);
+    expect(plan.levels).to.deep.equal([2, 0, 2, 0]);
+    expect(plan.cost).to.equal(270);
+    expect(plan.candidates[2].errors.map((e) => Number(e.toFixed(6)))).to.deep.equal([0, 0.0081, 0.0036, 0]);
+    // The same table by relative errors sends rank 1 on both large layers (see above).
+    expect(planLevels(costs, ['stable', 'stable', 'stable', 'stable'], norms, settings).levels).to.deep.equal([1, 0, 1, 0]);
+    expect(() => planLevels(costs, ['stable', 'stable', 'stable', 'stable'], [1, 1], { ...settings, errorMeasure: 'squared' })).to.throw(/no gradient norm/);
+  });
+
   it('the resolution is a thousandth of the reference error, so the budget factor alone moves the choice', function () {
     expect(ERROR_STEPS).to.equal(1000);
     let previous = Infinity;
     for (const errorBudget of [0.1, 0.3, 0.5, 1, 2, 4]) {
-      const { cost } = planLevels(costs, ['stable', 'stable', 'stable', 'stable'], { ...settings, errorBudget });
+      const { cost } = planLevels(costs, ['stable', 'stable', 'stable', 'stable'], norms, { ...settings, errorBudget });
       expect(cost).to.be.at.most(previous);
       previous = cost;
     }
   });
 
   it('refuses a reference level that is not among the candidates', function () {
-    expect(() => planLevels(costs, ['stable', 'stable', 'stable', 'stable'], { ...settings, reference: 8 })).to.throw(/reference level 8/);
+    expect(() => planLevels(costs, ['stable', 'stable', 'stable', 'stable'], norms, { ...settings, reference: 8 })).to.throw(/reference level 8/);
   });
 
   it('costs in seconds: kernel time plus the bytes a host sends (ring all-reduce 2(W−1)/W, all-gather (W−1)/W)', function () {

@@ -10,6 +10,11 @@
  *   budget = errorBudget × Σ_layers error(reference level) × (criticalBudget if the layer is in a
  *            critical regime, else 1)
  *
+ * A layer's error is, by default, its squared error ‖G − C(G)‖² (the relative error times ‖G‖,
+ * squared), so the layers' errors add up to the whole model's ‖G − C(G)‖², as in L-GreCo, and a
+ * large layer weighs as much as its gradient; with `errorMeasure: 'relative'` it is the relative
+ * error ‖G − C(G)‖ / ‖G‖ itself, every layer alike whatever its size.
+ *
  * a multiple-choice knapsack, solved exactly by dynamic programming over errors counted in whole
  * units of a fixed resolution (each error rounded up, so the chosen levels never exceed the budget).
  * The resolution is a thousandth of the reference's total error, the same whatever the budget
@@ -122,6 +127,9 @@ export interface AutoPlan {
   candidates: { index: number; levels: number[]; errors: number[]; costs: number[] }[];
 }
 
+/** How a layer's compression error counts in the budget: squared (‖G − C(G)‖²) or relative (‖G − C(G)‖ / ‖G‖). */
+export type ErrorMeasure = 'squared' | 'relative';
+
 export interface AutoSettings {
   /** The reference level (--rank or --topk-ratio); it must be among the candidates. */
   reference: number;
@@ -129,24 +137,31 @@ export interface AutoSettings {
   errorBudget: number;
   /** --critical-budget: the factor on a critical layer's share of the budget. */
   criticalBudget: number;
+  /** What a layer's error is in the budget (default squared). */
+  errorMeasure?: ErrorMeasure;
   cost: CostModel;
 }
 
 /**
  * The levels of the next epochs from the measured costs of every matrix's candidates (`costs`, as
- * Model.levelCosts gives them: an empty list for 1-D parameters) and each parameter's regime.
+ * Model.levelCosts gives them: an empty list for 1-D parameters), each parameter's regime and the
+ * norm ‖G‖ of its epoch gradient sum (`norms`, which the squared measure weighs errors by).
  */
-export function planLevels(costs: LevelCost[][], regimes: Regime[], settings: AutoSettings): AutoPlan {
+export function planLevels(costs: LevelCost[][], regimes: Regime[], norms: number[], settings: AutoSettings): AutoPlan {
   const candidates: AutoPlan['candidates'] = [];
   const layers: LevelOption[][] = [];
   let referenceError = 0, budget = 0;
+  const squared = (settings.errorMeasure ?? 'squared') === 'squared';
   costs.forEach((list, index) => {
     if (list.length === 0) return;
     const reference = list.find((c) => c.level === settings.reference);
     if (!reference) throw new RangeError(`planLevels: the reference level ${settings.reference} is not among the candidates of parameter ${index}`);
-    referenceError += reference.error;
-    budget += reference.error * (regimes[index] === 'critical' ? settings.criticalBudget : 1);
-    const options = list.map((c) => ({ level: c.level, error: c.error, cost: levelCost(c, settings.cost) }));
+    const norm = norms[index] ?? NaN;
+    if (squared && !(norm >= 0)) throw new RangeError(`planLevels: parameter ${index} has no gradient norm (got ${norm})`);
+    const errorOf = (c: LevelCost) => (squared ? (c.error * norm) ** 2 : c.error);
+    referenceError += errorOf(reference);
+    budget += errorOf(reference) * (regimes[index] === 'critical' ? settings.criticalBudget : 1);
+    const options = list.map((c) => ({ level: c.level, error: errorOf(c), cost: levelCost(c, settings.cost) }));
     layers.push(options);
     candidates.push({ index, levels: options.map((o) => o.level), errors: options.map((o) => o.error), costs: options.map((o) => o.cost) });
   });

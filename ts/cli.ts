@@ -65,6 +65,7 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--auto-ratios', key: 'autoRatios', kind: 'numbers', help: 'adapt auto: candidate TopK ratios (with dense and --topk-ratio, the reference)' },
   { flag: '--error-budget', key: 'errorBudget', kind: 'number', help: "adapt auto: the layers' summed compression error may reach this multiple of the reference level's" },
   { flag: '--critical-budget', key: 'criticalBudget', kind: 'number', help: "adapt auto: factor on a layer's share of the budget while Accordion finds it critical (< 1: tighter)" },
+  { flag: '--error-measure', key: 'errorMeasure', kind: 'string', choices: ['squared', 'relative'], help: "adapt auto: a layer's error in the budget: squared ‖G − C(G)‖² (large layers weigh more) or relative ‖G − C(G)‖ / ‖G‖ (every layer alike)" },
   { flag: '--auto-cost', key: 'autoCost', kind: 'string', choices: ['floats', 'seconds'], help: 'adapt auto: what a level costs: floats per step, or seconds (kernel time + bytes over the link measured at start)' },
   { flag: '--batch-low', key: 'batchLow', kind: 'int', help: 'global batch in critical regimes (batch-size mode)' },
   { flag: '--batch-high', key: 'batchHigh', kind: 'int', help: 'global batch afterwards (batch-size mode)' },
@@ -492,7 +493,7 @@ function describeCompressor(c: TrainConfig): string {
   if (c.adapt === 'auto') {
     const [unit, list, reference] = c.compressor === 'topk' ? ['ratios', c.autoRatios, c.topkRatio] : ['ranks', c.autoRanks, c.rank];
     return (
-      `${c.compressor} with automatic levels (${unit} ${list.join(', ')} or dense, costed in ${c.autoCost}; error budget ${c.errorBudget} × ` +
+      `${c.compressor} with automatic levels (${unit} ${list.join(', ')} or dense, costed in ${c.autoCost}; ${c.errorMeasure} error budget ${c.errorBudget} × ` +
       `that of ${c.compressor === 'topk' ? 'ratio' : 'rank'} ${reference}, ×${c.criticalBudget} for critical layers; ${every})`
     );
   }

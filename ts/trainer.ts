@@ -20,7 +20,7 @@ import { checkRunDir, clearRun } from './rundir.js';
 import { CheckpointError, UsageError } from './errors.js';
 import { ProcessGroup, distributedEnv } from './cluster/group.js';
 import { endOfEpoch, initialState, wholeModelNorm, type AccordionState, type Regime } from './accordion.js';
-import { candidateLevels, measureLink, planLevels, type AutoPlan, type CostModel } from './auto-levels.js';
+import { candidateLevels, measureLink, planLevels, type AutoPlan, type CostModel, type ErrorMeasure } from './auto-levels.js';
 import { parseDevice, requireDevice, workerDevice, type DeviceName } from './device.js';
 
 export type DatasetName = ImageDatasetName | 'wikitext2';
@@ -85,6 +85,8 @@ export interface TrainConfig {
   /** --adapt auto: the budget as a multiple of the reference level's error, and the factor on a critical layer's share. */
   errorBudget: number;
   criticalBudget: number;
+  /** --adapt auto: a layer's error in the budget, squared ‖G − C(G)‖² or relative ‖G − C(G)‖ / ‖G‖. */
+  errorMeasure: ErrorMeasure;
   /** --adapt auto: a level's cost in floats per step, or in seconds over the link measured at start. */
   autoCost: 'floats' | 'seconds';
   /**
@@ -151,6 +153,7 @@ export const DEFAULT_CONFIG: Omit<TrainConfig, 'model'> = {
   autoRatios: [0.01, 0.02, 0.05, 0.1, 0.2],
   errorBudget: 1,
   criticalBudget: 0.5,
+  errorMeasure: 'squared',
   autoCost: 'floats',
   checkpointEvery: 1,
   syntheticTrain: 2560,
@@ -789,7 +792,7 @@ export class Trainer extends EventEmitter {
       const candidates = this.autoCandidates();
       const picked = new Float32Array(before.length);
       if (costs) {
-        auto = this.planAuto(costs, regimes);
+        auto = this.planAuto(costs, regimes, norms);
         auto.levels.forEach((level, i) => (picked[i] = candidates.indexOf(level)));
       }
       await this.group?.broadcast(picked, 0);
@@ -819,7 +822,7 @@ export class Trainer extends EventEmitter {
    * Rank 0's plan of automatic levels. Costs in seconds use the link measured at the start and the
    * kernel times of the first plan, kept in the state so that a resumed run plans alike.
    */
-  private planAuto(costs: LevelCost[][], regimes: Regime[]): AutoRecord {
+  private planAuto(costs: LevelCost[][], regimes: Regime[], norms: number[]): AutoRecord {
     const { config } = this;
     let cost: CostModel = { kind: 'floats' };
     if (config.autoCost === 'seconds' && this.autoState.bytesPerSecond) {
@@ -829,7 +832,13 @@ export class Trainer extends EventEmitter {
       cost = { kind: 'seconds', bytesPerSecond: this.autoState.bytesPerSecond, workers: config.workers, compressor: config.compressor as 'powersgd' | 'topk' };
     }
     const reference = config.compressor === 'topk' ? config.topkRatio : config.rank;
-    const plan = planLevels(costs, regimes, { reference, errorBudget: config.errorBudget, criticalBudget: config.criticalBudget, cost });
+    const plan = planLevels(costs, regimes, norms, {
+      reference,
+      errorBudget: config.errorBudget,
+      criticalBudget: config.criticalBudget,
+      errorMeasure: config.errorMeasure,
+      cost,
+    });
     return { ...plan, costUnit: cost.kind };
   }
 
@@ -930,6 +939,7 @@ function validateConfig(c: TrainConfig): void {
     throw new UsageError(`autoRatios must be a non-empty list of ratios in (0, 1], got ${JSON.stringify(c.autoRatios)}`);
   if (!(c.errorBudget > 0) || !Number.isFinite(c.errorBudget)) throw new UsageError(`errorBudget must be a positive number, got ${c.errorBudget}`);
   if (!(c.criticalBudget > 0) || !Number.isFinite(c.criticalBudget)) throw new UsageError(`criticalBudget must be a positive number, got ${c.criticalBudget}`);
+  if (!['squared', 'relative'].includes(c.errorMeasure)) throw new UsageError(`errorMeasure must be squared or relative, got '${c.errorMeasure}'`);
   if (!['floats', 'seconds'].includes(c.autoCost)) throw new UsageError(`autoCost must be floats or seconds, got '${c.autoCost}'`);
   for (const key of ['batchLow', 'batchHigh'] as const)
     if (!Number.isInteger(c[key]) || c[key] < 1) throw new UsageError(`${key} must be a positive integer, got ${c[key]}`);
