@@ -48,6 +48,15 @@ const SUITES = [
     onlyWhenNamed: true,
   },
   {
+    // Root and about half an hour: run only when named (--only overlap).
+    name: 'overlap',
+    script: 'overlap.js',
+    description: 'ResNet-18 over 2 simulated hosts: the exchange overlapped with backward against after it, and PyTorch DDP (root)',
+    args: [],
+    quick: ['--bandwidths', '1gbit'],
+    onlyWhenNamed: true,
+  },
+  {
     name: 'event-loop',
     script: 'event-loop.js',
     description: 'event-loop delay while ResNet-18 trains and writes a checkpoint every epoch (synthetic preset)',
@@ -58,7 +67,7 @@ const SUITES = [
 
 const USAGE = `usage: node bench/run.js [--quick] [--only NAME[,NAME]]
   --quick      fewer steps: a smoke run, not figures to quote
-  --only LIST  run only these suites (${SUITES.map((s) => s.name).join(', ')}; cluster runs only when named)`;
+  --only LIST  run only these suites (${SUITES.map((s) => s.name).join(', ')}; cluster and overlap run only when named)`;
 
 // A separate process per suite so one suite's native thread pools and memory cannot colour the next.
 function runSuite(suite, quick) {

@@ -33,6 +33,7 @@ describe('command line', function () {
     [['train', '--model', 'resnet18', '--timeout', '99999999999999999999'], /option --timeout: expected an integer of at most/],
     [['train', '--model', 'resnet18', '--threads', '0'], /option --threads: expected an integer from 1/],
     [['train', '--model', 'resnet18', '--threads', '-3'], /option --threads: expected an integer from 1/],
+    [['train', '--model', 'resnet18', '--bucket-mb', '-1'], /option --bucket-mb: expected a number ≥ 0/],
     [['train', '--model', 'resnet18', '--synthetic-train', '9000000000000'], /option --synthetic-train: .*2 × images × 3,073 bytes.*memory/],
     [['train', '--model', 'resnet18', '--batch-size', '1000000000'], /option --batch-size: a batch of 1000000000 needs at least .* GiB.*memory/],
     [['train', '--model', 'vgg19bn', '--eval-batch-size', '1000000000'], /option --eval-batch-size: .*memory/],
@@ -169,5 +170,9 @@ describe('command line', function () {
     const info = JSON.parse(r.stdout);
     expect(info.build.dnnl).to.match(/^\d+\.\d+/);
     expect(info.devices.count).to.be.a('number');
+    // OMP_NUM_THREADS=2 (run's default): an overlapped exchange takes one of the two threads.
+    expect(info.threads.total).to.equal(2);
+    expect(info.threads.overlapped).to.deep.equal({ compute: 1, communication: 1 });
+    expect(info.threads.alone).to.deep.equal({ compute: 2, communication: 0 });
   });
 });

@@ -228,7 +228,10 @@ describe('data parallel: floats accounting against what the collectives carried'
     // the rank-8 ones dense.
     { name: 'lstm powersgd mixed ranks', model: { ...lstm, compressor: 'powersgd', level: 1 }, cycle: [8, 2, 4, 1], steps: 2 },
     { name: 'lstm topk mixed ratios', model: { ...lstm, compressor: 'topk', level: 0.5 }, cycle: [0.01, 1, 0.25, 0.5], steps: 2 },
-    { name: 'resnet18 powersgd mixed ranks', model: { architecture: 'resnet18', classes: 10, compressor: 'powersgd', level: 2 }, cycle: [1, 4], steps: 2 },
+    { name: 'resnet18 powersgd mixed ranks', model: { architecture: 'resnet18', classes: 10, compressor: 'powersgd', level: 2, bucketMb: 0 }, cycle: [1, 4], steps: 2 },
+    // The exchange overlapped with backward: the same floats, in a few collectives per bucket.
+    { name: 'resnet18 powersgd mixed ranks in 1 MiB buckets', model: { architecture: 'resnet18', classes: 10, compressor: 'powersgd', level: 2, bucketMb: 1 }, cycle: [1, 4, 0], steps: 2 },
+    { name: 'resnet18 topk in 4 MiB buckets', model: { architecture: 'resnet18', classes: 10, compressor: 'topk', level: 0.01, bucketMb: 4 }, steps: 2 },
   ];
 
   /** A case's levels per parameter: the cycle's levels over the matrices in turn, 0 for 1-D ones. */
@@ -242,8 +245,26 @@ describe('data parallel: floats accounting against what the collectives carried'
     return { ...rest, levels };
   }
 
-  /** What each kind of collective must carry in one step, from the shapes and levels alone. */
-  function expected(compressor, shapes, levels, minCompressionRate = 1) {
+  /**
+   * What each kind of collective must carry in one step, from the shapes and levels alone, and how
+   * many calls: per bucket of the overlapped exchange (`buckets`; none: one exchange of everything).
+   */
+  function expected(compressor, shapes, levels, minCompressionRate = 1, buckets = []) {
+    const groups = buckets.length ? buckets : [shapes.map((_, i) => i)];
+    const total = { floats: 0, allReduce: { elements: W, calls: 1 }, allGather: { elements: 0, calls: 0 } };
+    for (const group of groups) {
+      const g = exchangeOf(compressor, group.map((i) => shapes[i]), group.map((i) => levels[i]), minCompressionRate);
+      total.floats += g.dense + g.powerSgd + g.topK;
+      total.allReduce.elements += g.dense + g.powerSgd;
+      total.allReduce.calls += (g.dense > 0 ? 1 : 0) + (g.powerSgd > 0 ? 2 : 0);
+      total.allGather.elements += g.topK;
+      total.allGather.calls += g.topK > 0 ? 1 : 0;
+    }
+    return total;
+  }
+
+  /** The floats of one exchange of these parameters, by the collective that carries them. */
+  function exchangeOf(compressor, shapes, levels, minCompressionRate) {
     let dense = 0, powerSgd = 0, topK = 0;
     shapes.forEach((shape, i) => {
       const numel = shape.reduce((a, b) => a * b, 1);
@@ -260,11 +281,7 @@ describe('data parallel: floats accounting against what the collectives carried'
       if (minCompressionRate <= 0 || (n + m) * r * minCompressionRate < n * m) powerSgd += (n + m) * r;
       else dense += numel;
     });
-    return {
-      floats: dense + powerSgd + topK,
-      allReduce: { elements: dense + powerSgd + W, calls: 1 + (dense > 0 ? 1 : 0) + (powerSgd > 0 ? 2 : 0) },
-      allGather: { elements: topK, calls: topK > 0 ? 1 : 0 },
-    };
+    return { dense, powerSgd, topK };
   }
 
   it(`per step, floats sent + overhead = the floats the group carried, exactly, with ${W} processes (dense, PowerSGD, TopK, mixed levels)`, async function () {
@@ -276,7 +293,8 @@ describe('data parallel: floats accounting against what the collectives carried'
       const label = `rank ${result.rank}`;
       result.cases.forEach((got, k) => {
         const c = spec.cases[k];
-        const want = expected(c.model.compressor, got.shapes, got.levels, c.model.minCompressionRate);
+        const want = expected(c.model.compressor, got.shapes, got.levels, c.model.minCompressionRate, got.buckets);
+        if (c.model.bucketMb) expect(got.buckets.length, `${label} ${c.name}: buckets`).to.be.above(1);
         if (c.levels) expect(got.levels, `${label} ${c.name}: levels`).to.deep.equal(c.levels);
         if (c.name.includes('mixed')) expect(new Set(got.levels.filter((l) => l > 0)).size, `${c.name}: levels in use`).to.be.at.least(2);
         got.steps.forEach((step, s) => {

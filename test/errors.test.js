@@ -73,6 +73,8 @@ describe('errors of the public API', function () {
       ['Model.create with nesterov "yes"', 'ERR_USAGE', () => Model.create({ architecture: 'resnet18', nesterov: 'yes' })],
       ['Model.create with an unknown compressor', 'ERR_USAGE', () => Model.create({ architecture: 'resnet18', compressor: 'zip' })],
       ['Model.create with level 0', 'ERR_USAGE', () => Model.create({ architecture: 'resnet18', compressor: 'powersgd', level: 0 })],
+      ['Model.create with buckets of -1 MiB', 'ERR_USAGE', () => Model.create({ architecture: 'resnet18', bucketMb: -1 })],
+      ['Model.create with 0 threads', 'ERR_USAGE', () => Model.create({ architecture: 'resnet18', threads: 0 })],
       ['Model.create with a group that is not a ProcessGroup', 'ERR_USAGE', () => Model.create({ architecture: 'resnet18', group: {} })],
       ['Model.create on a device that is not one', 'ERR_USAGE', () => Model.create({ architecture: 'resnet18', device: 'gpu' })],
       ['Model.create with PowerSGD rank 1.5 (refused by the addon)', 'ERR_INVALID_ARGUMENT', () => Model.create({ architecture: 'resnet18', compressor: 'powersgd', level: 1.5 })],

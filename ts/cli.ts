@@ -80,7 +80,8 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--dropout', key: 'dropout', kind: 'number', help: 'lstm: dropout on the embedding, between layers and on the output' },
   { flag: '--bptt', key: 'bptt', kind: 'int', help: 'lstm: steps of truncated backpropagation through time' },
   { flag: '--clip', key: 'clip', kind: 'number', help: 'lstm: global gradient-norm clip (0: none)' },
-  { flag: '--threads', key: 'threads', kind: 'int', help: 'native threads (default: OMP_NUM_THREADS or all cores)' },
+  { flag: '--threads', key: 'threads', kind: 'int', help: 'native threads (default: OMP_NUM_THREADS or all cores); an overlapped exchange takes one for its communication thread' },
+  { flag: '--bucket-mb', key: 'bucketMb', kind: 'number', help: 'overlap the exchange with backward in buckets of this many MiB of gradients (default 25, as PyTorch DDP; 0: exchange after backward)' },
   { flag: '--timeout', key: 'timeoutMs', kind: 'int', help: 'milliseconds before a rendezvous or collective gives up' },
   { flag: '--quiet', key: 'progress', kind: 'flag', negate: true, help: 'no progress bar or per-epoch lines' },
   { flag: '--config', key: 'config', kind: 'string', help: "JSON file of options (names as here or as in a run's config.json); flags override it" },
@@ -547,7 +548,15 @@ async function info(): Promise<void> {
     if (!(err instanceof UsageError)) throw err;
     job = `error: ${err.message}`;
   }
-  process.stdout.write(JSON.stringify({ build: binding.buildInfo(), devices: binding.deviceQuery(), job }, null, 2) + '\n');
+  // The thread budget (--threads, else OMP_NUM_THREADS or every core) and how a model shares it out.
+  const total = Number(process.env.OMP_NUM_THREADS) || binding.buildInfo().threads;
+  const threads = {
+    total,
+    overlapped: { compute: Math.max(1, total - 1), communication: 1 },
+    alone: { compute: total, communication: 0 },
+    rule: 'an image model on the CPU with 2 or more workers and --bucket-mb > 0 (the default) overlaps its exchange with backward: one thread communicates, the others compute; otherwise all compute',
+  };
+  process.stdout.write(JSON.stringify({ build: binding.buildInfo(), devices: binding.deviceQuery(), job, threads }, null, 2) + '\n');
 }
 
 export async function main(argv: string[]): Promise<number> {

@@ -4,7 +4,7 @@
  * safetensors layout loads here.
  */
 import * as os from 'node:os';
-import { binding, call, type CompressorName, type LevelCost, type MemoryStats, type NativeEngine, type StateEntry, type StepResult } from './native.js';
+import { binding, call, type CompressorName, type ExchangePlan, type LevelCost, type MemoryStats, type NativeEngine, type StateEntry, type StepResult } from './native.js';
 import { parseDevice, type DeviceName } from './device.js';
 import { Batcher } from './batcher.js';
 import { ProcessGroup } from './cluster/group.js';
@@ -44,6 +44,14 @@ export interface ModelOptions {
   accumulateNorms?: boolean;
   /** Exchange gradients with the other workers of this group (default: train alone). */
   group?: ProcessGroup;
+  /**
+   * With a group, an image model on the CPU: buckets of at most this many MiB of gradients (as
+   * PyTorch DDP's bucket_cap_mb, default 25) are compressed and exchanged by a communication thread
+   * while backward still runs; 0 exchanges everything after backward.
+   */
+  bucketMb?: number;
+  /** OpenMP threads of this model's work (default: the last setThreads(), else OMP_NUM_THREADS or all cores), shared with the communication thread. */
+  threads?: number;
   /** Batch norm normalises with its running statistics during training too (default false). */
   frozenBatchNorm?: boolean;
   /**
@@ -153,6 +161,8 @@ export class Model {
       layers: options.layers,
       dropout: options.dropout,
       keepGradients: options.keepGradients ?? false,
+      bucketBytes: Math.round((options.bucketMb ?? DEFAULT_BUCKET_MB) * 2 ** 20),
+      threads: options.threads ?? 0,
     });
     try {
       return new Model(options, engine, await call(engine.ready()));
@@ -487,6 +497,11 @@ export class Model {
     await call(this.native.setLearningRate(lr));
   }
 
+  /** The split of the thread budget and the overlapped exchange's buckets (see ExchangePlan). */
+  async exchangePlan(): Promise<ExchangePlan> {
+    return call(this.native.exchangePlan());
+  }
+
   /** Bytes of device memory the model's tensors hold now and held at most (0 on the CPU). */
   async memoryStats(): Promise<MemoryStats> {
     return call(this.native.memoryStats());
@@ -499,6 +514,9 @@ export class Model {
     if (engine) await engine.dispose();
   }
 }
+
+/** PyTorch DDP's default bucket size. */
+export const DEFAULT_BUCKET_MB = 25;
 
 /** Class ids are int32; the language model's sizes are bounded as the addon bounds them. */
 const MAX_CLASSES = 2 ** 31 - 1;
@@ -517,7 +535,8 @@ function checkOptions(o: ModelOptions): void {
   integer('layers', 1, MAX_LAYERS);
   integer('seed', 0, Number.MAX_SAFE_INTEGER);
   integer('compressionSeed', 0, Number.MAX_SAFE_INTEGER);
-  for (const key of ['learningRate', 'momentum', 'weightDecay', 'minCompressionRate'] as const) {
+  integer('threads', 1, 4096);
+  for (const key of ['learningRate', 'momentum', 'weightDecay', 'minCompressionRate', 'bucketMb'] as const) {
     const v = o[key];
     if (v !== undefined && !(typeof v === 'number' && Number.isFinite(v) && v >= 0)) throw new UsageError(`${key} must be a finite number ≥ 0, got ${describe(v)}`);
   }

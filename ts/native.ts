@@ -72,6 +72,21 @@ export interface StepResult {
   computeSeconds: number;
   compressionSeconds: number;
   communicationSeconds: number;
+  /**
+   * Seconds the step waited for the exchange after backward: all of compression and communication
+   * when the exchange follows backward, only what backward did not hide when it overlaps (buckets).
+   */
+  exchangeWaitSeconds: number;
+}
+
+/** How an engine shares out its threads and buckets its exchange (Model.exchangePlan). */
+export interface ExchangePlan {
+  /** OpenMP threads of forward, backward and the update. */
+  computeThreads: number;
+  /** 1 when a communication thread overlaps the exchange with backward, else 0. */
+  communicationThreads: number;
+  /** The overlapped exchange's buckets: parameter indices (state_dict order) in the order they travel. */
+  buckets: number[][];
 }
 
 /**
@@ -122,6 +137,10 @@ export interface EngineOptions {
   dropout?: number;
   /** Keep a copy of each step's local gradients for gradients() (default false). */
   keepGradients?: boolean;
+  /** Bytes of gradients per bucket of the overlapped exchange (0: after backward). */
+  bucketBytes?: number;
+  /** OpenMP threads of the engine's work (0: OpenMP's default). */
+  threads?: number;
 }
 
 export interface BatcherOptions {
@@ -170,6 +189,7 @@ export interface NativeEngine {
   memoryStats(): Promise<MemoryStats>;
   /** What the collectives of the group the gradients travel on (Gloo, or NCCL on GPUs) have carried. */
   collectiveCounts(): Promise<CollectiveCounts>;
+  exchangePlan(): Promise<ExchangePlan>;
   /** One optimiser step on caller tensors: N images (N, 3, height, width) NCHW and N labels. */
   trainOn(images: Float32Array, labels: Int32Array, height: number, width: number): Promise<StepResult>;
   /** Logits (N, classes) in training or evaluation mode. */
@@ -256,6 +276,8 @@ export interface NativeReducerProbeOptions {
   seed?: number;
   minCompressionRate?: number;
   accumulateNorms?: boolean;
+  /** Exchange in buckets of at most this many bytes (BucketExchange, on its own thread per worker); 0: reduce() at once. */
+  bucketBytes?: number;
   group?: NativeProcessGroup;
   device?: string;
 }

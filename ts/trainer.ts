@@ -7,7 +7,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { binding, type CompressorName, type LevelCost, type StepResult } from './native.js';
-import { Model, type Architecture } from './model.js';
+import { DEFAULT_BUCKET_MB, Model, type Architecture } from './model.js';
 import { loadImageDataset, type ImageDatasetName } from './data/datasets.js';
 import { readWikiText } from './data/wikitext.js';
 import { ImageTask, LanguageTask, type TrainingTask } from './tasks.js';
@@ -109,8 +109,10 @@ export interface TrainConfig {
   dropout: number;
   bptt: number;
   clip: number;
-  /** Native threads (default: OMP_NUM_THREADS or all cores). */
+  /** Native threads (default: OMP_NUM_THREADS or all cores); the communication thread of an overlapped exchange takes one. */
   threads?: number;
+  /** Buckets of the exchange overlapped with backward, in MiB of gradients (default 25, as DDP); 0: exchange after backward. */
+  bucketMb: number;
   /** Timeout of the rendezvous and of every collective, in milliseconds. */
   timeoutMs: number;
   /**
@@ -151,6 +153,7 @@ export const DEFAULT_CONFIG: Omit<TrainConfig, 'model'> = {
   batchHigh: 4096,
   autoRanks: [1, 2, 4, 8],
   autoRatios: [0.01, 0.02, 0.05, 0.1, 0.2],
+  bucketMb: DEFAULT_BUCKET_MB,
   errorBudget: 1,
   criticalBudget: 0.5,
   errorMeasure: 'squared',
@@ -217,6 +220,8 @@ export interface EpochRecord {
   computeSeconds: number;
   compressionSeconds: number;
   communicationSeconds: number;
+  /** Seconds the epoch's steps waited for the exchange after backward (all of it without overlap). */
+  exchangeWaitSeconds: number;
   /** With Accordion: per parameter, its level in this epoch (0: dense), the norm of its summed
    * gradient, and the norm-change ratio when this epoch was a check. */
   levels?: number[];
@@ -481,6 +486,8 @@ export class Trainer extends EventEmitter {
         minCompressionRate: config.minCompressionRate,
         accumulateNorms: accordion || adaptBatch,
         group,
+        bucketMb: config.bucketMb,
+        threads,
       });
       const trainer = new Trainer(config, task, model, group, !context.group);
       trainer.normSource = context.gradientNorms;
@@ -637,7 +644,7 @@ export class Trainer extends EventEmitter {
     const bar = config.progress && this.rank === 0 ? new ProgressBar(`epoch ${epoch + 1}/${config.epochs}`, steps) : undefined;
     const begin = performance.now();
     let lossSum = 0, correct = 0, samples = 0, stepsDone = 0, floatsSent = 0, overheadFloats = 0;
-    let computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0;
+    let computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0, exchangeWaitSeconds = 0;
     const levels = this.accordionState ? Array.from(await this.model.levels()) : undefined;
     for (let step = 0; step < steps; step++) {
       const r: StepResult | null = await this.task.step(this.model, microBatches);
@@ -651,6 +658,7 @@ export class Trainer extends EventEmitter {
       computeSeconds += r.computeSeconds;
       compressionSeconds += r.compressionSeconds;
       communicationSeconds += r.communicationSeconds;
+      exchangeWaitSeconds += r.exchangeWaitSeconds;
       const elapsed = Math.max((performance.now() - begin) / 1000, 1e-9);
       const event: StepEvent = {
         epoch,
@@ -700,6 +708,7 @@ export class Trainer extends EventEmitter {
       computeSeconds,
       compressionSeconds,
       communicationSeconds,
+      exchangeWaitSeconds,
       batchSize: batch,
       bookkeepingSeconds,
       ...(levels && decision ? { levels, norms: decision.norms, ratios: decision.ratios } : {}),
@@ -905,7 +914,7 @@ function partialRecord(epoch: number, lr: number, batchSize: number, seconds: nu
   return {
     epoch, lr, batchSize, seconds,
     trainLoss: NaN, trainAccuracy: NaN, testLoss: NaN, testAccuracy: NaN, samples: 0, steps: 0, samplesPerSecond: 0,
-    floatsSent: 0, floatsSentTotal: 0, overheadFloats: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, bookkeepingSeconds: 0,
+    floatsSent: 0, floatsSentTotal: 0, overheadFloats: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, exchangeWaitSeconds: 0, bookkeepingSeconds: 0,
   };
 }
 
@@ -956,6 +965,7 @@ function validateConfig(c: TrainConfig): void {
   if (c.dataset !== 'synthetic' && !c.dataDir) throw new UsageError(`dataset ${c.dataset} needs --data DIR`);
   if (c.timeoutMs > MAX_TIMEOUT_MS)
     throw new UsageError(`option --timeout: at most ${MAX_TIMEOUT_MS} ms (about 24.8 days, the longest a Node.js timer waits), got ${c.timeoutMs}`);
+  if (!(c.bucketMb >= 0) || !Number.isFinite(c.bucketMb)) throw new UsageError(`option --bucket-mb: expected a number ≥ 0 (MiB; 0: exchange after backward), got ${c.bucketMb}`);
   if (c.threads !== undefined && (!Number.isInteger(c.threads) || c.threads < 1 || c.threads > MAX_THREADS))
     throw new UsageError(`option --threads: expected an integer from 1 to ${MAX_THREADS}, got ${c.threads}`);
   checkMemory(c, os.totalmem());

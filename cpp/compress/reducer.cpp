@@ -133,13 +133,22 @@ int64_t GradientReducer::firstNonFinite() {
 }
 
 ReduceResult GradientReducer::reduce(int64_t firstBad) {
+  communicationSeconds_ = 0;
+  ReduceResult result;
+  agree(firstBad, result);
+  std::vector<size_t> all(slots_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  exchange(all, result);
+  result.communicationSeconds = communicationSeconds_;
+  return result;
+}
+
+void GradientReducer::agree(int64_t firstBad, ReduceResult& result) {
   // Workers agree before any memory, sum or weight changes, so a NaN on one worker stops the step
   // on all of them instead of leaving the others in a collective. Each publishes its result in its
   // own slot.
   std::vector<float> badIndex(group_.size(), 0.0f);
   badIndex[group_.rank()] = static_cast<float>(firstBad);
-  communicationSeconds_ = 0;
-  ReduceResult result;
   if (group_.size() > 1) {
     result.overheadFloats = group_.size();
     if (group_.onDevice()) {
@@ -156,17 +165,21 @@ ReduceResult GradientReducer::reduce(int64_t firstBad) {
     if (badIndex[r] > 0)
       throw numericalError("the gradient of '" + slots_[static_cast<size_t>(badIndex[r]) - 1].parameter->name +
                            "' contains NaN or Inf on rank " + std::to_string(r) + "; the step was skipped on every worker");
+}
+
+void GradientReducer::exchange(const std::vector<size_t>& slots, ReduceResult& result) {
   if (options_.accumulateNorms) {
     std::vector<Span> sums;
     std::vector<ConstSpan> grads;
-    for (Slot& s : slots_) {
+    for (size_t i : slots) {
+      Slot& s = slots_[i];
       sums.push_back({s.normSum.data(), s.normSum.numel()});
       grads.push_back({s.parameter->grad.data(), s.parameter->grad.numel()});
     }
     backend_.accumulate(sums, grads);
   }
   std::vector<size_t> dense, powerSgd, topK;
-  for (size_t i = 0; i < slots_.size(); ++i)
+  for (size_t i : slots)
     (compressed(slots_[i]) ? (options_.compressor == Compressor::PowerSgd ? powerSgd : topK) : dense).push_back(i);
   for (size_t i : dense) result.floatsSent += slots_[i].parameter->grad.numel();
   flushMemories(dense);
@@ -176,8 +189,84 @@ ReduceResult GradientReducer::reduce(int64_t firstBad) {
   }
   if (!topK.empty()) reduceTopK(topK, result);
   reduceDense(dense);
-  result.communicationSeconds = communicationSeconds_;
-  return result;
+}
+
+std::vector<std::vector<size_t>> gradientBuckets(const std::vector<Parameter*>& parameters, int64_t bytes) {
+  std::vector<std::vector<size_t>> buckets;
+  int64_t filled = 0;
+  for (size_t k = parameters.size(); k-- > 0;) {
+    const int64_t size = parameters[k]->grad.bytes();
+    if (buckets.empty() || (filled > 0 && filled + size > bytes)) {
+      buckets.emplace_back();
+      filled = 0;
+    }
+    buckets.back().push_back(k);
+    filled += size;
+  }
+  return buckets;
+}
+
+void GradientReducer::startBuckets() {
+  bucketsFirstBad_ = 0;
+  for (Slot& s : slots_) s.saved = false;
+}
+
+void GradientReducer::save(Slot& s) {
+  auto keep = [this](Tensor& copy, const Tensor& t) {
+    if (!t.defined()) return;
+    ensureShape(copy, t.shape(), backend_);
+    backend_.copy(copy.data(), t.data(), t.bytes());
+  };
+  keep(s.savedMemory, s.memory);
+  keep(s.savedQ, s.q);
+  keep(s.savedNormSum, s.normSum);
+  s.savedFlush = s.flushMemory;
+  s.saved = true;
+}
+
+void GradientReducer::reduceBucket(const std::vector<size_t>& bucket, ReduceResult& result) {
+  // Checked in parameter order, so that the first non-finite one is named as reduce() would name it.
+  std::vector<size_t> ascending(bucket);
+  std::sort(ascending.begin(), ascending.end());
+  std::vector<ConstSpan> grads;
+  for (size_t i : ascending) grads.push_back({slots_[i].parameter->grad.data(), slots_[i].parameter->grad.numel()});
+  backend_.findNonFinite(grads, finiteFlag_.data());
+  double bad = 0;
+  backend_.download(&bad, finiteFlag_.data(), sizeof(double));
+  backend_.synchronize();
+  if (bad > 0) {
+    // Noted for the agreement; the bucket still travels (as zeros), so every worker's collectives match.
+    const int64_t first = static_cast<int64_t>(ascending[static_cast<size_t>(bad) - 1]) + 1;
+    if (bucketsFirstBad_ == 0 || first < bucketsFirstBad_) bucketsFirstBad_ = first;
+    for (size_t i : bucket) backend_.fill(slots_[i].parameter->grad.data(), slots_[i].parameter->grad.numel(), 0.0f);
+  }
+  for (size_t i : bucket) save(slots_[i]);
+  communicationSeconds_ = 0;
+  exchange(bucket, result);
+  result.communicationSeconds += communicationSeconds_;
+}
+
+void GradientReducer::finishBuckets(ReduceResult& result) {
+  communicationSeconds_ = 0;
+  try {
+    agree(bucketsFirstBad_, result);
+  } catch (...) {
+    restoreBuckets();
+    throw;
+  }
+  result.communicationSeconds += communicationSeconds_;
+}
+
+void GradientReducer::restoreBuckets() {
+  for (Slot& s : slots_) {
+    if (!s.saved) continue;
+    if (s.memory.defined()) backend_.copy(s.memory.data(), s.savedMemory.data(), s.memory.bytes());
+    if (s.q.defined()) backend_.copy(s.q.data(), s.savedQ.data(), s.q.bytes());
+    if (s.normSum.defined()) backend_.copy(s.normSum.data(), s.savedNormSum.data(), s.normSum.bytes());
+    s.flushMemory = s.savedFlush;
+    s.saved = false;
+  }
+  backend_.synchronize();
 }
 
 template <typename Fn>

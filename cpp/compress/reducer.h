@@ -46,7 +46,16 @@ struct ReducerOptions {
   float orthogonalizationEps = 1e-8f;
   // Keep Σ_t g_t per parameter over the epoch (Accordion's norms).
   bool accumulateNorms = false;
+  // Buckets of the exchange overlapped with backward (Session, compress/bucket_exchange.h): at most
+  // this many bytes of gradients each; 0 exchanges everything after backward.
+  int64_t bucketBytes = 0;
 };
+
+// A step's exchange in buckets, overlapped with backward (compress/bucket_exchange.h): the
+// parameters in reverse order, grouped into buckets of at most `bytes` of gradients each (a larger
+// parameter is a bucket of its own). Exchanging a bucket is exactly reduce() on its parameters,
+// so bucketing changes no number but the order in which the collectives sum (ALGORITHMS.md 1.6).
+std::vector<std::vector<size_t>> gradientBuckets(const std::vector<Parameter*>& parameters, int64_t bytes);
 
 // What compressing one weight matrix's gradient at one level costs (GradientReducer::levelCosts).
 struct LevelCost {
@@ -79,6 +88,18 @@ class GradientReducer {
   int64_t firstNonFinite();
   // reduce(firstNonFinite()).
   ReduceResult reduce() { return reduce(firstNonFinite()); }
+
+  // The same exchange in buckets, one bucket (parameter indices) at a time, in the same bucket order
+  // on every worker: a step is startBuckets(), reduceBucket() for each bucket, then finishBuckets().
+  // A bucket's gradients are checked first (a non-finite one is noted and zeroed, so the collectives
+  // still match); the state the bucket changes (memories, Q, gradient sums) is copied before it
+  // changes. finishBuckets() is reduce()'s agreement on the step's first non-finite gradient: a bad
+  // one on any worker restores the copies, then throws on every worker, as reduce() does.
+  void startBuckets();
+  void reduceBucket(const std::vector<size_t>& bucket, ReduceResult& result);
+  void finishBuckets(ReduceResult& result);
+  // Puts back the state the step's buckets changed (a step that fails before finishBuckets()).
+  void restoreBuckets();
 
   Compressor compressor() const { return options_.compressor; }
   // Levels: PowerSGD rank (a positive integer) or TopK ratio in (0, 1]; 0 for parameters sent dense
@@ -124,7 +145,15 @@ class GradientReducer {
     Tensor q;                     // PowerSGD (cols, r), row-major
     Tensor normSum;
     bool flushMemory = false;     // set to dense: the memory joins the next gradient
+    // A bucketed step's copy of the state above, taken before its bucket changes it.
+    Tensor savedMemory, savedQ, savedNormSum;
+    bool savedFlush = false, saved = false;
   };
+  // Workers agree on `firstBad`; throws naming the parameter and rank where any gradient is not finite.
+  void agree(int64_t firstBad, ReduceResult& result);
+  // Compresses and exchanges the gradients of `slots` (after the agreement), adding to `result`.
+  void exchange(const std::vector<size_t>& slots, ReduceResult& result);
+  void save(Slot& s);
   // The rank (clipped to the matrix) and whether the matrix is compressed, at its level or another.
   int64_t rankAt(const Slot& s, double level) const;
   bool compressedAt(const Slot& s, double level) const;
@@ -152,6 +181,7 @@ class GradientReducer {
   Tensor pBuffer_, qBuffer_, sendBuffer_, receiveBuffer_, denseBuffer_, agreementBuffer_;
   Array<double> finiteFlag_;
   double communicationSeconds_ = 0;
+  int64_t bucketsFirstBad_ = 0;  // of a bucketed step: 1 + the first non-finite parameter, or 0
 };
 
 }  // namespace accordion

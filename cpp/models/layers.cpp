@@ -322,8 +322,16 @@ Tensor Sequential::forward(const Tensor& input) {
 
 Tensor Sequential::backward(const Tensor& gradOutput) {
   Tensor g = gradOutput;
-  for (auto it = children_.rbegin(); it != children_.rend(); ++it) g = it->second->backward(g);
+  for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
+    g = it->second->backward(g);
+    if (hook_) (*hook_)(*it->second);
+  }
   return g;
+}
+
+void Sequential::setBackwardHook(const BackwardHook* hook) {
+  hook_ = hook;
+  for (auto& [name, child] : children_) child->setBackwardHook(hook);
 }
 
 void Sequential::collectState(const std::string& prefix, StateRefs& refs) {
@@ -371,6 +379,11 @@ void BasicBlock::setTraining(bool training) {
 void BasicBlock::freezeBatchNorm(bool frozen) {
   main_.freezeBatchNorm(frozen);
   shortcut_.freezeBatchNorm(frozen);
+}
+
+void BasicBlock::setBackwardHook(const BackwardHook* hook) {
+  main_.setBackwardHook(hook);
+  shortcut_.setBackwardHook(hook);
 }
 
 Tensor BasicBlock::forward(const Tensor& input) {

@@ -6,6 +6,7 @@
 // Parameters are created and initialised on the host (so every device starts from the same
 // weights) and moved to the backend's device by placeState().
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -47,6 +48,10 @@ class Module {
   // Frozen batch norm normalises with its running statistics even while training (and leaves
   // them unchanged): batch-size-independent forward passes, e.g. to compare data-parallel runs.
   virtual void freezeBatchNorm(bool frozen) {}
+  // Containers call `hook` with each child whose backward has just returned: that child's
+  // parameter gradients are final (the overlapped gradient exchange listens). Null: no calls.
+  using BackwardHook = std::function<void(Module&)>;
+  virtual void setBackwardHook(const BackwardHook* hook) {}
 
  protected:
   Backend& ops_;
@@ -213,11 +218,13 @@ class Sequential : public Module {
   void collectState(const std::string& prefix, StateRefs& refs) override;
   void setTraining(bool training) override;
   void freezeBatchNorm(bool frozen) override;
+  void setBackwardHook(const BackwardHook* hook) override;
   bool empty() const { return children_.empty(); }
   size_t size() const { return children_.size(); }
 
  private:
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  const BackwardHook* hook_ = nullptr;
 };
 
 // ResNet's BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)).
@@ -229,6 +236,7 @@ class BasicBlock : public Module {
   void collectState(const std::string& prefix, StateRefs& refs) override;
   void setTraining(bool training) override;
   void freezeBatchNorm(bool frozen) override;
+  void setBackwardHook(const BackwardHook* hook) override;
 
  private:
   Sequential main_;      // conv1, bn1, relu, conv2, bn2

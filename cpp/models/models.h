@@ -28,6 +28,8 @@ class Model {
   // images: (N, 3, H, W) in the backend's layout; returns logits (N, classes).
   Tensor forward(const Tensor& images) { return vision().forward(images); }
   void backward(const Tensor& gradLogits) { vision().backward(gradLogits); }
+  // Vision models: `hook` hears of each module whose backward has returned (Module::setBackwardHook).
+  void setBackwardHook(const Module::BackwardHook* hook) { vision().setBackwardHook(hook); }
   void setTraining(bool training) {
     if (language_) language_->setTraining(training);
     else root_->setTraining(training);

@@ -10,6 +10,11 @@
 
 namespace accordion::napi {
 
+std::atomic<int>& defaultThreads() {
+  static std::atomic<int> threads{0};
+  return threads;
+}
+
 struct AddonData {
   Napi::FunctionReference batcherClass, groupClass;
 };
@@ -116,6 +121,7 @@ Napi::Value setThreads(const Napi::CallbackInfo& info) {
   const int n = static_cast<int>(intArg(info, 0, "threads", 1, 4096));
   omp_set_num_threads(n);
   openblas_set_num_threads(n);
+  defaultThreads() = n;
   return info.Env().Undefined();
 }
 

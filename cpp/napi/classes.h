@@ -3,6 +3,7 @@
 #pragma once
 #include <napi.h>
 
+#include <atomic>
 #include <memory>
 
 #include "data/batcher.h"
@@ -14,6 +15,10 @@
 #include "train/session.h"
 
 namespace accordion::napi {
+
+// The thread count setThreads() set last, for engines created without one (0: OpenMP's default).
+// An engine's work runs on its own thread, whose OpenMP setting is its own: the engine applies it.
+std::atomic<int>& defaultThreads();
 
 // Whether a JS value is an instance of the addon's Batcher / ProcessGroup class.
 bool isBatcher(Napi::Value value);
@@ -97,6 +102,7 @@ class EngineWrap : public GuardedWrap<EngineWrap> {
   Napi::Value resetState(const Napi::CallbackInfo& info);
   Napi::Value memoryStats(const Napi::CallbackInfo& info);
   Napi::Value collectiveCounts(const Napi::CallbackInfo& info);
+  Napi::Value exchangePlan(const Napi::CallbackInfo& info);
   Napi::Value trainOn(const Napi::CallbackInfo& info);
   Napi::Value forward(const Napi::CallbackInfo& info);
   Napi::Value forwardTokens(const Napi::CallbackInfo& info);
@@ -164,6 +170,7 @@ class ReducerProbeWrap : public GuardedWrap<ReducerProbeWrap> {
   std::vector<std::vector<Parameter>> parameters_;  // per worker
   std::vector<std::vector<Tensor>> inputs_;         // per worker: the gradients restart() restores
   std::vector<std::unique_ptr<GradientReducer>> reducers_;
+  std::vector<std::unique_ptr<BucketExchange>> exchanges_;  // with bucketBytes: each worker's bucketed exchange
 };
 
 }  // namespace accordion::napi

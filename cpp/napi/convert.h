@@ -169,6 +169,7 @@ inline Napi::Object stepResultValue(Napi::Env env, const StepResult& r) {
   o.Set("computeSeconds", r.computeSeconds);
   o.Set("compressionSeconds", r.compressionSeconds);
   o.Set("communicationSeconds", r.communicationSeconds);
+  o.Set("exchangeWaitSeconds", r.exchangeWaitSeconds);
   o.Set("loss", r.loss);
   o.Set("correct", static_cast<double>(r.correct));
   o.Set("samples", static_cast<double>(r.samples));

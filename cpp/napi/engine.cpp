@@ -22,6 +22,7 @@ Napi::Function EngineWrap::define(Napi::Env env) {
                       method<&EngineWrap::resetState>("resetState"),
                       method<&EngineWrap::memoryStats>("memoryStats"),
                       method<&EngineWrap::collectiveCounts>("collectiveCounts"),
+                      method<&EngineWrap::exchangePlan>("exchangePlan"),
                       method<&EngineWrap::trainOn>("trainOn"), method<&EngineWrap::forward>("forward"),
                       method<&EngineWrap::forwardTokens>("forwardTokens"),
                       method<&EngineWrap::gradients>("gradients"),
@@ -79,6 +80,9 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
   reducer.seed = static_cast<uint64_t>(intOption(o, "compressionSeed", 42, 0, kMaxSafeInteger));
   reducer.minCompressionRate = numberOption(o, "minCompressionRate", 1.0);
   reducer.accumulateNorms = boolOption(o, "accumulateNorms", false);
+  reducer.bucketBytes = intOption(o, "bucketBytes", 0, 0, kMaxSafeInteger);
+  int threads = static_cast<int>(intOption(o, "threads", 0, 0, 4096));
+  if (threads == 0) threads = defaultThreads();
   const bool frozenBatchNorm = boolOption(o, "frozenBatchNorm", false);
   const bool keepGradients = boolOption(o, "keepGradients", false);
   ProcessGroupWrap* groupWrap = nullptr;
@@ -100,7 +104,7 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
   ready_ = std::make_unique<Napi::ObjectReference>(Napi::Persistent(
       schedule<std::vector<std::pair<std::string, Shape>>>(
           env, *worker_,
-          [self, spec, sgd, reducer, groupWrap, frozenBatchNorm, keepGradients, device, communicator] {
+          [self, spec, sgd, reducer, groupWrap, frozenBatchNorm, keepGradients, device, communicator, threads] {
             std::shared_ptr<ProcessGroup> group;
             if (groupWrap) {
               std::shared_ptr<GlooGroup> gloo = groupWrap->group();  // connected by the earlier job on this thread, if it succeeded
@@ -109,7 +113,7 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
               // On GPUs the gradients travel over NCCL, between the same workers (even a single one).
               if (device.isCuda()) group = cuda::makeNcclGroup(gloo->store(), ncclOptions(*gloo, device, communicator));
             }
-            self->session_ = std::make_unique<Session>(spec, sgd, reducer, group, device);
+            self->session_ = std::make_unique<Session>(spec, sgd, reducer, group, device, threads);
             if (frozenBatchNorm) self->session_->model().freezeBatchNorm(true);
             if (keepGradients) self->session_->keepGradients(true);
             std::vector<std::pair<std::string, Shape>> params;
@@ -386,6 +390,37 @@ Napi::Value EngineWrap::collectiveCounts(const Napi::CallbackInfo& info) {
   return schedule<CollectiveCounts>(
       info.Env(), worker(info.Env()), [self] { return self->session().group().counts(); },
       [](Napi::Env env, CollectiveCounts& counts) -> Napi::Value { return collectiveCountsValue(env, counts); }, {info.This()});
+}
+
+// exchangePlan() → Promise<{ computeThreads, communicationThreads, buckets }>: the thread budget's
+// split, and with an overlapped exchange its buckets (parameter indices, in the order they travel;
+// [] when the exchange follows backward).
+Napi::Value EngineWrap::exchangePlan(const Napi::CallbackInfo& info) {
+  struct Plan {
+    int computeThreads;
+    std::vector<std::vector<size_t>> buckets;
+  };
+  EngineWrap* self = this;
+  return schedule<Plan>(
+      info.Env(), worker(info.Env()),
+      [self] {
+        Session& s = self->session();
+        return Plan{s.computeThreads(), s.bucketExchange() ? s.bucketExchange()->buckets() : std::vector<std::vector<size_t>>{}};
+      },
+      [](Napi::Env env, Plan& plan) -> Napi::Value {
+        Napi::Object o = Napi::Object::New(env);
+        o.Set("computeThreads", plan.computeThreads);
+        o.Set("communicationThreads", plan.buckets.empty() ? 0 : 1);
+        Napi::Array buckets = Napi::Array::New(env, plan.buckets.size());
+        for (size_t b = 0; b < plan.buckets.size(); ++b) {
+          Napi::Array indices = Napi::Array::New(env, plan.buckets[b].size());
+          for (size_t i = 0; i < plan.buckets[b].size(); ++i) indices.Set(static_cast<uint32_t>(i), static_cast<double>(plan.buckets[b][i]));
+          buckets.Set(static_cast<uint32_t>(b), indices);
+        }
+        o.Set("buckets", buckets);
+        return o;
+      },
+      {info.This()});
 }
 
 // memoryStats() → Promise<{ device, allocated, peak }>: bytes of device memory the model's tensors hold

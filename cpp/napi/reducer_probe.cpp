@@ -64,6 +64,7 @@ ReducerProbeWrap::ReducerProbeWrap(const Napi::CallbackInfo& info) try : Guarded
   options.minCompressionRate = numberOption(o, "minCompressionRate", 1.0);
   if (options.minCompressionRate < 0) throw rangeError(env, "option 'minCompressionRate' must be ≥ 0");
   options.accumulateNorms = boolOption(o, "accumulateNorms", false);
+  const int64_t bucketBytes = intOption(o, "bucketBytes", 0, 0, kMaxSafeInteger);
   const Device device = parseDevice(stringOption(o, "device", "cpu"));
   group_ = std::make_unique<InProcessGroup>(workers);
   parameters_.resize(workers);
@@ -80,6 +81,7 @@ ReducerProbeWrap::ReducerProbeWrap(const Napi::CallbackInfo& info) try : Guarded
       group = staged_.back().get();
     }
     reducers_.push_back(std::make_unique<GradientReducer>(pointers, options, *group, backend));
+    if (bucketBytes > 0) exchanges_.push_back(std::make_unique<BucketExchange>(*reducers_.back(), pointers, bucketBytes));
   }
 } catch (...) {
   rethrowAsJs(info.Env());
@@ -132,7 +134,13 @@ Napi::Value ReducerProbeWrap::step(const Napi::CallbackInfo& info) {
   for (size_t w = 0; w < workers; ++w)
     threads.emplace_back([&, w] {
       try {
-        results[w] = reducers_[w]->reduce();
+        if (exchanges_.empty()) {
+          results[w] = reducers_[w]->reduce();
+        } else {
+          exchanges_[w]->begin();
+          exchanges_[w]->allReady();
+          results[w] = exchanges_[w]->finish();
+        }
       } catch (...) {
         failures[w] = std::current_exception();
       }

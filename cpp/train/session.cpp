@@ -5,17 +5,58 @@
 #include <cstring>
 #include <map>
 
+#include <omp.h>
+
 namespace accordion {
 
 Session::Session(const ModelSpec& model, const SgdOptions& optimizer, const ReducerOptions& reducer,
-                 std::shared_ptr<ProcessGroup> group, const Device& device)
+                 std::shared_ptr<ProcessGroup> group, const Device& device, int threads)
     : backend_(makeBackend(device)),
       model_(model, *backend_),
       optimizer_(model_.parameters(), optimizer, *backend_),
       group_(group ? std::move(group) : std::make_shared<LocalGroup>()) {
   if (!device.isCpu() && group_->size() > 1 && !group_->onDevice())
     throw invalidArgument("a model on " + device.name() + " exchanges gradients over a group of GPU memory (NCCL), not host memory");
+  if (reducer.bucketBytes < 0) throw invalidArgument("the bucket size must be ≥ 0 bytes, got " + std::to_string(reducer.bucketBytes));
   reducer_ = std::make_unique<GradientReducer>(model_.parameters(), reducer, *group_, *backend_);
+  threads_ = threads > 0 ? threads : omp_get_max_threads();
+  // Overlap needs another worker to exchange with, a backward that finishes layer by layer (the
+  // language model's gradients are all final at once, after clipping) and the CPU's threads.
+  if (reducer.bucketBytes > 0 && group_->size() > 1 && device.isCpu() && !model_.language()) {
+    auto& params = model_.parameters();
+    for (size_t i = 0; i < params.size(); ++i) parameterIndex_[params[i]] = i;
+    exchange_ = std::make_unique<BucketExchange>(*reducer_, params, reducer.bucketBytes);
+    backwardHook_ = [this](Module& module) { backwardFinished(module); };
+    model_.setBackwardHook(&backwardHook_);
+  }
+  omp_set_num_threads(threads_);  // this thread's: sessions are built on the thread that runs them
+}
+
+Session::~Session() {
+  if (exchange_) model_.setBackwardHook(nullptr);
+}
+
+int Session::computeThreads() const { return exchange_ ? std::max(1, threads_ - 1) : threads_; }
+
+void Session::backwardFinished(Module& module) {
+  if (!overlapping_) return;
+  auto it = moduleParameters_.find(&module);
+  if (it == moduleParameters_.end()) {
+    // The module's parameters, once: collectState lists them (naming them anew, so the names are kept).
+    StateRefs& state = model_.state();
+    std::vector<std::string> names;
+    for (const Parameter* p : state.parameters) names.push_back(p->name);
+    for (const Buffer* b : state.buffers) names.push_back(b->name);
+    StateRefs refs;
+    module.collectState("", refs);
+    size_t n = 0;
+    for (Parameter* p : state.parameters) p->name = names[n++];
+    for (Buffer* b : state.buffers) b->name = names[n++];
+    std::vector<size_t> indices;
+    for (const Parameter* p : refs.parameters) indices.push_back(parameterIndex_.at(p));
+    it = moduleParameters_.emplace(&module, std::move(indices)).first;
+  }
+  for (size_t i : it->second) exchange_->ready(i);
 }
 
 std::pair<Tensor, Array<int32_t>> Session::onDevice(Batch& batch) {
@@ -94,12 +135,28 @@ std::optional<StepResult> Session::step(const std::function<bool(Batch&)>& next,
   model_.setTraining(true);
   auto& params = model_.parameters();
   ensureSize(status_, 2 * microBatches + 1, *backend_);
+  // The exchange overlaps a single batch's backward; kept gradients are copied before it starts.
+  const bool overlapped = exchange_ && microBatches == 1 && !keepGradients_;
+  omp_set_num_threads(overlapped ? computeThreads() : threads_);
   std::vector<int64_t> sizes;
   Batch batch;
   while (static_cast<int64_t>(sizes.size()) < microBatches && next(batch)) {
     const int64_t taken = static_cast<int64_t>(sizes.size());
     forwardLoss(batch, status_.data() + 2 * taken);
-    model_.backward(gradLogits_);
+    if (overlapped) {
+      exchange_->begin();
+      overlapping_ = true;
+      try {
+        model_.backward(gradLogits_);
+      } catch (...) {
+        overlapping_ = false;
+        exchange_->abandon();
+        throw;
+      }
+      overlapping_ = false;
+    } else {
+      model_.backward(gradLogits_);
+    }
     afterBackward();
     sizes.push_back(batch.size());
     if (microBatches == 1) break;
@@ -122,26 +179,30 @@ std::optional<StepResult> Session::step(const std::function<bool(Batch&)>& next,
     for (size_t k = 0; k < params.size(); ++k)
       backend_->scale(accumulated_[k].data(), params[k]->grad.data(), params[k]->grad.numel(), inv);
   }
-  // The step's one wait for the device: the losses, and whether every gradient is finite.
-  reducer_->checkFinite(status_.data() + 2 * taken);
-  const std::vector<double> status = readStatus(2 * taken + 1);
+  // The step's one wait for the device: the losses, and whether every gradient is finite (the
+  // overlapped exchange checks each bucket's gradients itself).
+  if (!overlapped) reducer_->checkFinite(status_.data() + 2 * taken);
+  const std::vector<double> status = readStatus(2 * taken + (overlapped ? 0 : 1));
   StepResult result;
   double lossSum = 0;
   for (int64_t i = 0; i < taken; ++i) {
     const double loss = status[2 * i];
-    if (!std::isfinite(loss))
+    if (!std::isfinite(loss)) {
+      if (overlapped) exchange_->abandon();
       throw numericalError("the training loss is " + std::to_string(loss) +
                            "; the update was skipped (lower the learning rate or check the data)");
+    }
     lossSum += loss * static_cast<double>(sizes[i]);
     result.correct += static_cast<int64_t>(status[2 * i + 1]);
     result.samples += sizes[i];
   }
   result.loss = lossSum / static_cast<double>(result.samples);
-  exchangeAndUpdate(result, std::chrono::duration<double>(Clock::now() - start).count(), static_cast<int64_t>(status[2 * taken]));
+  exchangeAndUpdate(result, std::chrono::duration<double>(Clock::now() - start).count(),
+                    overlapped ? 0 : static_cast<int64_t>(status[2 * taken]), overlapped);
   return result;
 }
 
-void Session::exchangeAndUpdate(StepResult& result, double computeSecondsSoFar, int64_t firstBad) {
+void Session::exchangeAndUpdate(StepResult& result, double computeSecondsSoFar, int64_t firstBad, bool overlapped) {
   using Clock = std::chrono::steady_clock;
   if (keepGradients_) {
     auto& params = model_.parameters();
@@ -152,13 +213,15 @@ void Session::exchangeAndUpdate(StepResult& result, double computeSecondsSoFar, 
     }
   }
   const auto reduceStart = Clock::now();
-  const ReduceResult reduced = reducer_->reduce(firstBad);
+  const ReduceResult reduced = overlapped ? exchange_->finish() : reducer_->reduce(firstBad);
   const auto reduceEnd = Clock::now();
   optimizer_.step();
   result.floatsSent = reduced.floatsSent;
   result.overheadFloats = reduced.overheadFloats;
   result.communicationSeconds = reduced.communicationSeconds;
-  result.compressionSeconds = std::chrono::duration<double>(reduceEnd - reduceStart).count() - reduced.communicationSeconds;
+  result.exchangeWaitSeconds = std::chrono::duration<double>(reduceEnd - reduceStart).count();
+  // Overlapped, the exchange thread's own time is the compression and communication.
+  result.compressionSeconds = (overlapped ? exchange_->busySeconds() : result.exchangeWaitSeconds) - reduced.communicationSeconds;
   result.computeSeconds = computeSecondsSoFar + std::chrono::duration<double>(Clock::now() - reduceEnd).count();
 }
 

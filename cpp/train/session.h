@@ -2,12 +2,14 @@
 // On a GPU a step enqueues its work on the model's stream and waits once, where the loss is read.
 #pragma once
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <memory>
 #include <optional>
 
+#include "compress/bucket_exchange.h"
 #include "compress/reducer.h"
 #include "data/batcher.h"
 #include "models/models.h"
@@ -23,8 +25,10 @@ struct StepResult {
   int64_t floatsSent = 0;  // by this worker in the gradient exchange
   int64_t overheadFloats = 0;  // the exchange's control traffic, not in floatsSent (the finite agreement)
   // Where the step's time went: forward, backward and update; compressing and decompressing;
-  // waiting in collectives.
-  double computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0;
+  // waiting in collectives. An overlapped exchange compresses and communicates while backward runs:
+  // `exchangeWaitSeconds` is the part of the exchange the step waited for after backward (all of it
+  // when the exchange follows backward), so a step takes about compute + exchangeWait seconds.
+  double computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0, exchangeWaitSeconds = 0;
 };
 
 // A named tensor of the session's state as raw little-endian bytes (F32 or I64).
@@ -38,8 +42,16 @@ struct StateEntry {
 class Session {
  public:
   // `group` carries the gradient exchange; without one the session trains alone.
+  // `threads`: the OpenMP threads of this session's work (0: OpenMP's default). With an overlapped
+  // exchange (reducer.bucketBytes > 0, a vision model on the CPU, two or more workers) the
+  // communication thread takes one of them and the compute threads the rest.
   Session(const ModelSpec& model, const SgdOptions& optimizer, const ReducerOptions& reducer = {},
-          std::shared_ptr<ProcessGroup> group = nullptr, const Device& device = Device::cpu());
+          std::shared_ptr<ProcessGroup> group = nullptr, const Device& device = Device::cpu(), int threads = 0);
+  ~Session();
+  // The split of the thread budget: compute threads, and whether a communication thread overlaps the
+  // exchange with backward (with its buckets).
+  int computeThreads() const;
+  const BucketExchange* bucketExchange() const { return exchange_.get(); }
 
   Backend& backend() { return *backend_; }
   Model& model() { return model_; }
@@ -95,8 +107,10 @@ class Session {
   std::unique_ptr<GradientReducer> reducer_;
   LanguageModel& language();
   // Gradient exchange and update after the local gradients are in place (`firstBad`: the result of
-  // the reducer's finite check); fills the step's timings.
-  void exchangeAndUpdate(StepResult& result, double computeSecondsSoFar, int64_t firstBad);
+  // the reducer's finite check; `overlapped`: the bucket exchange is under way); fills the step's timings.
+  void exchangeAndUpdate(StepResult& result, double computeSecondsSoFar, int64_t firstBad, bool overlapped = false);
+  // Backward's report of a finished module: its parameters' gradients go to the bucket exchange.
+  void backwardFinished(Module& module);
   // The batch's images and labels on this session's device: the batch itself on the CPU, else its
   // copy, uploaded now unless it was staged earlier.
   std::pair<Tensor, Array<int32_t>> onDevice(Batch& batch);
@@ -116,6 +130,12 @@ class Session {
   bool keepGradients_ = false;
   std::vector<Tensor> localGradients_;  // copies of the last step's local gradients (keepGradients)
   Array<double> status_;             // on the device: losses, correct counts and the finite check of a step
+  int threads_ = 1;
+  std::unique_ptr<BucketExchange> exchange_;
+  Module::BackwardHook backwardHook_;
+  bool overlapping_ = false;  // backward of an overlapped step is running
+  std::map<const Module*, std::vector<size_t>> moduleParameters_;
+  std::map<const Parameter*, size_t> parameterIndex_;
 };
 
 }  // namespace accordion

@@ -2,11 +2,12 @@
 // and, for each case of argv[2], builds a model whose gradients travel over the job's group, trains
 // a few steps, and reads around every step what the group's collectives carried
 // (collectiveCounts(), counted where the collectives run). Prints one JSON line:
-// { rank, cases: [{ name, shapes, levels, steps: [{ floatsSent, overheadFloats, carried }] }] },
-// where `carried` is the step's difference of the counts, per kind.
+// { rank, cases: [{ name, shapes, levels, buckets, steps: [{ floatsSent, overheadFloats, carried }] }] },
+// where `carried` is the step's difference of the counts, per kind, and `buckets` the overlapped
+// exchange's buckets ([] when it follows backward).
 //
 // Spec: { timeoutMs, cases: [{ name, model: { architecture, classes, hidden?, layers?, compressor,
-//   level?, minCompressionRate? }, levels?: number[] (per parameter, set before the first step),
+//   level?, minCompressionRate?, bucketMb? }, levels?: number[] (per parameter, set before the first step),
 //   steps }] }.
 import { pathToFileURL } from 'node:url';
 import { Model, setThreads } from '../../lib/index.js';
@@ -46,7 +47,8 @@ async function runCase(c, group) {
   const model = await Model.create({ seed: 3, learningRate: 0.01, ...c.model, group });
   try {
     if (c.levels) await model.setLevels(c.levels);
-    const record = { name: c.name, shapes: model.parameters().map((p) => p.shape), levels: Array.from(await model.levels()), steps: [] };
+    const { buckets } = await model.exchangePlan();
+    const record = { name: c.name, shapes: model.parameters().map((p) => p.shape), levels: Array.from(await model.levels()), buckets, steps: [] };
     for (let s = 0; s < c.steps; s++) {
       const before = await model.native.collectiveCounts();
       const r = await model.trainStep(input(model, group.rank, s));

@@ -1,0 +1,85 @@
+#!/usr/bin/python3
+"""One worker of PyTorch DDP training ResNet-18 on the CPU over Gloo: the peer of
+the engine's overlapped exchange (bench/overlap.js runs one per simulated host).
+
+DDP buckets the gradients (bucket_cap_mb) and all-reduces each bucket while
+backward runs, optionally through PyTorch's PowerSGD communication hook. A step
+is zero_grad, forward, cross-entropy, backward (with the overlapped all-reduces)
+and the SGD update (lr 0.1, momentum 0.9, nesterov, weight_decay 1e-4) on a
+fixed random CIFAR-shaped batch. Batch-norm buffers are not broadcast (each
+worker keeps its own, as the engine does). Rank 0 prints one JSON line.
+
+    OMP_NUM_THREADS=1 /usr/bin/python3 bench/peers/torch_ddp.py --rank 0 \
+        --world 2 --master 10.87.0.1:29511 --bucket-mb 25 --hook none
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+if not os.environ.get('OMP_NUM_THREADS'):
+    sys.exit('torch_ddp.py: OMP_NUM_THREADS must be set (e.g. OMP_NUM_THREADS=1)')
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description='Time PyTorch DDP steps of ResNet-18 on the CPU over Gloo.')
+    p.add_argument('--rank', type=int, required=True)
+    p.add_argument('--world', type=int, required=True)
+    p.add_argument('--master', required=True, help='address:port of rank 0')
+    p.add_argument('--bucket-mb', type=float, default=25.0)
+    p.add_argument('--hook', choices=['none', 'powersgd'], default='none')
+    p.add_argument('--powersgd-rank', type=int, default=2)
+    p.add_argument('--batch', type=int, default=64, help='per worker')
+    p.add_argument('--warmup', type=int, default=3)
+    p.add_argument('--steps', type=int, default=8)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
+    torch.manual_seed(0)
+    dist.init_process_group('gloo', init_method=f'tcp://{args.master}', rank=args.rank, world_size=args.world)
+    model = DistributedDataParallel(models.resnet18(10), bucket_cap_mb=args.bucket_mb, broadcast_buffers=False)
+    if args.hook == 'powersgd':
+        # Error feedback and warm start as the engine's PowerSGD; every matrix compressed (rate 0).
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                                            start_powerSGD_iter=2, min_compression_rate=0,
+                                            use_error_feedback=True, warm_start=True)
+        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-4)
+    generator = torch.Generator().manual_seed(args.rank)
+    images = torch.randn(args.batch, 3, 32, 32, generator=generator)
+    labels = torch.randint(0, 10, (args.batch,), generator=generator)
+    seconds = []
+    for step in range(args.warmup + args.steps):
+        dist.barrier()  # every worker starts the step together, as the engine's steps do
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+        if step >= args.warmup:
+            seconds.append(time.perf_counter() - start)
+    if args.rank == 0:
+        print(json.dumps({
+            'peer': 'pytorch-ddp', 'torch': torch.__version__, 'hook': args.hook, 'bucketMb': args.bucket_mb,
+            'batch': args.batch, 'world': args.world, 'threads': torch.get_num_threads(),
+            'stepSeconds': statistics.median(seconds), 'steps': len(seconds),
+        }))
+    dist.destroy_process_group()
+
+
+if __name__ == '__main__':
+    main()

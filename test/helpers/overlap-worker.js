@@ -1,0 +1,69 @@
+// One worker of a data-parallel job that trains ResNet-18 for a few steps with the exchange
+// overlapped with backward in buckets, or after backward (bucketMb 0), and writes its whole training
+// state (weights, momentum, error memories, Q) to `${spec.out}.rank${RANK}.safetensors`. It prints one
+// JSON line: per step the loss and the floats accounting, the exchange plan and the levels.
+// argv[2] is the spec: { compressor, level, mixedLevels, bucketMb, threads, steps, seed, count, batchSize, out }.
+// With `announce`, it prints "step N" before each step (for tests that stop a worker mid-exchange).
+import { pathToFileURL } from 'node:url';
+import { Batcher, Model } from '../../lib/index.js';
+import { ProcessGroup, distributedEnv } from '../../lib/cluster/group.js';
+import { writeSafetensors } from '../../lib/safetensors.js';
+import { syntheticImages } from './train-worker.js';
+
+/** Mixed levels: every third matrix dense, the others at 1, 2 or 4 (PowerSGD) or 5%, 20% (TopK). */
+export function mixedLevels(compressor, parameters) {
+  const options = compressor === 'topk' ? [0, 0.05, 0.2] : [0, 1, 2, 4];
+  let matrix = 0;
+  return parameters.map((p) => (p.shape.length > 1 ? options[matrix++ % options.length] : 0));
+}
+
+async function main(spec) {
+  const env = distributedEnv();
+  const group = await ProcessGroup.fromEnv(env, 60000);
+  const model = await Model.create({
+    architecture: 'resnet18',
+    classes: 10,
+    seed: spec.seed,
+    learningRate: 0.01,
+    compressor: spec.compressor,
+    level: spec.level,
+    minCompressionRate: 0,
+    group,
+    bucketMb: spec.bucketMb,
+    threads: spec.threads,
+  });
+  try {
+    await model.broadcastState(0);
+    if (spec.mixedLevels) await model.setLevels(mixedLevels(spec.compressor, model.parameters()));
+    const batcher = new Batcher(syntheticImages(spec.seed, spec.count, 10), {
+      batchSize: spec.batchSize,
+      shuffle: true,
+      augment: false,
+      seed: spec.seed,
+      rank: env.rank,
+      worldSize: env.worldSize,
+      mean: [0.49, 0.48, 0.45],
+      std: [0.25, 0.24, 0.26],
+    });
+    batcher.startEpoch(0);
+    const steps = [];
+    for (let s = 0; s < spec.steps; s++) {
+      if (spec.announce) process.stdout.write(`step ${s}\n`);
+      const r = await model.trainStep(batcher);
+      steps.push({ loss: r.loss, floatsSent: r.floatsSent, overheadFloats: r.overheadFloats });
+    }
+    writeSafetensors(`${spec.out}.rank${env.rank}.safetensors`, await model.stateDict(true));
+    const plan = await model.exchangePlan();
+    process.stdout.write(JSON.stringify({ rank: env.rank, steps, plan, levels: Array.from(await model.levels()) }) + '\n');
+  } finally {
+    await model.dispose();
+    await group.dispose();
+  }
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main(JSON.parse(process.argv[2])).catch((err) => {
+    process.stderr.write(`error: ${err.code ?? ''} ${err.stack ?? err.message}\n`);
+    process.exit(1);
+  });
+}
