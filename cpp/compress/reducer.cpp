@@ -196,7 +196,8 @@ std::vector<std::vector<size_t>> gradientBuckets(const std::vector<Parameter*>& 
   int64_t filled = 0;
   for (size_t k = parameters.size(); k-- > 0;) {
     const int64_t size = parameters[k]->grad.bytes();
-    if (buckets.empty() || (filled > 0 && filled + size > bytes)) {
+    const int64_t cap = buckets.size() <= 1 ? std::min(bytes, kFirstBucketBytes) : bytes;
+    if (buckets.empty() || (filled > 0 && filled + size > cap)) {
       buckets.emplace_back();
       filled = 0;
     }

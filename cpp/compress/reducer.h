@@ -53,8 +53,10 @@ struct ReducerOptions {
 
 // A step's exchange in buckets, overlapped with backward (compress/bucket_exchange.h): the
 // parameters in reverse order, grouped into buckets of at most `bytes` of gradients each (a larger
-// parameter is a bucket of its own). Exchanging a bucket is exactly reduce() on its parameters,
-// so bucketing changes no number but the order in which the collectives sum (ALGORITHMS.md 1.6).
+// parameter is a bucket of its own), the first of at most kFirstBucketBytes as PyTorch DDP's, so
+// that the exchange starts as soon as backward has begun. Exchanging a bucket is exactly reduce()
+// on its parameters, so bucketing changes no number but the order in which the collectives sum.
+constexpr int64_t kFirstBucketBytes = int64_t{1} << 20;
 std::vector<std::vector<size_t>> gradientBuckets(const std::vector<Parameter*>& parameters, int64_t bytes);
 
 // What compressing one weight matrix's gradient at one level costs (GradientReducer::levelCosts).

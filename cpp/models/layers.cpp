@@ -62,6 +62,11 @@ Conv2d::Conv2d(Backend& ops, int64_t inChannels, int64_t outChannels, int64_t ke
   }
 }
 
+void Conv2d::addParameters(std::vector<Parameter*>& out) {
+  out.push_back(&weight);
+  if (spec_.bias) out.push_back(&bias);
+}
+
 void Conv2d::collectState(const std::string& prefix, StateRefs& refs) {
   weight.name = prefix + "weight";
   refs.add(&weight);
@@ -109,6 +114,11 @@ BatchNorm2d::BatchNorm2d(Backend& ops, int64_t channels, float momentum, float e
   runningMean.value = Tensor::zeros({channels});
   runningVar.value = Tensor({channels});
   runningVar.value.fill(1.0f);
+}
+
+void BatchNorm2d::addParameters(std::vector<Parameter*>& out) {
+  out.push_back(&weight);
+  out.push_back(&bias);
 }
 
 void BatchNorm2d::collectState(const std::string& prefix, StateRefs& refs) {
@@ -257,6 +267,11 @@ Linear::Linear(Backend& ops, int64_t inFeatures, int64_t outFeatures, Random& rn
   initUniformFanIn(bias.value, inFeatures, rng);
 }
 
+void Linear::addParameters(std::vector<Parameter*>& out) {
+  out.push_back(&weight);
+  out.push_back(&bias);
+}
+
 void Linear::collectState(const std::string& prefix, StateRefs& refs) {
   weight.name = prefix + "weight";
   bias.name = prefix + "bias";
@@ -334,6 +349,10 @@ void Sequential::setBackwardHook(const BackwardHook* hook) {
   for (auto& [name, child] : children_) child->setBackwardHook(hook);
 }
 
+void Sequential::addParameters(std::vector<Parameter*>& out) {
+  for (auto& [name, child] : children_) child->addParameters(out);
+}
+
 void Sequential::collectState(const std::string& prefix, StateRefs& refs) {
   for (auto& [name, child] : children_) child->collectState(prefix + name + ".", refs);
 }
@@ -363,6 +382,11 @@ BasicBlock::BasicBlock(Backend& ops, int64_t inPlanes, int64_t planes, int64_t s
     shortcut_.add("0", std::make_unique<Conv2d>(ops, inPlanes, planes, 1, stride, 0, false, rng))
         .add("1", std::make_unique<BatchNorm2d>(ops, planes));
   }
+}
+
+void BasicBlock::addParameters(std::vector<Parameter*>& out) {
+  main_.addParameters(out);
+  shortcut_.addParameters(out);
 }
 
 void BasicBlock::collectState(const std::string& prefix, StateRefs& refs) {

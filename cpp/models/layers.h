@@ -41,8 +41,10 @@ class Module {
   virtual ~Module() = default;
   virtual Tensor forward(const Tensor& input) = 0;
   virtual Tensor backward(const Tensor& gradOutput) = 0;
-  // Registers parameters and buffers under `prefix` (e.g. "layer1.0.").
+  // Registers parameters and buffers under `prefix` (e.g. "layer1.0."), naming them.
   virtual void collectState(const std::string& prefix, StateRefs& refs) {}
+  // Appends the module's trainable parameters (its children's included) in state_dict order.
+  virtual void addParameters(std::vector<Parameter*>& out) {}
   virtual void setTraining(bool training) { training_ = training; }
   bool training() const { return training_; }
   // Frozen batch norm normalises with its running statistics even while training (and leaves
@@ -88,6 +90,7 @@ class Conv2d : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& gradOutput) override;
   void collectState(const std::string& prefix, StateRefs& refs) override;
+  void addParameters(std::vector<Parameter*>& out) override;
   // The network's first layer: nobody needs the gradient of its input, so backward skips it.
   void skipInputGradient() { skipInputGradient_ = true; }
 
@@ -108,6 +111,7 @@ class BatchNorm2d : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& gradOutput) override;
   void collectState(const std::string& prefix, StateRefs& refs) override;
+  void addParameters(std::vector<Parameter*>& out) override;
   void setTraining(bool training) override { training_ = training && !frozen_; }
   void freezeBatchNorm(bool frozen) override {
     frozen_ = frozen;
@@ -183,6 +187,7 @@ class Linear : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& gradOutput) override;
   void collectState(const std::string& prefix, StateRefs& refs) override;
+  void addParameters(std::vector<Parameter*>& out) override;
 
   Parameter weight;  // (out, in)
   Parameter bias;    // (out,)
@@ -216,6 +221,7 @@ class Sequential : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& gradOutput) override;
   void collectState(const std::string& prefix, StateRefs& refs) override;
+  void addParameters(std::vector<Parameter*>& out) override;
   void setTraining(bool training) override;
   void freezeBatchNorm(bool frozen) override;
   void setBackwardHook(const BackwardHook* hook) override;
@@ -234,6 +240,7 @@ class BasicBlock : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& gradOutput) override;
   void collectState(const std::string& prefix, StateRefs& refs) override;
+  void addParameters(std::vector<Parameter*>& out) override;
   void setTraining(bool training) override;
   void freezeBatchNorm(bool frozen) override;
   void setBackwardHook(const BackwardHook* hook) override;

@@ -42,18 +42,10 @@ void Session::backwardFinished(Module& module) {
   if (!overlapping_) return;
   auto it = moduleParameters_.find(&module);
   if (it == moduleParameters_.end()) {
-    // The module's parameters, once: collectState lists them (naming them anew, so the names are kept).
-    StateRefs& state = model_.state();
-    std::vector<std::string> names;
-    for (const Parameter* p : state.parameters) names.push_back(p->name);
-    for (const Buffer* b : state.buffers) names.push_back(b->name);
-    StateRefs refs;
-    module.collectState("", refs);
-    size_t n = 0;
-    for (Parameter* p : state.parameters) p->name = names[n++];
-    for (Buffer* b : state.buffers) b->name = names[n++];
+    std::vector<Parameter*> parameters;
+    module.addParameters(parameters);
     std::vector<size_t> indices;
-    for (const Parameter* p : refs.parameters) indices.push_back(parameterIndex_.at(p));
+    for (const Parameter* p : parameters) indices.push_back(parameterIndex_.at(p));
     it = moduleParameters_.emplace(&module, std::move(indices)).first;
   }
   for (size_t i : it->second) exchange_->ready(i);
