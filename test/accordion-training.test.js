@@ -269,7 +269,9 @@ describe('Accordion in training', function () {
           for (const c of plan.candidates) {
             expect(c.levels).to.deep.equal(candidates);
             expect(c.errors[0], 'dense has no error').to.equal(0);
-            expect(c.errors.every((x) => x >= 0 && x <= 1 + 1e-6), `errors of parameter ${c.index}`).to.equal(true);
+            // Squared errors (the default measure): (relative error × ‖G‖)², at most ‖G‖².
+            const norm = e.norms[c.index];
+            expect(c.errors.every((x) => x >= 0 && x <= norm * norm * (1 + 1e-6)), `errors of parameter ${c.index}`).to.equal(true);
             referenceError += c.errors[candidates.indexOf(reference)];
           }
           expect(plan.referenceError).to.be.closeTo(referenceError, 1e-9);
