@@ -1,7 +1,6 @@
 // Accordion inside training: the per-layer timeline that scripted norms must produce over two real
 // processes (rank 0 decides), resume equivalence with Accordion's state, what a level change does to
 // the compressor state, batch-size mode with Smith's baseline, and micro-batch accumulation.
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -14,7 +13,7 @@ import { endOfEpoch, initialState, normChangeRatio, wholeModelNorm } from '../li
 import { learningRateForEpoch } from '../lib/schedule.js';
 import { epochFacts, runTrainer, scriptedNorms } from './helpers/accordion-worker.js';
 import { syntheticImages } from './helpers/train-worker.js';
-import { exitWithin } from './helpers/processes.js';
+import { exitWithin, startNode } from './helpers/processes.js';
 
 const WORKER = fileURLToPath(new URL('./helpers/accordion-worker.js', import.meta.url));
 
@@ -24,25 +23,7 @@ const WORKER = fileURLToPath(new URL('./helpers/accordion-worker.js', import.met
 
 const live = new Set();
 
-
-function startRank(spec, env) {
-  const child = spawn(process.execPath, [WORKER, JSON.stringify(spec)], {
-    env: { ...process.env, OMP_NUM_THREADS: '1', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const entry = { child, stdout: '', stderr: '' };
-  live.add(entry);
-  child.stdout.setEncoding('utf8').on('data', (s) => (entry.stdout += s));
-  child.stderr.setEncoding('utf8').on('data', (s) => (entry.stderr += s));
-  entry.exited = new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code, signal) => {
-      live.delete(entry);
-      resolve({ code, signal, stdout: entry.stdout, stderr: entry.stderr });
-    });
-  });
-  return entry;
-}
+const startRank = (spec, env) => startNode(live, [WORKER, JSON.stringify(spec)], env);
 
 afterEach(async function () {
   const running = [...live];

@@ -2,7 +2,6 @@
 // single-process simulation of the same workers, dense data-parallel training against one worker
 // with the combined batch, and what a launched job does when a worker dies or the user presses
 // Ctrl-C.
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -14,7 +13,7 @@ import { ReducerProbe } from '../lib/testing.js';
 import { Model, Trainer, loadCheckpoint } from '../lib/index.js';
 import { decode, gradientFor, numel } from './helpers/reducer-worker.js';
 import { train } from './helpers/train-worker.js';
-import { exitWithin, waitFor } from './helpers/processes.js';
+import { exitWithin, startNode, waitFor } from './helpers/processes.js';
 
 const REDUCER_WORKER = fileURLToPath(new URL('./helpers/reducer-worker.js', import.meta.url));
 const TRAIN_WORKER = fileURLToPath(new URL('./helpers/train-worker.js', import.meta.url));
@@ -58,27 +57,8 @@ function jobProcesses(token) {
   return found;
 }
 
-/**
- * Starts a process in its own process group and collects its output. `exited` resolves with
- * { code, signal, stdout, stderr, ms } once it has exited and its pipes are closed.
- */
-function start(args, env, { detached = false } = {}) {
-  const started = Date.now();
-  const child = spawn(process.execPath, args, { env: { ...process.env, OMP_NUM_THREADS: '1', ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached });
-  const entry = { child, detached, stdout: '', stderr: '', done: false };
-  live.add(entry);
-  child.stdout.setEncoding('utf8').on('data', (s) => (entry.stdout += s));
-  child.stderr.setEncoding('utf8').on('data', (s) => (entry.stderr += s));
-  entry.exited = new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code, signal) => {
-      entry.done = true;
-      live.delete(entry);
-      resolve({ code, signal, stdout: entry.stdout, stderr: entry.stderr, ms: Date.now() - started });
-    });
-  });
-  return entry;
-}
+/** A Node process of a test (see startNode), killed by afterEach if still running. */
+const start = (args, env, options) => startNode(live, args, env, options);
 
 function killEverything() {
   for (const entry of live) {

@@ -2,7 +2,6 @@
 // after backward: in-process workers (the bucketed reducer against reduce() at once, a non-finite
 // gradient in a late bucket) and real processes training ResNet-18 (2 and 4 workers, dense,
 // PowerSGD and TopK with mixed levels, a worker killed in the middle of an exchange).
-import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -12,7 +11,7 @@ import { ReducerProbe } from '../lib/testing.js';
 import { readSafetensors } from '../lib/safetensors.js';
 import { makeRng, randomNormal } from './helpers/gradcheck.js';
 import { freePort } from './helpers/ports.js';
-import { exitWithin, waitFor } from './helpers/processes.js';
+import { exitWithin, startNode, waitFor } from './helpers/processes.js';
 
 const WORKER = fileURLToPath(new URL('./helpers/overlap-worker.js', import.meta.url));
 
@@ -99,18 +98,8 @@ describe('the exchange in buckets, overlapped with backward', function () {
       await Promise.all([...live].map((p) => exitWithin(p, 5000)));
     });
 
-    function startWorker(rank, worldSize, port, spec) {
-      const child = spawn(process.execPath, [WORKER, JSON.stringify(spec)], {
-        env: { ...process.env, RANK: String(rank), WORLD_SIZE: String(worldSize), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), OMP_NUM_THREADS: '1' },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      const entry = { child, stdout: '', stderr: '' };
-      live.add(entry);
-      child.stdout.setEncoding('utf8').on('data', (s) => (entry.stdout += s));
-      child.stderr.setEncoding('utf8').on('data', (s) => (entry.stderr += s));
-      entry.exited = new Promise((resolve) => child.once('close', (code, signal) => (live.delete(entry), resolve({ code, signal, stdout: entry.stdout, stderr: entry.stderr }))));
-      return entry;
-    }
+    const startWorker = (rank, worldSize, port, spec) =>
+      startNode(live, [WORKER, JSON.stringify(spec)], { RANK: String(rank), WORLD_SIZE: String(worldSize), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port) });
 
     /** Every rank's report and final state (weights, momentum, memories, Q) of one job. */
     async function job(worldSize, spec) {

@@ -11,7 +11,7 @@ import { writeSafetensors } from '../../lib/safetensors.js';
 import { syntheticImages } from './train-worker.js';
 
 /** Mixed levels: every third matrix dense, the others at 1, 2 or 4 (PowerSGD) or 5%, 20% (TopK). */
-export function mixedLevels(compressor, parameters) {
+function mixedLevels(compressor, parameters) {
   const options = compressor === 'topk' ? [0, 0.05, 0.2] : [0, 1, 2, 4];
   let matrix = 0;
   return parameters.map((p) => (p.shape.length > 1 ? options[matrix++ % options.length] : 0));

@@ -1,4 +1,29 @@
-// Waiting on child processes and conditions in tests, with deadlines.
+// Starting child processes in tests, and waiting on them and on conditions, with deadlines.
+import { spawn } from 'node:child_process';
+
+/**
+ * Starts a Node script (`args`: the script and its arguments) with OMP_NUM_THREADS=1 and `env` on top of
+ * this process's environment, collecting its output on the returned entry, which stays in `live`
+ * until the process has exited (so that an afterEach can kill what a failed test left running).
+ * `exited` resolves with { code, signal, stdout, stderr, ms } once it has exited and its pipes are closed.
+ */
+export function startNode(live, args, env = {}, { detached = false } = {}) {
+  const started = Date.now();
+  const child = spawn(process.execPath, args, { env: { ...process.env, OMP_NUM_THREADS: '1', ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached });
+  const entry = { child, detached, stdout: '', stderr: '', done: false };
+  live.add(entry);
+  child.stdout.setEncoding('utf8').on('data', (text) => (entry.stdout += text));
+  child.stderr.setEncoding('utf8').on('data', (text) => (entry.stderr += text));
+  entry.exited = new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code, signal) => {
+      entry.done = true;
+      live.delete(entry);
+      resolve({ code, signal, stdout: entry.stdout, stderr: entry.stderr, ms: Date.now() - started });
+    });
+  });
+  return entry;
+}
 
 /** Resolves with a started process's exit (`entry.exited`), or with { timedOut: true } after `ms`. */
 export function exitWithin(entry, ms) {
