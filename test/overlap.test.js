@@ -21,8 +21,8 @@ describe('the exchange in buckets, overlapped with backward', function () {
   this.timeout(300000);
 
   describe('in-process workers: buckets against one exchange after backward', function () {
-    // In reverse order, 160-byte buckets hold p5 + p4 + p3 (compressed, 1-D and a matrix sent dense),
-    // p2 + p1 (compressed and 1-D), and p0 last.
+    // In reverse order, buckets closed at 160 bytes hold p5 + p4 + p3 + p2 (compressed, 1-D and a
+    // matrix sent dense: 172 bytes) and p1 + p0 (1-D and compressed) last.
     const shapes = [[6, 5], [4], [5, 3], [3, 2, 2], [7], [3, 3]];
     const W = 3;
     const levelsOf = { powersgd: [2, 0, 1, 0, 0, 3], topk: [0.3, 0, 0.5, 0, 0, 0.2], none: null };
@@ -56,6 +56,17 @@ describe('the exchange in buckets, overlapped with backward', function () {
         for (let w = 0; w < W; w++) expect(Array.from(bucketed.norms(w))).to.deep.equal(Array.from(whole.norms(w)));
       });
     }
+
+    it('buckets close once they hold the cap, the first at 1 MiB, as PyTorch DDP\'s (hand-computed layouts)', function () {
+      const [, bucketed] = probes('none');
+      expect(bucketed.buckets()).to.deep.equal([[5, 4, 3, 2], [1, 0]]);
+      // 400, 1200, 1000, 800, 400 and 200 kB in buckets of 2 MiB: the first closes past 1 MiB
+      // (200 + 400 + 800 kB), the second past 2 MiB (1000 + 1200 kB).
+      const large = [[100000], [300000], [250000], [200000], [100000], [50000]];
+      expect(new ReducerProbe(large, { compressor: 'none', bucketBytes: 2 * 2 ** 20 }).buckets()).to.deep.equal([[5, 4, 3], [2, 1], [0]]);
+      expect(new ReducerProbe(large, { compressor: 'none', bucketBytes: 300000 }).buckets()).to.deep.equal([[5, 4], [3], [2], [1], [0]]);
+      expect(new ReducerProbe(large, { compressor: 'none' }).buckets()).to.deep.equal([]);
+    });
 
     it('a NaN in the last bucket stops every worker, naming it, after the earlier buckets changed their state: that state is restored', function () {
       for (const compressor of ['powersgd', 'topk']) {

@@ -213,6 +213,8 @@ export interface NativeReducerProbe {
   setLevel(param: number, level: number): void;
   isCompressed(param: number): boolean;
   floatsPerStep(): number;
+  /** With `bucketBytes`: each bucket's parameter indices, in the order they travel; otherwise []. */
+  buckets(): number[][];
   norms(worker: number): Float64Array;
   randomize(seed: number): void;
   /** Sets every worker's gradients ([worker][parameter]) and keeps them for restart(). */

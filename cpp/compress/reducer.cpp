@@ -195,14 +195,12 @@ std::vector<std::vector<size_t>> gradientBuckets(const std::vector<Parameter*>& 
   std::vector<std::vector<size_t>> buckets;
   int64_t filled = 0;
   for (size_t k = parameters.size(); k-- > 0;) {
-    const int64_t size = parameters[k]->grad.bytes();
-    const int64_t cap = buckets.size() <= 1 ? std::min(bytes, kFirstBucketBytes) : bytes;
-    if (buckets.empty() || (filled > 0 && filled + size > cap)) {
+    if (buckets.empty() || filled >= (buckets.size() == 1 ? std::min(bytes, kFirstBucketBytes) : bytes)) {
       buckets.emplace_back();
       filled = 0;
     }
     buckets.back().push_back(k);
-    filled += size;
+    filled += parameters[k]->grad.bytes();
   }
   return buckets;
 }

@@ -153,6 +153,7 @@ class ReducerProbeWrap : public GuardedWrap<ReducerProbeWrap> {
   Napi::Value setLevel(const Napi::CallbackInfo& info);
   Napi::Value isCompressed(const Napi::CallbackInfo& info);
   Napi::Value floatsPerStep(const Napi::CallbackInfo& info);
+  Napi::Value buckets(const Napi::CallbackInfo& info);
   Napi::Value norms(const Napi::CallbackInfo& info);
   Napi::Value levelCosts(const Napi::CallbackInfo& info);
   Napi::Value randomize(const Napi::CallbackInfo& info);

@@ -195,6 +195,17 @@ inline Napi::Array levelCostsValue(Napi::Env env, const std::vector<std::vector<
   return out;
 }
 
+// Lists of indices (the buckets of an overlapped exchange) as number[][].
+inline Napi::Array indexListsValue(Napi::Env env, const std::vector<std::vector<size_t>>& lists) {
+  Napi::Array out = Napi::Array::New(env, lists.size());
+  for (size_t b = 0; b < lists.size(); ++b) {
+    Napi::Array indices = Napi::Array::New(env, lists[b].size());
+    for (size_t i = 0; i < lists[b].size(); ++i) indices.Set(static_cast<uint32_t>(i), static_cast<double>(lists[b][i]));
+    out.Set(static_cast<uint32_t>(b), indices);
+  }
+  return out;
+}
+
 // Candidate levels: an array of finite numbers (the reducer checks each against its compressor).
 inline std::vector<double> levelList(Napi::Env env, Napi::Value v) {
   if (!v.IsArray()) throw typeError(env, "candidates must be an array of levels");

@@ -411,13 +411,7 @@ Napi::Value EngineWrap::exchangePlan(const Napi::CallbackInfo& info) {
         Napi::Object o = Napi::Object::New(env);
         o.Set("computeThreads", plan.computeThreads);
         o.Set("communicationThreads", plan.buckets.empty() ? 0 : 1);
-        Napi::Array buckets = Napi::Array::New(env, plan.buckets.size());
-        for (size_t b = 0; b < plan.buckets.size(); ++b) {
-          Napi::Array indices = Napi::Array::New(env, plan.buckets[b].size());
-          for (size_t i = 0; i < plan.buckets[b].size(); ++i) indices.Set(static_cast<uint32_t>(i), static_cast<double>(plan.buckets[b][i]));
-          buckets.Set(static_cast<uint32_t>(b), indices);
-        }
-        o.Set("buckets", buckets);
+        o.Set("buckets", indexListsValue(env, plan.buckets));
         return o;
       },
       {info.This()});

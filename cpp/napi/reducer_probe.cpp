@@ -14,6 +14,7 @@ Napi::Function ReducerProbeWrap::define(Napi::Env env) {
                       method<&ReducerProbeWrap::level>("level"), method<&ReducerProbeWrap::setLevel>("setLevel"),
                       method<&ReducerProbeWrap::isCompressed>("isCompressed"),
                       method<&ReducerProbeWrap::floatsPerStep>("floatsPerStep"),
+                      method<&ReducerProbeWrap::buckets>("buckets"),
                       method<&ReducerProbeWrap::norms>("norms"),
                       method<&ReducerProbeWrap::levelCosts>("levelCosts"),
                       method<&ReducerProbeWrap::randomize>("randomize"),
@@ -204,6 +205,11 @@ Napi::Value ReducerProbeWrap::isCompressed(const Napi::CallbackInfo& info) {
 
 Napi::Value ReducerProbeWrap::floatsPerStep(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(reducers_[0]->floatsPerStep()));
+}
+
+// buckets() → number[][]: the parameter indices of each bucket, in the order they travel ([] without bucketBytes)
+Napi::Value ReducerProbeWrap::buckets(const Napi::CallbackInfo& info) {
+  return indexListsValue(info.Env(), exchanges_.empty() ? std::vector<std::vector<size_t>>{} : exchanges_[0]->buckets());
 }
 
 // norms(worker) → Float64Array of ‖Σ g‖ per parameter, restarting the sums
