@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/process_group.h"
 #include "comm/store_client.h"
@@ -54,6 +55,12 @@ class GlooGroup : public ProcessGroup {
   template <typename Fn>
   void guarded(const std::string& what, Fn&& fn);
   std::string aliveKey(int rank) const;
+  // Two ranks: sends `count` floats to the other rank while receiving as many, in segments;
+  // received(first, n) runs for each segment once it has arrived and its sent twin has left.
+  template <typename Fn>
+  void pairExchange(const float* send, float* receive, int64_t count, Fn&& received);
+  static constexpr uint8_t kPairSlotPrefix = 0x7e;
+  static constexpr size_t kPairSegmentBytes = size_t{4} << 20;
   void beat();
   // Which ranks did not answer in the collective numbered `entered`, in words.
   std::string unresponsive(uint64_t entered);
@@ -61,6 +68,7 @@ class GlooGroup : public ProcessGroup {
   int rank_, size_;
   std::chrono::milliseconds timeout_;
   uint32_t tag_ = 0;
+  std::vector<float> pairScratch_;  // two ranks: the other's gradients, as large as the largest all-reduce
   std::shared_ptr<StoreClient> store_;
   std::shared_ptr<gloo::Context> context_;
   // Heartbeat: its own connection to the store, so that it never waits behind a blocking get.
