@@ -3,15 +3,19 @@
 // (`accordion cluster`, one core each, egress shaped with tc) at each bandwidth. Per exchange (dense,
 // PowerSGD rank 2, TopK 10%): seconds per step with the exchange overlapped in buckets (--bucket-mb,
 // default 25) and after backward (--bucket-mb 0), next to that run's compute alone (forward,
-// backward, update) and exchange alone (compression and collectives). The peer is PyTorch DDP over
-// Gloo with the same buckets, dense and with its PowerSGD hook (rank 2), in the same shaped network.
-// Each run trains 3 epochs of 5 steps; its figures are the median over the epochs after the first
-// (which warms up). Each cell is run `--rounds` times (3), the two sides alternating which goes first;
-// the tables give medians over the rounds and the median of the paired speed-ups. The peer's step is
-// the median of 8 after 3 warm-up steps, median over the rounds. Needs root (CAP_NET_ADMIN);
+// backward, update) and exchange alone (compression and collectives). A host's one core runs
+// compute and compression in turn, and the exchange cannot start before forward has ended, so a step
+// takes at least max(compute + compression, forward + exchange): the floor, with forward timed alone
+// (one thread, the same batch). The peer is PyTorch DDP over Gloo with the
+// same buckets, dense and with its PowerSGD hook (rank 2), in the same shaped network. Each run
+// trains 3 epochs of 5 steps; its figures are the median over the epochs after the first (which
+// warms up). Each round runs every side once (overlapped, after backward, DDP), rounds alternating
+// their order; the tables give medians over the `--rounds` rounds (3) and the median of the paired
+// speed-ups. The peer's step is the median of 8 after 3 warm-up steps. Needs root (CAP_NET_ADMIN);
 // finished runs are kept in <out>/results.jsonl and not run again.
 //
-//   sudo node bench/overlap.js [--bandwidths 1gbit,100mbit] [--bucket-mb 25] [--rounds 3] [--out DIR] [--fresh]
+//   sudo node bench/overlap.js [--bandwidths 1gbit,100mbit] [--exchanges dense,powersgd-r2,topk-10]
+//        [--bucket-mb 25] [--rounds 3] [--out DIR] [--fresh]
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -19,6 +23,7 @@ import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { PYTHON, ROOT, fmt, formatTable, median } from './common.js';
 import { readMetrics } from '../lib/metrics.js';
+import { Model } from '../lib/index.js';
 import { parseBandwidth, parseSubnet } from '../lib/cluster/cluster.js';
 import { HOST_DEVICE, createNetwork, missingCapabilities, removeNetwork } from '../lib/cluster/netns.js';
 
@@ -27,10 +32,13 @@ const EXCHANGES = {
   'powersgd-r2': ['--compressor', 'powersgd', '--accordion', 'off', '--rank', '2'],
   'topk-10': ['--compressor', 'topk', '--accordion', 'off', '--topk-ratio', '0.1'],
 };
+// The engine's exchange and the DDP hook it is compared with.
+const PEER_HOOK = { dense: 'none', 'powersgd-r2': 'powersgd' };
 
 const { values: opts } = parseArgs({
   options: {
     bandwidths: { type: 'string', default: '1gbit,100mbit' },
+    exchanges: { type: 'string', default: Object.keys(EXCHANGES).join(',') },
     'bucket-mb': { type: 'string', default: '25' },
     rounds: { type: 'string', default: '3' },
     out: { type: 'string', default: path.join(os.tmpdir(), 'accordion-overlap-bench') },
@@ -39,6 +47,12 @@ const { values: opts } = parseArgs({
 });
 const bandwidths = opts.bandwidths.split(',').filter(Boolean);
 bandwidths.forEach(parseBandwidth);
+const exchanges = opts.exchanges.split(',').filter(Boolean);
+for (const e of exchanges)
+  if (!EXCHANGES[e]) {
+    console.error(`bench/overlap.js: --exchanges: unknown exchange '${e}' (known: ${Object.keys(EXCHANGES).join(', ')})`);
+    process.exit(2);
+  }
 const bucketMb = opts['bucket-mb'];
 const rounds = Number(opts.rounds);
 if (!(Number.isInteger(rounds) && rounds >= 1)) {
@@ -55,6 +69,7 @@ const resultsFile = path.join(opts.out, 'results.jsonl');
 const done = new Map(
   (!opts.fresh && fs.existsSync(resultsFile) ? fs.readFileSync(resultsFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []).map((r) => [r.key, r]),
 );
+const BATCH = 64; // the training default: images per worker and step
 const training = ['--model', 'resnet18', '--dataset', 'synthetic', '--threads', '1', '--checkpoint-every', '100', '--synthetic-train', '640', '--synthetic-test', '64', '--epochs', '3'];
 
 /** Runs a command, its output to `logFile` (stdout kept instead with `stdout: 'pipe'`); { code, out, child }. */
@@ -89,9 +104,24 @@ async function engineCell(bandwidth, exchange, bucket, round) {
   return {
     step: per((e) => e.seconds),
     compute: per((e) => e.computeSeconds),
+    compression: per((e) => e.compressionSeconds),
     exchange: per((e) => e.compressionSeconds + e.communicationSeconds),
     wait: per((e) => e.exchangeWaitSeconds),
   };
+}
+
+/** ResNet-18's forward in training mode alone, one thread, one worker's batch: the median of 7 after 2. */
+async function forwardSeconds() {
+  const model = await Model.create({ architecture: 'resnet18', classes: 10, threads: 1 });
+  const images = Float32Array.from({ length: BATCH * 3 * 32 * 32 }, (_, i) => Math.sin(i));
+  const times = [];
+  for (let i = 0; i < 9; i++) {
+    const start = process.hrtime.bigint();
+    await model.forward(images, { train: true });
+    if (i >= 2) times.push(Number(process.hrtime.bigint() - start) / 1e9);
+  }
+  await model.dispose();
+  return median(times);
 }
 
 /** PyTorch DDP over the same 2 shaped hosts: its median step. */
@@ -131,35 +161,41 @@ async function cell(key, measure) {
 
 const medianOf = (runs, key) => median(runs.map((r) => r[key]));
 
+const forward = (await cell(['forward', BATCH], async () => ({ seconds: await forwardSeconds() }))).seconds;
 for (const bandwidth of bandwidths) {
   fs.mkdirSync(path.join(opts.out, bandwidth), { recursive: true });
   const rows = [];
-  for (const exchange of Object.keys(EXCHANGES)) {
-    // Rounds alternate which side runs first, so that a drift of the machine's speed favours neither.
-    const overlapped = [], after = [];
-    for (let round = 0; round < rounds; round++) {
-      const sides = [[overlapped, bucketMb], [after, '0']];
-      for (const [runs, bucket] of round % 2 ? sides.reverse() : sides)
-        runs.push(await cell([bandwidth, exchange, bucket, round], () => engineCell(bandwidth, exchange, bucket, round)));
-    }
-    const bound = Math.max(medianOf(after, 'compute'), medianOf(after, 'exchange'));
+  for (const exchange of exchanges) {
+    const hook = PEER_HOOK[exchange];
+    const sides = [
+      ['overlapped', (round) => engineCell(bandwidth, exchange, bucketMb, round), [bandwidth, exchange, bucketMb]],
+      ['after', (round) => engineCell(bandwidth, exchange, '0', round), [bandwidth, exchange, '0']],
+      ...(hook ? [['ddp', () => ddpCell(bandwidth, hook), [bandwidth, 'ddp', hook, bucketMb]]] : []),
+    ];
+    const runs = Object.fromEntries(sides.map(([name]) => [name, []]));
+    // Rounds rotate the sides' order, so that a drift of the machine's speed favours none of them.
+    for (let round = 0; round < rounds; round++)
+      for (let k = 0; k < sides.length; k++) {
+        const [name, measure, key] = sides[(k + round) % sides.length];
+        runs[name].push(await cell([...key, round], () => measure(round)));
+      }
+    const { overlapped, after, ddp } = runs;
+    const compute = medianOf(after, 'compute'), alone = medianOf(after, 'exchange');
+    const step = medianOf(overlapped, 'step');
     rows.push({
       exchange,
-      overlapped: fmt(medianOf(overlapped, 'step'), 2),
+      overlapped: fmt(step, 2),
       after: fmt(medianOf(after, 'step'), 2),
-      compute: fmt(medianOf(after, 'compute'), 2),
-      alone: fmt(medianOf(after, 'exchange'), 2),
+      compute: fmt(compute, 2),
+      alone: fmt(alone, 2),
       wait: fmt(medianOf(overlapped, 'wait'), 2),
-      goal: fmt(medianOf(overlapped, 'step') / bound, 2),
+      goal: fmt(step / Math.max(compute, alone), 2),
+      floor: fmt(step / Math.max(compute + medianOf(after, 'compression'), forward + alone), 2),
       speedup: fmt(median(after.map((a, i) => a.step / overlapped[i].step)), 2),
+      ddp: ddp ? fmt(medianOf(ddp, 'step'), 2) : '',
     });
   }
-  for (const hook of ['none', 'powersgd']) {
-    const ddp = [];
-    for (let round = 0; round < rounds; round++) ddp.push(await cell([bandwidth, 'ddp', hook, bucketMb, round], () => ddpCell(bandwidth, hook)));
-    rows.push({ exchange: `PyTorch DDP${hook === 'none' ? '' : ' + PowerSGD r2'}`, overlapped: fmt(medianOf(ddp, 'step'), 2) });
-  }
-  console.log(`\nResNet-18, 2 hosts × 1 core, ${bandwidth}, buckets of ${bucketMb} MiB (the first of 1 MiB): seconds per step, medians of ${rounds} runs`);
+  console.log(`\nResNet-18, 2 hosts × 1 core, ${bandwidth}, buckets closed at ${bucketMb} MiB (the first at 1 MiB): seconds per step, medians of ${rounds} runs; forward alone ${fmt(forward, 2)} s`);
   console.log(formatTable([
     { key: 'exchange', title: 'exchange', align: 'left' },
     { key: 'overlapped', title: 'overlapped' },
@@ -168,6 +204,8 @@ for (const bandwidth of bandwidths) {
     { key: 'alone', title: 'exchange alone' },
     { key: 'wait', title: 'waited (overlapped)' },
     { key: 'goal', title: 'overlapped / max' },
+    { key: 'floor', title: 'overlapped / floor' },
     { key: 'speedup', title: 'speed-up (paired)' },
+    { key: 'ddp', title: 'PyTorch DDP (same hook)' },
   ], rows, { markdown: true }));
 }
