@@ -5,7 +5,7 @@
 // Accordion, TopK 10% and TopK with Accordion; `--model lstm --text FILE` trains the LSTM language
 // model on a plain text file instead (perplexity in place of accuracy). Per run: seconds per step
 // (compute and communication apart), wall-clock seconds to a test accuracy (or perplexity), the
-// floats accounting, and the bytes on the wire against what the accounting and Gloo's rings predict.
+// floats accounting, and the bytes on the wire against what the accounting and the collectives' algorithms predict.
 // Needs root (CAP_NET_ADMIN). Runs take minutes each; finished ones are kept in <out>/results.jsonl
 // and not run again, so an interrupted grid goes on where it stopped (--fresh starts over).
 //

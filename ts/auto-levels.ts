@@ -104,7 +104,7 @@ export type CostModel = { kind: 'floats' } | { kind: 'seconds'; bytesPerSecond: 
 
 /**
  * A level's cost per step. In seconds: its kernel time plus the bytes one host sends over the link:
- * a ring all-reduce (dense, PowerSGD) sends 2(W−1)/W of its floats, TopK's all-gather (W−1)/W of
+ * an all-reduce (dense, PowerSGD) sends 2(W−1)/W of its floats, TopK's all-gather (W−1)/W of
  * the gathered floats it is counted by.
  */
 export function levelCost(c: LevelCost, model: CostModel): number {
@@ -185,7 +185,7 @@ function median(values: number[]): number {
 
 /**
  * The link as the exchange sees it, with timed all-reduces on every rank: the latency is the median
- * time of a 1-float all-reduce, the bandwidth what a host sends in a ring all-reduce of `floats`
+ * time of a 1-float all-reduce, the bandwidth what a host sends in an all-reduce of `floats`
  * floats (2(W−1)/W of the buffer) over the median time beyond that latency.
  */
 export async function measureLink(group: ProcessGroup, floats = 1 << 20, rounds = 5): Promise<{ bytesPerSecond: number; latencySeconds: number }> {
