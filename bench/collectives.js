@@ -3,31 +3,58 @@
 // addon) vs torch.distributed's Gloo backend, by message size. Reported as nccl-tests does:
 //   algbw = bytes / time;  busbw = algbw · 2(n−1)/n (all-reduce) or algbw · (n−1)/n (all-gather),
 // where an all-gather's bytes are its gathered output. Time is the median over iterations of the
-// slowest rank's time, each iteration after a barrier.
+// slowest rank's time, each iteration after a barrier. With --bandwidth the processes run one per
+// simulated host (`accordion cluster`'s network namespaces, each host's egress shaped to the rate;
+// needs root), over the link instead of loopback.
 //
-//   node bench/collectives.js [--workers 2,4] [--quick] [--json FILE]
+//   node bench/collectives.js [--workers 2,4] [--sizes KB,…] [--bandwidth 100mbit] [--quick] [--json FILE]
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { BENCH_DIR, PYTHON, ROOT, fmt, formatTable, freePort, probeTorch } from './common.js';
+import { parseBandwidth, parseSubnet } from '../lib/cluster/cluster.js';
+import { HOST_DEVICE, createNetwork, missingCapabilities, removeNetwork } from '../lib/cluster/netns.js';
 
 const { values: opts } = parseArgs({
-  options: { workers: { type: 'string', default: '2,4' }, quick: { type: 'boolean', default: false }, json: { type: 'string' } },
+  options: {
+    workers: { type: 'string', default: '2,4' },
+    sizes: { type: 'string' },
+    bandwidth: { type: 'string' },
+    quick: { type: 'boolean', default: false },
+    json: { type: 'string' },
+  },
 });
 const worldSizes = opts.workers.split(',').map(Number);
-const sizes = (opts.quick ? [4, 1024, 16384] : [4, 64, 1024, 4096, 16384, 65536]).map((kb) => kb * 1024);
+const sizes = (opts.sizes ? opts.sizes.split(',').map(Number) : opts.quick ? [4, 1024, 16384] : [4, 64, 1024, 4096, 16384, 65536]).map((kb) => kb * 1024);
 const spec = { sizes, warmup: 3, budgetBytes: opts.quick ? 64 << 20 : 512 << 20, minIterations: opts.quick ? 3 : 5, maxIterations: opts.quick ? 20 : 50 };
+const bitsPerSecond = opts.bandwidth ? parseBandwidth(opts.bandwidth) : undefined;
+if (bitsPerSecond && missingCapabilities().length) {
+  console.error(`bench/collectives.js: --bandwidth needs root (this process lacks ${missingCapabilities().join(' and ')})`);
+  process.exit(2);
+}
 
-/** Starts one job of `world` processes running `command`; resolves with rank 0's JSON. */
+/** Starts one job of `world` processes running `command`, on loopback or one per shaped host; resolves with rank 0's JSON. */
 async function runJob(world, command) {
+  const network = bitsPerSecond ? await createNetwork({ hosts: world, subnet: parseSubnet('10.89.0.0/24', world), shape: { bitsPerSecond, delaySeconds: 0, loss: 0 } }) : undefined;
+  try {
+    return await runProcesses(world, command, network);
+  } finally {
+    if (network) await removeNetwork(network.id);
+  }
+}
+
+async function runProcesses(world, command, network) {
   const port = await freePort();
   const outputs = [];
   const exits = [];
   for (let rank = 0; rank < world; rank++) {
-    const child = spawn(command[0], [...command.slice(1), JSON.stringify(spec)], {
+    const [file, ...args] = network ? ['ip', 'netns', 'exec', network.hosts[rank].namespace, ...command] : command;
+    const master = network ? network.hosts[0].address : '127.0.0.1';
+    // Gloo listens on the address of the interface named here (torch.distributed; ours finds it).
+    const child = spawn(file, [...args, JSON.stringify(spec)], {
       cwd: ROOT,
-      env: { ...process.env, RANK: String(rank), WORLD_SIZE: String(world), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), OMP_NUM_THREADS: '1' },
+      env: { ...process.env, RANK: String(rank), WORLD_SIZE: String(world), MASTER_ADDR: master, MASTER_PORT: String(port), OMP_NUM_THREADS: '1', ...(network ? { GLOO_SOCKET_IFNAME: HOST_DEVICE } : {}) },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '', err = '';
@@ -53,13 +80,15 @@ for (const world of worldSizes) {
     rows.push({
       world,
       op: r.op,
-      size: r.bytes >= 1 << 20 ? `${r.bytes >> 20} MB` : `${r.bytes >> 10} KB`,
+      size: r.bytes >= 1 << 20 ? `${+(r.bytes / 2 ** 20).toFixed(1)} MB` : `${r.bytes >> 10} KB`,
       ms: fmt(r.ms, 3),
       algbw: fmt(algbw, 3),
       busbw: fmt(algbw * busFactor(r.op, world), 3),
       torchMs: peer ? fmt(peer.ms, 3) : 'n/a',
       torchBusbw: peer ? fmt(peerAlgbw * busFactor(r.op, world), 3) : 'n/a',
       ratio: peer ? fmt(algbw / peerAlgbw, 2) : 'n/a',
+      // What a host sends per second, as a share of its shaped link.
+      ...(bitsPerSecond ? { link: fmt((algbw * busFactor(r.op, world) * 8e9) / bitsPerSecond, 2), torchLink: peer ? fmt((peerAlgbw * busFactor(r.op, world) * 8e9) / bitsPerSecond, 2) : 'n/a' } : {}),
     });
   }
 }
@@ -73,6 +102,7 @@ const columns = [
   { key: 'torchMs', title: 'torch ms' },
   { key: 'torchBusbw', title: 'torch busbw' },
   { key: 'ratio', title: 'ours/torch bw' },
+  ...(bitsPerSecond ? [{ key: 'link', title: 'ours of link' }, { key: 'torchLink', title: 'torch of link' }] : []),
 ];
 if (!torch.ok) console.log(`(no PyTorch column: ${torch.reason})`);
 console.log(formatTable(columns, rows));
