@@ -54,9 +54,9 @@ struct ReducerOptions {
 // A step's exchange in buckets, overlapped with backward (compress/bucket_exchange.h): the
 // parameters in reverse order, each bucket closed once it holds at least `bytes` of gradients (so
 // it overshoots by at most its last parameter), the first at kFirstBucketBytes when `bytes` is
-// larger: PyTorch DDP's rule,
-// so that the exchange starts as soon as backward has begun. Exchanging a bucket is exactly reduce()
-// on its parameters, so bucketing changes no number but the order in which the collectives sum.
+// larger: PyTorch DDP's rule, so that the exchange starts as soon as backward has begun. Exchanging
+// a bucket is exactly reduce() on its parameters, so bucketing changes no number but the order in
+// which the collectives sum.
 constexpr int64_t kFirstBucketBytes = int64_t{1} << 20;
 std::vector<std::vector<size_t>> gradientBuckets(const std::vector<Parameter*>& parameters, int64_t bytes);
 
