@@ -10,6 +10,9 @@
  *   budget = errorBudget × Σ_layers error(reference level) × (criticalBudget if the layer is in a
  *            critical regime, else 1)
  *
+ * where a regime counts as critical when Accordion detects it (the trainer passes the first check,
+ * which has no earlier norms to compare, as stable everywhere).
+ *
  * A layer's error is, by default, its squared error ‖G − C(G)‖² (the relative error times ‖G‖,
  * squared), so the layers' errors add up to the whole model's ‖G − C(G)‖², as in L-GreCo, and a
  * large layer weighs as much as its gradient; with `errorMeasure: 'relative'` it is the relative

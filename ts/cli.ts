@@ -64,7 +64,7 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--auto-ranks', key: 'autoRanks', kind: 'list', help: 'adapt auto: candidate PowerSGD ranks (with dense and --rank, the reference)' },
   { flag: '--auto-ratios', key: 'autoRatios', kind: 'numbers', help: 'adapt auto: candidate TopK ratios (with dense and --topk-ratio, the reference)' },
   { flag: '--error-budget', key: 'errorBudget', kind: 'number', help: "adapt auto: the layers' summed compression error may reach this multiple of the reference level's" },
-  { flag: '--critical-budget', key: 'criticalBudget', kind: 'number', help: "adapt auto: factor on a layer's share of the budget while Accordion finds it critical (< 1: tighter)" },
+  { flag: '--critical-budget', key: 'criticalBudget', kind: 'number', help: "adapt auto: factor on a layer's share of the budget where Accordion detects a critical regime (a norm change of η or more, or a learning-rate decay; < 1: tighter)" },
   { flag: '--error-measure', key: 'errorMeasure', kind: 'string', choices: ['squared', 'relative'], help: "adapt auto: a layer's error in the budget: squared ‖G − C(G)‖² (large layers weigh more) or relative ‖G − C(G)‖ / ‖G‖ (every layer alike)" },
   { flag: '--auto-cost', key: 'autoCost', kind: 'string', choices: ['floats', 'seconds'], help: 'adapt auto: what a level costs: floats per step, or seconds (kernel time + bytes over the link measured at start)' },
   { flag: '--batch-low', key: 'batchLow', kind: 'int', help: 'global batch in critical regimes (batch-size mode)' },

@@ -801,7 +801,12 @@ export class Trainer extends EventEmitter {
       const candidates = this.autoCandidates();
       const picked = new Float32Array(before.length);
       if (costs) {
-        auto = this.planAuto(costs, regimes, norms);
+        // The first check has no earlier norms: every layer is critical there by rule, not by
+        // measurement, and the budget is the reference's error, as Accordion takes its low level.
+        // Later a layer's share tightens where a critical regime is detected (a norm change of η or
+        // more, or a learning-rate decay).
+        const detected = regimes.map((r, i): Regime => (r === 'critical' && (decision.ratios[i] !== undefined || decision.lrOverride) ? 'critical' : 'stable'));
+        auto = this.planAuto(costs, detected, norms);
         auto.levels.forEach((level, i) => (picked[i] = candidates.indexOf(level)));
       }
       await this.group?.broadcast(picked, 0);
