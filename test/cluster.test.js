@@ -399,8 +399,14 @@ describe('accordion cluster (needs root)', function () {
     expect(done.code, done.stderr).to.equal(0);
     expect(latestOf(dir)).to.equal(`epoch-${String(epochs + 1).padStart(4, '0')}`);
     expect(loadCheckpoint(dir, 0).position.extra.history).to.have.length(epochs + 1);
-    // The resumed job's counters follow the earlier ones in the same network.jsonl.
-    expect(readNetworkLog(dir).filter((r) => r.event === 'epoch' && r.epoch === epochs).map((r) => r.host)).to.deep.equal([0, 1]);
+    // The resumed job's counters follow the earlier ones in the same network.jsonl. The cut job
+    // may have logged epoch `epochs` too, when the cut fell between its epoch record and its
+    // checkpoint: the resumed job's lines are those from its start lines (one per host) on.
+    const log = readNetworkLog(dir);
+    const resumedAt = log.findLastIndex((r) => r.event === 'start') - 1;
+    expect(log.slice(0, resumedAt).filter((r) => r.event === 'epoch').length, 'the cut job\'s epoch lines').to.be.at.least(2);
+    expect(log[resumedAt].event, 'a start line per host').to.equal('start');
+    expect(log.slice(resumedAt).filter((r) => r.event === 'epoch' && r.epoch === epochs).map((r) => r.host)).to.deep.equal([0, 1]);
     await expectNothingLeft(resumed, dir);
     this.test.title += ` [rank 0 ended ${rank0.at - cutAt} ms and rank 1 ${rank1.at - cutAt} ms after the cut; resumed at epoch ${epochs + 1}]`;
   });
