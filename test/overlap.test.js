@@ -165,6 +165,10 @@ describe('the exchange in buckets, overlapped with backward', function () {
           expect(b[rank].plan.computeThreads).to.equal(1);
           expect(b[rank].plan.buckets.length).to.be.above(4);
           expect(a[rank].plan.buckets).to.deep.equal([]);
+          // Batch-scheduled: the transport's socket loop, and with buckets the communication thread;
+          // the threads that started them are back to their own policy.
+          expect(a[rank].batchThreads.length, `rank ${rank}: batch threads after backward`).to.equal(1);
+          expect(b[rank].batchThreads.length, `rank ${rank}: batch threads overlapped`).to.equal(2);
           expect(b[rank].steps, `rank ${rank}: losses and floats per step`).to.deep.equal(a[rank].steps);
           expect(worstDifference(a[rank].state, b[rank].state), `rank ${rank}: state`).to.equal(0);
         }

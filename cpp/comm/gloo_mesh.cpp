@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/scheduling.h"
 
 namespace accordion {
 
@@ -278,6 +279,12 @@ std::string joined(const std::vector<std::string>& items) {
   return out;
 }
 
+// The device starts the transport's socket loop, which reads and writes every pair's connection.
+std::shared_ptr<gloo::transport::Device> createDevice(const gloo::transport::tcp::attr& attr) {
+  const BatchScheduling batch;  // inherited by the loop's thread
+  return gloo::transport::tcp::CreateDevice(attr);
+}
+
 }  // namespace
 
 std::shared_ptr<gloo::Context> connectMesh(const MeshOptions& o, gloo::rendezvous::Store& store) {
@@ -287,11 +294,11 @@ std::shared_ptr<gloo::Context> connectMesh(const MeshOptions& o, gloo::rendezvou
     auto context = std::make_shared<MeshContext>(o.rank, o.size);
     context->setTimeout(o.timeout);
     if (o.size == 1) {
-      context->connectAll(store, gloo::transport::tcp::CreateDevice(attr));
+      context->connectAll(store, createDevice(attr));
       return context;
     }
     gloo::rendezvous::PrefixStore round(std::to_string(attempt), store);
-    const std::vector<Record> records = context->connectAll(round, gloo::transport::tcp::CreateDevice(attr));
+    const std::vector<Record> records = context->connectAll(round, createDevice(attr));
     const std::string encoded = encode(records);
     round.set("ends/" + std::to_string(o.rank), std::vector<char>(encoded.begin(), encoded.end()));
     std::vector<std::vector<Record>> seen(o.size);

@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "core/scheduling.h"
+
 namespace accordion {
 
 BucketExchange::BucketExchange(GradientReducer& reducer, const std::vector<Parameter*>& parameters, int64_t bucketBytes)
@@ -53,6 +55,7 @@ void BucketExchange::allReady() {
 
 void BucketExchange::run() {
   omp_set_num_threads(1);  // this thread's share of the budget: the compute threads keep the rest
+  const BatchScheduling batch;  // for the thread's life: a bucket's turn does not preempt backward
   std::unique_lock<std::mutex> lock(mutex_);
   size_t seen = 0;
   for (;;) {

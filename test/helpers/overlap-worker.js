@@ -4,6 +4,7 @@
 // JSON line: per step the loss and the floats accounting, the exchange plan and the levels.
 // argv[2] is the spec: { compressor, level, mixedLevels, bucketMb, threads, steps, seed, count, batchSize, out }.
 // With `announce`, it prints "step N" before each step (for tests that stop a worker mid-exchange).
+import * as fs from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { Batcher, Model } from '../../lib/index.js';
 import { ProcessGroup, distributedEnv } from '../../lib/cluster/group.js';
@@ -54,11 +55,17 @@ async function main(spec) {
     }
     writeSafetensors(`${spec.out}.rank${env.rank}.safetensors`, await model.stateDict(true));
     const plan = await model.exchangePlan();
-    process.stdout.write(JSON.stringify({ rank: env.rank, steps, plan, levels: Array.from(await model.levels()) }) + '\n');
+    process.stdout.write(JSON.stringify({ rank: env.rank, steps, plan, levels: Array.from(await model.levels()), batchThreads: batchThreads() }) + '\n');
   } finally {
     await model.dispose();
     await group.dispose();
   }
+}
+
+/** This process's threads that run as SCHED_BATCH (policy 3, the 41st field of /proc/<pid>/task/<tid>/stat). */
+function batchThreads() {
+  const dir = `/proc/${process.pid}/task`;
+  return fs.readdirSync(dir).filter((tid) => fs.readFileSync(`${dir}/${tid}/stat`, 'utf8').split(') ')[1].split(' ')[38] === '3').map(Number);
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
