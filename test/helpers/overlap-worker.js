@@ -1,7 +1,8 @@
 // One worker of a data-parallel job that trains ResNet-18 for a few steps with the exchange
 // overlapped with backward in buckets, or after backward (bucketMb 0), and writes its whole training
 // state (weights, momentum, error memories, Q) to `${spec.out}.rank${RANK}.safetensors`. It prints one
-// JSON line: per step the loss and the floats accounting, the exchange plan and the levels.
+// JSON line: per step the loss and the floats accounting, the exchange plan, the levels and the
+// threads that run as SCHED_BATCH.
 // argv[2] is the spec: { compressor, level, mixedLevels, bucketMb, threads, steps, seed, count, batchSize, out }.
 // With `announce`, it prints "step N" before each step (for tests that stop a worker mid-exchange).
 import * as fs from 'node:fs';
