@@ -12,9 +12,9 @@ import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { BENCH_DIR, PYTHON, ROOT, fmt, formatTable, freePort, probeTorch } from './common.js';
-import { parseBandwidth, parseSubnet } from '../lib/cluster/cluster.js';
-import { HOST_DEVICE, createNetwork, missingCapabilities, removeNetwork } from '../lib/cluster/netns.js';
+import { BENCH_DIR, PYTHON, ROOT, fmt, formatTable, freePort, onShapedHosts, probeTorch } from './common.js';
+import { parseBandwidth } from '../lib/cluster/cluster.js';
+import { HOST_DEVICE, missingCapabilities } from '../lib/cluster/netns.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -35,13 +35,8 @@ if (bitsPerSecond && missingCapabilities().length) {
 }
 
 /** Starts one job of `world` processes running `command`, on loopback or one per shaped host; resolves with rank 0's JSON. */
-async function runJob(world, command) {
-  const network = bitsPerSecond ? await createNetwork({ hosts: world, subnet: parseSubnet('10.89.0.0/24', world), shape: { bitsPerSecond, delaySeconds: 0, loss: 0 } }) : undefined;
-  try {
-    return await runProcesses(world, command, network);
-  } finally {
-    if (network) await removeNetwork(network.id);
-  }
+function runJob(world, command) {
+  return bitsPerSecond ? onShapedHosts(world, '10.89.0.0/24', bitsPerSecond, (network) => runProcesses(world, command, network)) : runProcesses(world, command);
 }
 
 async function runProcesses(world, command, network) {

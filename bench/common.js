@@ -1,9 +1,12 @@
-// Helpers shared by the bench suites: statistics, table output, machine facts and the PyTorch peer.
+// Helpers shared by the bench suites: statistics, table output, machine facts, the PyTorch peer and
+// simulated hosts.
 import { execFile, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseSubnet } from '../lib/cluster/cluster.js';
+import { createNetwork, removeNetwork } from '../lib/cluster/netns.js';
 
 export const BENCH_DIR = dirname(fileURLToPath(import.meta.url));
 export const ROOT = join(BENCH_DIR, '..');
@@ -166,3 +169,17 @@ export function positiveInt(name, text, { min = 1 } = {}) {
 
 /** A loopback TCP port that was free a moment ago (shared with the tests' jobs). */
 export { freePort } from '../test/helpers/ports.js';
+
+/**
+ * Runs `fn(network)` on `hosts` simulated hosts (`accordion cluster`'s network namespaces on
+ * `subnet`, each host's egress shaped to `bitsPerSecond`, no delay or loss), then removes them.
+ * Needs root.
+ */
+export async function onShapedHosts(hosts, subnet, bitsPerSecond, fn) {
+  const network = await createNetwork({ hosts, subnet: parseSubnet(subnet, hosts), shape: { bitsPerSecond, delaySeconds: 0, loss: 0 } });
+  try {
+    return await fn(network);
+  } finally {
+    await removeNetwork(network.id);
+  }
+}

@@ -21,11 +21,11 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { PYTHON, ROOT, fmt, formatTable, median } from './common.js';
+import { PYTHON, ROOT, fmt, formatTable, median, onShapedHosts } from './common.js';
 import { readMetrics } from '../lib/metrics.js';
 import { Model } from '../lib/index.js';
-import { parseBandwidth, parseSubnet } from '../lib/cluster/cluster.js';
-import { HOST_DEVICE, createNetwork, missingCapabilities, removeNetwork } from '../lib/cluster/netns.js';
+import { parseBandwidth } from '../lib/cluster/cluster.js';
+import { HOST_DEVICE, missingCapabilities } from '../lib/cluster/netns.js';
 
 const EXCHANGES = {
   dense: ['--compressor', 'none'],
@@ -125,9 +125,8 @@ async function forwardSeconds() {
 }
 
 /** PyTorch DDP over the same 2 shaped hosts: its median step. */
-async function ddpCell(bandwidth, hook) {
-  const network = await createNetwork({ hosts: 2, subnet: parseSubnet('10.88.0.0/24', 2), shape: { bitsPerSecond: parseBandwidth(bandwidth), delaySeconds: 0, loss: 0 } });
-  try {
+function ddpCell(bandwidth, hook) {
+  return onShapedHosts(2, '10.88.0.0/24', parseBandwidth(bandwidth), async (network) => {
     const master = `${network.hosts[0].address}:29511`;
     const script = path.join(ROOT, 'bench', 'peers', 'torch_ddp.py');
     // Gloo listens on the address of the interface named here (else on the hostname's, loopback).
@@ -141,9 +140,7 @@ async function ddpCell(bandwidth, hook) {
     const [rank0, rank1] = await Promise.all(runs);
     if (rank0.code !== 0 || rank1.code !== 0) throw new Error(`DDP ${hook} at ${bandwidth} failed (exits ${rank0.code}, ${rank1.code}); see ${path.join(opts.out, bandwidth)}/ddp-${hook}.rank*.log`);
     return { step: JSON.parse(rank0.out.trim().split('\n').at(-1)).stepSeconds };
-  } finally {
-    await removeNetwork(network.id);
-  }
+  });
 }
 
 async function cell(key, measure) {
