@@ -1,4 +1,4 @@
-// The CPU implementation of every op: oneDNN for convolution, batch norm and max pooling, OpenBLAS
+// The CPU implementation of every op: oneDNN for convolution and max pooling, OpenBLAS
 // for the linear layers, OpenMP loops for the rest. Activations are channels-last (NHWC), the
 // layout oneDNN's convolutions consume without reorders. Work runs synchronously on the calling
 // thread (and OpenMP's), so synchronize() has nothing to wait for.
