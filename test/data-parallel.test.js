@@ -280,11 +280,12 @@ describe('data parallel: floats accounting against what the collectives carried'
         got.steps.forEach((step, s) => {
           const what = `${label} ${c.name} step ${s + 1}`;
           expect(step.floatsSent, `${what}: floats sent (1.6)`).to.equal(want.floats);
-          expect(step.overheadFloats, `${what}: overhead`).to.equal(W);
+          // The finite agreement (W floats) and rank 0's running statistics, broadcast before the step.
+          expect(step.overheadFloats, `${what}: overhead`).to.equal(W + got.bufferFloats);
           expect(step.carried.elements, `${what}: carried = floats sent + overhead`).to.equal(step.floatsSent + step.overheadFloats);
           expect(step.carried.allReduce, `${what}: all-reduce`).to.deep.equal(want.allReduce);
           expect(step.carried.allGather, `${what}: all-gather`).to.deep.equal(want.allGather);
-          expect(step.carried.broadcast, `${what}: broadcast`).to.deep.equal({ calls: 0, elements: 0 });
+          expect(step.carried.broadcast, `${what}: broadcast`).to.deep.equal(got.bufferFloats ? { calls: 1, elements: got.bufferFloats } : { calls: 0, elements: 0 });
           expect(step.carried.barrier.calls, `${what}: barriers`).to.equal(0);
         });
       });
@@ -311,7 +312,9 @@ describe('data parallel: training without compression', function () {
       count: 64,
       steps: 4,
       seed: 5,
-      learningRate: 0.05,
+      // Small steps: a ReLU decision that rounding tips (the two runs add in different orders) moves
+      // the gradient by up to 1e-3, which a step of 0.05 would carry above the tolerance below.
+      learningRate: 0.005,
       momentum: 0.9,
       weightDecay: 5e-4,
       timeoutMs: 60000,
@@ -531,7 +534,7 @@ describe('data parallel: resuming a launched job', function () {
     for (const dir of [cacheDir, runDir]) fs.rmSync(dir, { recursive: true, force: true });
   });
 
-  // Batch norm in training mode: every rank's running statistics follow its own shard.
+  // Batch norm in training mode: each step starts from rank 0's running statistics.
   const common = ['--model', 'resnet18', '--synthetic-train', '64', '--synthetic-test', '32', '--batch-size', '16', '--eval-batch-size', '16', '--compressor', 'powersgd', '--accordion-interval', '1', '--checkpoint-every', '1', '--workers', '2', '--quiet'];
 
   async function trainTo(dir, extra) {
@@ -542,26 +545,25 @@ describe('data parallel: resuming a launched job', function () {
     return JSON.parse(fs.readFileSync(path.join(dir, 'summary.json'), 'utf8'));
   }
 
-  it('2 workers stopped after epoch 1 and resumed give the metrics of the uninterrupted run, and every rank keeps its own batch-norm statistics', async function () {
+  it('2 workers stopped after epoch 1 and resumed give the metrics of the uninterrupted run, and every rank holds rank 0\'s batch-norm statistics', async function () {
     const straightDir = path.join(runDir, 'straight');
     const splitDir = path.join(runDir, 'split');
     const straight = await trainTo(straightDir, ['--epochs', '2', '--out', straightDir]);
     await trainTo(splitDir, ['--epochs', '1', '--out', splitDir]);
-    // The ranks' running statistics differ (each saw its own shard), and each rank's are saved.
+    // Before the checkpoint every rank took rank 0's running statistics (PyTorch DDP's semantics).
     const epoch1 = path.join(splitDir, 'checkpoints', 'epoch-0001');
     const rank0 = loadCheckpoint(epoch1, 0);
     const rank1 = loadCheckpoint(epoch1, 1);
-    const mean0 = rank0.model.find((t) => t.name === 'bn1.running_mean');
-    const mean1 = rank1.model.find((t) => t.name === 'bn1.running_mean');
-    expect(Buffer.from(mean0.data).equals(Buffer.from(mean1.data)), "rank 1's bn1.running_mean is rank 0's").to.equal(false);
-    expect(Buffer.from(rank0.model.find((t) => t.name === 'conv1.weight').data).equals(Buffer.from(rank1.model.find((t) => t.name === 'conv1.weight').data))).to.equal(true);
+    for (const name of ['bn1.running_mean', 'layer4.1.bn2.running_var', 'conv1.weight'])
+      expect(Buffer.from(rank0.model.find((t) => t.name === name).data).equals(Buffer.from(rank1.model.find((t) => t.name === name).data)), `rank 1's ${name}`).to.equal(true);
     const resumed = await trainTo(splitDir, ['--epochs', '2', '--resume', splitDir]);
 
     const fields = ['trainLoss', 'trainAccuracy', 'testLoss', 'testAccuracy', 'samples', 'floatsSent', 'floatsSentTotal', 'overheadFloats', 'levels', 'norms', 'lr'];
     const pick = (summary) => summary.epochs.map((e) => Object.fromEntries(fields.map((f) => [f, e[f]])));
     expect(pick(resumed)).to.deep.equal(pick(straight));
-    // 64 images over 2 workers at batch 16: 2 steps an epoch, each agreeing on finiteness with 2 floats.
-    expect(straight.epochs.map((e) => e.overheadFloats)).to.deep.equal([4, 4]);
+    // 64 images over 2 workers at batch 16: 2 steps an epoch, each agreeing on finiteness with 2
+    // floats after rank 0's 9,600 running statistics were broadcast.
+    expect(straight.epochs.map((e) => e.overheadFloats)).to.deep.equal([2 * 9602, 2 * 9602]);
     // Every rank's final state, buffers included, is the uninterrupted run's.
     for (const rank of [0, 1]) {
       const a = loadCheckpoint(straightDir, rank);

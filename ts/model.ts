@@ -9,7 +9,7 @@ import { parseDevice, type DeviceName } from './device.js';
 import { Batcher } from './batcher.js';
 import { ProcessGroup } from './cluster/group.js';
 import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors.js';
-import { CheckpointError, UsageError } from './errors.js';
+import { AccordionError, CheckpointError, UsageError } from './errors.js';
 
 export type Architecture = 'resnet18' | 'vgg19bn' | 'lstm';
 export const ARCHITECTURES: readonly Architecture[] = ['resnet18', 'vgg19bn', 'lstm'];
@@ -54,6 +54,12 @@ export interface ModelOptions {
   threads?: number;
   /** Batch norm normalises with its running statistics during training too (default false). */
   frozenBatchNorm?: boolean;
+  /**
+   * With a group: every training step starts from rank 0's batch-norm running statistics, broadcast
+   * to every worker, which then updates its copy from its own batch; rank 0's are the model's
+   * (PyTorch DDP's broadcast_buffers; default true). Off, each worker keeps its own.
+   */
+  broadcastBuffers?: boolean;
   /**
    * Keep a copy of each step's local gradients (before the exchange and compression replace them)
    * for gradients() (default false: no copies).
@@ -112,6 +118,7 @@ export class Model {
   private readonly keepsGradients: boolean;
   private readonly layerCount: number;
   private readonly hiddenSize: number;
+  private readonly group?: ProcessGroup;
 
   private constructor(options: ModelOptions, engine: NativeEngine, params: { name: string; shape: number[] }[]) {
     this.architecture = options.architecture;
@@ -122,6 +129,7 @@ export class Model {
     this.keepsGradients = options.keepGradients ?? false;
     this.layerCount = options.layers ?? 2;
     this.hiddenSize = options.hidden ?? 650;
+    this.group = options.group;
   }
 
   /**
@@ -157,6 +165,7 @@ export class Model {
       accumulateNorms: options.accumulateNorms ?? false,
       group: options.group?.native,
       frozenBatchNorm: options.frozenBatchNorm ?? false,
+      broadcastBuffers: options.broadcastBuffers ?? true,
       hidden: options.hidden,
       layers: options.layers,
       dropout: options.dropout,
@@ -492,6 +501,42 @@ export class Model {
     await call(this.native.broadcastState(root));
   }
 
+  /** Every running statistic (batch norm's buffers) takes rank `root`'s values, in one broadcast. */
+  async broadcastBuffers(root = 0): Promise<void> {
+    if (!Number.isInteger(root) || root < 0) throw new UsageError(`broadcastBuffers: root must be a rank (an integer ≥ 0), got ${describe(root)}`);
+    await call(this.native.broadcastBuffers(root));
+  }
+
+  /**
+   * Brings the workers' replicas together and checks that they agree (a no-op without a group):
+   * every worker takes rank 0's running statistics, then the workers compare a 64-bit digest of
+   * every state_dict entry in one all-gather. Replicas that differ reject on every worker with
+   * ERR_REPLICA_MISMATCH, naming the first entry that differs and the ranks whose value is not
+   * rank 0's. PyTorch DDP's state before evaluation and checkpoints: rank 0's model on every worker.
+   */
+  async syncReplicas(): Promise<void> {
+    const group = this.group;
+    if (!group || group.worldSize < 2) return;
+    await this.broadcastBuffers(0);
+    const { names, digests } = await call(this.native.stateDigests());
+    // Each digest travels as four 16-bit words, exact in float32.
+    const words = new Float32Array(4 * digests.length);
+    digests.forEach((d, i) => {
+      for (let k = 0; k < 4; k++) words[4 * i + k] = Number((d >> BigInt(16 * k)) & 0xffffn);
+    });
+    const all = await group.allGather(words);
+    for (let i = 0; i < names.length; i++) {
+      const ranks: number[] = [];
+      for (let r = 1; r < group.worldSize; r++) if ([0, 1, 2, 3].some((k) => all[r * words.length + 4 * i + k] !== all[4 * i + k])) ranks.push(r);
+      if (ranks.length)
+        throw new AccordionError(
+          'ERR_REPLICA_MISMATCH',
+          `the workers' models differ: '${names[i]}' on rank${ranks.length > 1 ? 's' : ''} ${ranks.join(', ')} is not rank 0's ` +
+            `(every worker should hold the same weights and, after the broadcast, the same running statistics)`,
+        );
+    }
+  }
+
   async setLearningRate(lr: number): Promise<void> {
     if (typeof lr !== 'number' || !Number.isFinite(lr) || lr < 0) throw new UsageError(`setLearningRate: lr must be a finite number ≥ 0, got ${describe(lr)}`);
     await call(this.native.setLearningRate(lr));
@@ -542,7 +587,7 @@ function checkOptions(o: ModelOptions): void {
   }
   if (o.level !== undefined && !(typeof o.level === 'number' && Number.isFinite(o.level) && o.level > 0))
     throw new UsageError(`level must be a positive number (a PowerSGD rank or a TopK ratio), got ${describe(o.level)}`);
-  for (const key of ['nesterov', 'accumulateNorms', 'frozenBatchNorm', 'keepGradients'] as const)
+  for (const key of ['nesterov', 'accumulateNorms', 'frozenBatchNorm', 'broadcastBuffers', 'keepGradients'] as const)
     if (o[key] !== undefined && typeof o[key] !== 'boolean') throw new UsageError(`${key} must be a boolean, got ${describe(o[key])}`);
   if (o.compressor !== undefined && !COMPRESSORS.includes(o.compressor))
     throw new UsageError(`unknown compressor ${describe(o.compressor)} (choose one of: ${COMPRESSORS.join(', ')})`);

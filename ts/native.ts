@@ -65,8 +65,9 @@ export interface StepResult {
   samples: number;
   /** Floats this worker sent in the gradient exchange of this step (the paper's figure, ALGORITHMS.md 1.6). */
   floatsSent: number;
-  /** Floats of the exchange's control traffic, not in floatsSent: the workers' agreement that every
-   * gradient is finite, an all-reduce of W floats (0 with one worker). */
+  /** Floats of the step's control traffic, not in floatsSent: the workers' agreement that every
+   * gradient is finite, an all-reduce of W floats, and rank 0's batch-norm running statistics
+   * broadcast before the step (0 with one worker). */
   overheadFloats: number;
   /** Seconds in forward, backward and the update; in compression; waiting in collectives. */
   computeSeconds: number;
@@ -130,6 +131,8 @@ export interface EngineOptions {
   /** Exchange gradients with the other workers of this group. */
   group?: NativeProcessGroup;
   frozenBatchNorm?: boolean;
+  /** With a group: every training step starts from rank 0's buffers (PyTorch DDP's broadcast_buffers; default true). */
+  broadcastBuffers?: boolean;
   /** Language model: hidden (= embedding) size, layers. */
   hidden?: number;
   layers?: number;
@@ -182,6 +185,10 @@ export interface NativeEngine {
   gradientNorms(): Promise<Float64Array>;
   levelCosts(candidates: number[]): Promise<LevelCost[][]>;
   broadcastState(root: number): Promise<void>;
+  /** Every buffer (running statistics) takes rank root's values, in one broadcast. */
+  broadcastBuffers(root: number): Promise<void>;
+  /** A 64-bit digest of every state_dict entry, in order. */
+  stateDigests(): Promise<{ names: string[]; digests: BigUint64Array }>;
   /** Language model: one step on a (steps, batch) window of token ids, gradients clipped to clipNorm. */
   trainTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number, clipNorm: number): Promise<StepResult>;
   evaluateTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number): Promise<StepResult>;

@@ -214,7 +214,8 @@ export interface EpochRecord {
   floatsSent: number;
   floatsSentTotal: number;
   /** Floats of the epoch's steps' control traffic, not in floatsSent: each step's agreement that
-   * every gradient is finite, W floats per step with W ≥ 2 workers (0 alone). */
+   * every gradient is finite (W floats) and rank 0's running statistics broadcast before it, with
+   * W ≥ 2 workers (0 alone). */
   overheadFloats: number;
   /** Seconds of the epoch's steps spent in compute, compression and communication. */
   computeSeconds: number;
@@ -231,6 +232,8 @@ export interface EpochRecord {
   batchSize: number;
   /** Seconds of Accordion's end-of-epoch bookkeeping: reading norms, deciding, broadcasting, setting levels. */
   bookkeepingSeconds: number;
+  /** Seconds of the end-of-epoch replica check: rank 0's running statistics broadcast, every state_dict entry's digest compared (0 alone). */
+  syncSeconds: number;
   /** --adapt auto, on rank 0 at the epochs where levels were chosen: the budget, the plan and every matrix's candidates. */
   auto?: AutoRecord;
 }
@@ -687,6 +690,10 @@ export class Trainer extends EventEmitter {
     const bookkeepingStart = performance.now();
     const decision = this.stopRequested ? undefined : await this.adaptAtEpochEnd(epoch, lr);
     const bookkeepingSeconds = (performance.now() - bookkeepingStart) / 1000;
+    // Evaluation and the checkpoint see rank 0's model on every worker, checked by digest.
+    const syncStart = performance.now();
+    await this.model.syncReplicas();
+    const syncSeconds = (performance.now() - syncStart) / 1000;
     const language = this.task.kind === 'language';
     const valid = language ? await this.evaluate('valid') : undefined;
     const test = await this.evaluate('test');
@@ -711,6 +718,7 @@ export class Trainer extends EventEmitter {
       exchangeWaitSeconds,
       batchSize: batch,
       bookkeepingSeconds,
+      syncSeconds,
       ...(levels && decision ? { levels, norms: decision.norms, ratios: decision.ratios } : {}),
       ...(decision?.auto ? { auto: decision.auto } : {}),
     };
@@ -919,7 +927,7 @@ function partialRecord(epoch: number, lr: number, batchSize: number, seconds: nu
   return {
     epoch, lr, batchSize, seconds,
     trainLoss: NaN, trainAccuracy: NaN, testLoss: NaN, testAccuracy: NaN, samples: 0, steps: 0, samplesPerSecond: 0,
-    floatsSent: 0, floatsSentTotal: 0, overheadFloats: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, exchangeWaitSeconds: 0, bookkeepingSeconds: 0,
+    floatsSent: 0, floatsSentTotal: 0, overheadFloats: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, exchangeWaitSeconds: 0, bookkeepingSeconds: 0, syncSeconds: 0,
   };
 }
 

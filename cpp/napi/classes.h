@@ -97,6 +97,8 @@ class EngineWrap : public GuardedWrap<EngineWrap> {
   Session& session();  // on the engine's thread only
 
   Napi::Value broadcastState(const Napi::CallbackInfo& info);
+  Napi::Value broadcastBuffers(const Napi::CallbackInfo& info);
+  Napi::Value stateDigests(const Napi::CallbackInfo& info);
   Napi::Value trainTokens(const Napi::CallbackInfo& info);
   Napi::Value evaluateTokens(const Napi::CallbackInfo& info);
   Napi::Value resetState(const Napi::CallbackInfo& info);

@@ -17,6 +17,8 @@ Napi::Function EngineWrap::define(Napi::Env env) {
                       method<&EngineWrap::gradientNorms>("gradientNorms"),
                       method<&EngineWrap::levelCosts>("levelCosts"),
                       method<&EngineWrap::broadcastState>("broadcastState"),
+                      method<&EngineWrap::broadcastBuffers>("broadcastBuffers"),
+                      method<&EngineWrap::stateDigests>("stateDigests"),
                       method<&EngineWrap::trainTokens>("trainTokens"),
                       method<&EngineWrap::evaluateTokens>("evaluateTokens"),
                       method<&EngineWrap::resetState>("resetState"),
@@ -59,7 +61,8 @@ static cuda::NcclOptions ncclOptions(const GlooGroup& gloo, const Device& device
 }
 
 // new Engine({ model, classes, seed, device, learningRate, momentum, weightDecay, nesterov,
-//              compressor, level, compressionSeed, minCompressionRate, accumulateNorms, group })
+//              compressor, level, compressionSeed, minCompressionRate, accumulateNorms, group,
+//              broadcastBuffers, … })
 // With `group` (a ProcessGroup) gradients are exchanged with the other workers and the engine's work
 // runs on the group's thread.
 EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineWrap>(info) {
@@ -85,6 +88,7 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
   if (threads == 0) threads = defaultThreads();
   const bool frozenBatchNorm = boolOption(o, "frozenBatchNorm", false);
   const bool keepGradients = boolOption(o, "keepGradients", false);
+  const bool broadcastBuffers = boolOption(o, "broadcastBuffers", true);
   ProcessGroupWrap* groupWrap = nullptr;
   Napi::Value group = o.Get("group");
   if (!group.IsUndefined() && !group.IsNull()) {
@@ -104,7 +108,7 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
   ready_ = std::make_unique<Napi::ObjectReference>(Napi::Persistent(
       schedule<std::vector<std::pair<std::string, Shape>>>(
           env, *worker_,
-          [self, spec, sgd, reducer, groupWrap, frozenBatchNorm, keepGradients, device, communicator, threads] {
+          [self, spec, sgd, reducer, groupWrap, frozenBatchNorm, keepGradients, broadcastBuffers, device, communicator, threads] {
             std::shared_ptr<ProcessGroup> group;
             if (groupWrap) {
               std::shared_ptr<GlooGroup> gloo = groupWrap->group();  // connected by the earlier job on this thread, if it succeeded
@@ -116,6 +120,7 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
             self->session_ = std::make_unique<Session>(spec, sgd, reducer, group, device, threads);
             if (frozenBatchNorm) self->session_->model().freezeBatchNorm(true);
             if (keepGradients) self->session_->keepGradients(true);
+            self->session_->setBroadcastBuffers(broadcastBuffers);
             std::vector<std::pair<std::string, Shape>> params;
             for (const Parameter* p : self->session_->model().parameters()) params.emplace_back(p->name, p->value.shape());
             return params;
@@ -381,6 +386,41 @@ Napi::Value EngineWrap::broadcastState(const Napi::CallbackInfo& info) {
         return true;
       },
       [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
+}
+
+// broadcastBuffers(root) → Promise<void>: every buffer (running statistics) takes rank root's values,
+// in one broadcast.
+Napi::Value EngineWrap::broadcastBuffers(const Napi::CallbackInfo& info) {
+  const int root = info[0].IsUndefined() ? 0 : static_cast<int>(intArg(info, 0, "root", 0, kMaxDimension));
+  EngineWrap* self = this;
+  return schedule<bool>(
+      info.Env(), worker(info.Env()),
+      [self, root] {
+        self->session().broadcastBuffers(root);
+        return true;
+      },
+      [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
+}
+
+// stateDigests() → Promise<{ names: string[], digests: BigUint64Array }>: a 64-bit digest of every
+// state_dict entry, in order.
+Napi::Value EngineWrap::stateDigests(const Napi::CallbackInfo& info) {
+  EngineWrap* self = this;
+  return schedule<std::vector<std::pair<std::string, uint64_t>>>(
+      info.Env(), worker(info.Env()), [self] { return self->session().stateDigests(); },
+      [](Napi::Env env, std::vector<std::pair<std::string, uint64_t>>& entries) -> Napi::Value {
+        Napi::Array names = Napi::Array::New(env, entries.size());
+        auto digests = Napi::TypedArrayOf<uint64_t>::New(env, entries.size(), napi_biguint64_array);
+        for (size_t i = 0; i < entries.size(); ++i) {
+          names.Set(static_cast<uint32_t>(i), entries[i].first);
+          digests[i] = entries[i].second;
+        }
+        Napi::Object o = Napi::Object::New(env);
+        o.Set("names", names);
+        o.Set("digests", digests);
+        return o;
+      },
+      {info.This()});
 }
 
 // collectiveCounts() → Promise<counts> (convert.h): what the collectives of the group the gradients

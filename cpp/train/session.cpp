@@ -130,6 +130,7 @@ std::optional<StepResult> Session::step(const std::function<bool(Batch&)>& next,
   // The exchange overlaps a single batch's backward; kept gradients are copied before it starts.
   const bool overlapped = exchange_ && microBatches == 1 && !keepGradients_;
   omp_set_num_threads(overlapped ? computeThreads() : threads_);
+  const int64_t bufferFloats = broadcastBuffers_ ? broadcastBuffers(0) : 0;
   std::vector<int64_t> sizes;
   Batch batch;
   while (static_cast<int64_t>(sizes.size()) < microBatches && next(batch)) {
@@ -191,6 +192,7 @@ std::optional<StepResult> Session::step(const std::function<bool(Batch&)>& next,
   result.loss = lossSum / static_cast<double>(result.samples);
   exchangeAndUpdate(result, std::chrono::duration<double>(Clock::now() - start).count(),
                     overlapped ? 0 : static_cast<int64_t>(status[2 * taken]), overlapped);
+  result.overheadFloats += bufferFloats;
   return result;
 }
 
@@ -327,7 +329,53 @@ void Session::broadcastState(int root) {
   auto& refs = model_.state();
   if (group_->onDevice()) backend_->synchronize();  // the group's collectives run after the model's work
   for (Parameter* p : refs.parameters) group_->broadcast(p->value.data(), p->value.numel(), root);
-  for (Buffer* b : refs.buffers) group_->broadcast(b->value.data(), b->value.numel(), root);
+  broadcastBuffers(root);
+}
+
+int64_t Session::broadcastBuffers(int root) {
+  const std::vector<Buffer*>& buffers = model_.state().buffers;
+  if (buffers.empty() || group_->size() < 2) return 0;
+  int64_t total = 0;
+  for (const Buffer* b : buffers) total += b->value.numel();
+  ensureShape(bufferPack_, {total}, *backend_);
+  int64_t offset = 0;
+  for (const Buffer* b : buffers) {
+    backend_->copy(bufferPack_.data() + offset, b->value.data(), b->value.bytes());
+    offset += b->value.numel();
+  }
+  if (group_->onDevice()) backend_->synchronize();  // the group's collectives run after the model's work
+  group_->broadcast(bufferPack_.data(), total, root);
+  offset = 0;
+  for (Buffer* b : buffers) {
+    backend_->copy(b->value.data(), bufferPack_.data() + offset, b->value.bytes());
+    offset += b->value.numel();
+  }
+  return total;
+}
+
+// FNV-1a over 64-bit words (the tail bytes zero-padded), then a final avalanche: not cryptographic,
+// but any changed bit changes the digest with overwhelming probability.
+static uint64_t digestOf(const std::vector<uint8_t>& bytes) {
+  uint64_t h = 0xcbf29ce484222325ull ^ bytes.size();
+  const size_t words = bytes.size() / 8;
+  for (size_t i = 0; i < words; ++i) {
+    uint64_t w;
+    std::memcpy(&w, bytes.data() + 8 * i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, bytes.data() + 8 * words, bytes.size() - 8 * words);
+  h = (h ^ tail) * 0x100000001b3ull;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return h;
+}
+
+std::vector<std::pair<std::string, uint64_t>> Session::stateDigests() {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (const StateEntry& e : state(false)) out.emplace_back(e.name, digestOf(e.bytes));
+  return out;
 }
 
 static StateEntry int64Entry(const std::string& name, Shape shape, const int64_t* values) {

@@ -23,7 +23,9 @@ struct StepResult {
   int64_t correct = 0;
   int64_t samples = 0;
   int64_t floatsSent = 0;  // by this worker in the gradient exchange
-  int64_t overheadFloats = 0;  // the exchange's control traffic, not in floatsSent (the finite agreement)
+  // The step's control traffic, not in floatsSent: the finite agreement, and rank 0's running
+  // statistics broadcast before the step.
+  int64_t overheadFloats = 0;
   // Where the step's time went: forward, backward and update; compressing and decompressing;
   // waiting in collectives. An overlapped exchange compresses and communicates while backward runs:
   // `exchangeWaitSeconds` is the part of the exchange the step waited for after backward (all of it
@@ -94,6 +96,16 @@ class Session {
   std::vector<StateEntry> state(bool includeTrainer);
   // Copies rank `root`'s parameters and running statistics to every worker of the group.
   void broadcastState(int root);
+  // Copies rank `root`'s running statistics (every buffer, packed into one broadcast) to every
+  // worker; returns the floats broadcast (0 alone or without buffers).
+  int64_t broadcastBuffers(int root);
+  // PyTorch DDP's broadcast_buffers (on by default): with two or more workers, every training step
+  // starts with broadcastBuffers(0), so each worker's forward starts from rank 0's running
+  // statistics and updates its own copy from its own batch; rank 0's are the model's.
+  void setBroadcastBuffers(bool on) { broadcastBuffers_ = on; }
+  // A 64-bit digest of every entry of the model's state_dict (parameters, buffers, counters), in
+  // order: workers that hold the same model hold the same digests.
+  std::vector<std::pair<std::string, uint64_t>> stateDigests();
   ProcessGroup& group() { return *group_; }
 
   // Restores entries by name; every model entry must be present with the same shape and dtype.
@@ -134,6 +146,8 @@ class Session {
   std::unique_ptr<BucketExchange> exchange_;
   Module::BackwardHook backwardHook_;
   bool overlapping_ = false;  // backward of an overlapped step is running
+  bool broadcastBuffers_ = true;
+  Tensor bufferPack_;  // every buffer back to back, for broadcastBuffers
   std::map<const Module*, std::vector<size_t>> moduleParameters_;
   std::map<const Parameter*, size_t> parameterIndex_;
 };

@@ -2,7 +2,7 @@
 // and, for each case of argv[2], builds a model whose gradients travel over the job's group, trains
 // a few steps, and reads around every step what the group's collectives carried
 // (collectiveCounts(), counted where the collectives run). Prints one JSON line:
-// { rank, cases: [{ name, shapes, levels, buckets, steps: [{ floatsSent, overheadFloats, carried }] }] },
+// { rank, cases: [{ name, shapes, levels, buckets, bufferFloats, steps: [{ floatsSent, overheadFloats, carried }] }] },
 // where `carried` is the step's difference of the counts, per kind, and `buckets` the overlapped
 // exchange's buckets ([] when it follows backward).
 //
@@ -48,7 +48,9 @@ async function runCase(c, group) {
   try {
     if (c.levels) await model.setLevels(c.levels);
     const { buckets } = await model.exchangePlan();
-    const record = { name: c.name, shapes: model.parameters().map((p) => p.shape), levels: Array.from(await model.levels()), buckets, steps: [] };
+    // Rank 0's running statistics travel before every step: the batch norms' floats.
+    const bufferFloats = (await model.stateDict()).filter((e) => e.name.includes('running_')).reduce((n, e) => n + e.shape.reduce((a, b) => a * b, 1), 0);
+    const record = { name: c.name, shapes: model.parameters().map((p) => p.shape), levels: Array.from(await model.levels()), buckets, bufferFloats, steps: [] };
     for (let s = 0; s < c.steps; s++) {
       const before = await model.native.collectiveCounts();
       const r = await model.trainStep(input(model, group.rank, s));

@@ -1,0 +1,92 @@
+#!/usr/bin/python3
+"""One worker of PyTorch DDP taking given training steps: the outside reference of the
+engine's data-parallel semantics (test/ddp.test.js).
+
+Every rank starts from the same state_dict (--state) and trains --steps steps on
+its own batches (--batches holds `step{s}.rank{r}.images`, float32 NCHW already
+normalised, and `step{s}.rank{r}.labels`, int32) through
+DistributedDataParallel over Gloo with broadcast_buffers on (PyTorch's default:
+rank 0's buffers are broadcast before every forward), cross-entropy and SGD
+(momentum, Nesterov, weight decay as the engine's defaults). After each step the
+rank's whole state_dict (parameters and buffers) is written as `step{s}.{name}`
+into --out (one safetensors file per rank), with `step{s}.margin`: how close any
+ReLU decision of the step's forward came to a tie (see torch_gradients.py). With
+--dtype float64 the whole job computes in float64: the reference a float32
+engine is held to at well-conditioned states.
+
+    OMP_NUM_THREADS=1 /usr/bin/python3 bench/peers/torch_ddp_steps.py --rank 0 --world 2 \
+        --master 127.0.0.1:29512 --model resnet18 --state init.safetensors \
+        --batches batches.safetensors --steps 3 --lr 0.05 --out ddp-rank0.safetensors
+"""
+
+import argparse
+import os
+import sys
+
+if not os.environ.get('OMP_NUM_THREADS'):
+    sys.exit('torch_ddp_steps.py: OMP_NUM_THREADS must be set (e.g. OMP_NUM_THREADS=1)')
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+import safetensors_io  # noqa: E402
+from torch_gradients import Margins  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description='Train given steps under PyTorch DDP (Gloo) and save the state after each.')
+    p.add_argument('--rank', type=int, required=True)
+    p.add_argument('--world', type=int, required=True)
+    p.add_argument('--master', required=True, help='address:port of rank 0')
+    p.add_argument('--model', choices=sorted(models.MODELS), default='resnet18')
+    p.add_argument('--classes', type=int, default=10)
+    p.add_argument('--state', required=True, help='safetensors state_dict every rank starts from')
+    p.add_argument('--batches', required=True, help='safetensors of step{s}.rank{r}.images / .labels')
+    p.add_argument('--steps', type=int, required=True)
+    p.add_argument('--lr', type=float, default=0.05)
+    p.add_argument('--momentum', type=float, default=0.9)
+    p.add_argument('--weight-decay', type=float, default=1e-4)
+    p.add_argument('--dtype', choices=['float32', 'float64'], default='float32')
+    p.add_argument('--out', required=True, help='safetensors file of this rank\'s state after each step')
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
+    dist.init_process_group('gloo', init_method=f'tcp://{args.master}', rank=args.rank, world_size=args.world)
+    dtype = getattr(torch, args.dtype)
+    model = models.build(args.model, args.classes).to(dtype)
+    model.load_state_dict(safetensors_io.load_state_dict(args.state))
+    for m in model.modules():  # the engine's VGG takes dropout 0 in these comparisons
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    ddp = DistributedDataParallel(model, broadcast_buffers=True)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, nesterov=True,
+                          weight_decay=args.weight_decay)
+    batches = safetensors_io.load_state_dict(args.batches)
+    out = {}
+    for s in range(args.steps):
+        images = batches[f'step{s}.rank{args.rank}.images'].to(dtype)
+        labels = batches[f'step{s}.rank{args.rank}.labels'].long()
+        model.train()
+        margins = Margins(model)
+        loss = F.cross_entropy(ddp(images), labels)
+        margins.close()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        for name, t in model.state_dict().items():
+            out[f'step{s}.{name}'] = t.detach().clone()
+        out[f'step{s}.loss'] = torch.tensor([loss.item()], dtype=torch.float64)
+        out[f'step{s}.margin'] = torch.tensor([margins.smallest], dtype=torch.float64)
+    safetensors_io.save_state_dict(out, args.out)
+    dist.destroy_process_group()
+
+
+if __name__ == '__main__':
+    main()
