@@ -115,6 +115,8 @@ class CudaBackend : public Backend {
   }
 
  private:
+  // Destroys the library handles and the copy stream that exist (constructor failures and the destructor).
+  void releaseHandles();
   // Keeps host memory that the device is still copying from until the copy has finished.
   void holdUntilDone(cudaStream_t stream, std::shared_ptr<const void> owner);
   void releaseFinished();
