@@ -212,13 +212,14 @@ static_assert(sameSignature<decltype(coll::Api::getVersion), decltype(&ncclGetVe
 static_assert(sameSignature<decltype(coll::Api::getErrorString), decltype(&ncclGetErrorString)>, "ncclGetErrorString");
 static_assert(sameSignature<decltype(coll::Api::getUniqueId), decltype(&ncclGetUniqueId)>, "ncclGetUniqueId");
 static_assert(sameSignature<decltype(coll::Api::commInitRankConfig), decltype(&ncclCommInitRankConfig)>, "ncclCommInitRankConfig");
+static_assert(sameSignature<decltype(coll::Api::commFinalize), decltype(&ncclCommFinalize)>, "ncclCommFinalize");
 static_assert(sameSignature<decltype(coll::Api::commDestroy), decltype(&ncclCommDestroy)>, "ncclCommDestroy");
 static_assert(sameSignature<decltype(coll::Api::commAbort), decltype(&ncclCommAbort)>, "ncclCommAbort");
 static_assert(sameSignature<decltype(coll::Api::commGetAsyncError), decltype(&ncclCommGetAsyncError)>, "ncclCommGetAsyncError");
 static_assert(sameSignature<decltype(coll::Api::allReduce), decltype(&ncclAllReduce)>, "ncclAllReduce");
 static_assert(sameSignature<decltype(coll::Api::allGather), decltype(&ncclAllGather)>, "ncclAllGather");
 static_assert(sameSignature<decltype(coll::Api::broadcast), decltype(&ncclBroadcast)>, "ncclBroadcast");
-static_assert(sizeof(coll::Api) == 10 * sizeof(void (*)()), "nccl::Api has a member that is not checked here");
+static_assert(sizeof(coll::Api) == 11 * sizeof(void (*)()), "nccl::Api has a member that is not checked here");
 
 }  // namespace
 
