@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Packs what a GPU machine without Node, npm or a registry needs to run this checkout's kernel lab,
 # GPU tests and GPU benchmarks into .node-dist/runtime.tar.xz (ignored by git; carry .node-dist
-# with the run). scripts/gpu-check.sh unpacks it. Build first: npm run build (with nvcc on the PATH).
+# with the checkout: at most 64 MiB). scripts/gpu-check.sh unpacks it there, again whenever the
+# tarball's sha256 differs from the one its unpacked copy records. Build first: npm run build
+# (with nvcc on the PATH, so that the addon has its CUDA half and build/Release/kernel_check exists).
 #   bin/node       a stripped node
 #   lib/           the shared libraries node, the addon and the kernel lab link (oneDNN, OpenBLAS,
-#                  Gloo, OpenMP, libstdc++ …), with the development links a rebuild looks for
-#   app/           build/Release (the addon, kernel_check), lib/ (the compiled TypeScript), and the
-#                  node_modules the tests, benchmarks and a rebuild use
+#                  Gloo, libgfortran …), with the development links a rebuild looks for
+#   cxx/           the C++ runtime of this machine's compiler (libstdc++, libgcc_s, libgomp), apart:
+#                  gpu-check.sh uses each only where the GPU machine's own is missing or older, so a
+#                  binary rebuilt there with its own compiler never loads an older copy from here
+#   app/           build/Release (the addon, kernel_check), lib/ (the compiled TypeScript), the
+#                  node_modules the tests, benchmarks and a rebuild use, and PACKED (what was packed)
 #   include/       oneDNN, OpenBLAS and Gloo headers, to rebuild there if the carried build does not load
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,15 +21,19 @@ addon=build/Release/accordion.node
 out=.node-dist
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/bin" "$stage/lib" "$stage/app/build" "$stage/include" "$out"
+mkdir -p "$stage/bin" "$stage/lib" "$stage/cxx" "$stage/app/build" "$stage/include" "$out"
 cp "$(command -v node)" "$stage/bin/node"
 strip "$stage/bin/node" 2>/dev/null || true
 
-# Every library the addon, the lab and node resolve, except the C runtime the target machine has itself.
+# Every library the addon, the lab and node resolve, except the C runtime the target machine has
+# itself; the compiler's C++ runtime goes to cxx/.
 for file in "$addon" build/Release/kernel_check "$(command -v node)"; do
   [ -e "$file" ] && ldd "$file" | awk '/=> \//{print $3}'
 done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' | while read -r lib; do
-  cp -L "$lib" "$stage/lib/"
+  case "$(basename "$lib")" in
+    libstdc++.so.* | libgcc_s.so.* | libgomp.so.*) cp -L "$lib" "$stage/cxx/" ;;
+    *) cp -L "$lib" "$stage/lib/" ;;
+  esac
 done
 for soname in libdnnl.so.2 libopenblas.so.0 libgloo.so.0; do
   ln -sf "$soname" "$stage/lib/${soname%%.so*}.so"
@@ -32,6 +41,7 @@ done
 
 cp -r build/Release "$stage/app/build/"
 cp -r lib package.json "$stage/app/"
+rm -f "$stage/app/lib/.runtime-sha256"
 # The node_modules closure of what runs there: mocha and chai (tests), tinybench (benchmarks),
 # node-gyp-build (loading the addon), node-addon-api and node-api-headers (a rebuild).
 node -e '
@@ -52,10 +62,22 @@ node -e '
 done
 mkdir -p "$stage/app/node_modules/.bin"
 ln -sf ../mocha/bin/mocha.js "$stage/app/node_modules/.bin/mocha"
+# What was packed, for the results: the commit (and whether the tree differed from it) and when.
+{
+  echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' with local changes')"
+  echo "packed $(date -u +%FT%TZ) on $(uname -n)"
+  echo "node $(node --version)"
+} >"$stage/app/PACKED"
 
 cp -rL /usr/include/oneapi /usr/include/dnnl*.h* /usr/include/gloo "$stage/include/"
 blas=$(dirname "$(find /usr/include -name cblas.h -path '*openblas*' | head -1)")
 cp -L "$blas"/*.h "$stage/include/"
 
-tar -C "$stage" -cJf "$out/runtime.tar.xz" bin lib app include
-echo "pack-for-gpu: $(du -h "$out/runtime.tar.xz" | cut -f1) in $out/runtime.tar.xz ($(ls "$stage/lib" | wc -l) libraries)"
+tar -C "$stage" -cf - bin lib cxx app include | xz -9 -T1 >"$out/runtime.tar.xz.partial"
+mv "$out/runtime.tar.xz.partial" "$out/runtime.tar.xz"
+bytes=$(stat -c %s "$out/runtime.tar.xz")
+echo "pack-for-gpu: $((bytes / 1048576)) MiB ($bytes bytes) in $out/runtime.tar.xz ($(ls "$stage/lib" | wc -l) libraries, $(ls "$stage/cxx" | wc -l) of the C++ runtime)"
+echo "pack-for-gpu: sha256 $(sha256sum "$out/runtime.tar.xz" | cut -d' ' -f1)"
+if ((bytes > 64 * 1048576)); then
+  echo "pack-for-gpu: warning: more than the 64 MiB a GPU machine's command carries" >&2
+fi

@@ -21,6 +21,15 @@ const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'lib',
 const DEVICE_CODES = ['ERR_NO_CUDA', 'ERR_NO_CUDA_DEVICE', 'ERR_CUDA_LIBRARY'];
 
 
+/** Whether the dynamic loader can find the NVIDIA driver's libcuda.so.1 here. */
+function driverLibraryPresent() {
+  for (const ldconfig of ['/sbin/ldconfig', 'ldconfig']) {
+    const r = spawnSync(ldconfig, ['-p'], { encoding: 'utf8' });
+    if (!r.error && r.status === 0) return /\blibcuda\.so\.1\b/.test(r.stdout) || (process.env.LD_LIBRARY_PATH ?? '').split(':').some((d) => d && fs.existsSync(path.join(d, 'libcuda.so.1')));
+  }
+  return fs.existsSync('/proc/driver/nvidia');
+}
+
 function runCli(args) {
   const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '2' } });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
@@ -130,10 +139,76 @@ describe('devices', function () {
       expect(err.message).to.equal(cause.message);
     });
 
+    it('says "no NVIDIA driver found" when libcuda.so.1 does not load, not the runtime\'s "driver version is insufficient"', function () {
+      if (!binding.buildInfo().cuda.built || driverLibraryPresent()) this.skip();
+      const q = binding.deviceQuery();
+      expect(q.count).to.equal(0);
+      expect(q.error).to.match(/^no NVIDIA driver found: .*libcuda\.so\.1/);
+      expect(cause.message).to.match(/no NVIDIA driver found/);
+      expect(runCli(['info']).stdout).to.not.match(/insufficient/);
+    });
+
     it('refuses to assemble batches for a GPU, naming the cause', function () {
       const images = { images: new Uint8Array(4 * 3072), labels: new Int32Array(4), count: 4, classes: 10 };
       expect(() => new Batcher(images, { batchSize: 2, device: 'cuda' })).to.throw().with.property('code').that.is.oneOf(DEVICE_CODES);
     });
+  });
+});
+
+describe('NVIDIA libraries from pip', function () {
+  this.timeout(60_000);
+  let root;
+  before(function () {
+    if (!binding.buildInfo().cuda.built) this.skip();
+    root = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-pip-'));
+  });
+  after(() => root && fs.rmSync(root, { recursive: true, force: true }));
+
+  /** What deviceQuery() says in a process with `env` and none of the ACCORDION_* library variables. */
+  function queryWith(env) {
+    const clean = { ...process.env, ...env };
+    for (const name of ['ACCORDION_CUDNN', 'ACCORDION_CUBLAS', 'ACCORDION_NCCL', 'LD_LIBRARY_PATH', 'VIRTUAL_ENV', 'CONDA_PREFIX']) delete clean[name];
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', "import('./lib/index.js').then((m) => console.log(JSON.stringify(m.deviceQuery())))"], {
+      cwd: path.join(path.dirname(fileURLToPath(import.meta.url)), '..'),
+      env: clean,
+      encoding: 'utf8',
+    });
+    expect(r.status, r.stderr).to.equal(0);
+    return JSON.parse(r.stdout);
+  }
+
+  /** Stand-ins for the wheels' libraries (not loadable: the loader says why, naming the file). */
+  function fakeWheels(site, files) {
+    for (const file of files) {
+      fs.mkdirSync(path.join(site, path.dirname(file)), { recursive: true });
+      fs.writeFileSync(path.join(site, file), '');
+    }
+  }
+
+  it("looks in the CUDA 13 wheels' layout (nvidia/cu13/lib, nvidia/cu12/lib, nvidia/<library>/lib) of the user's site-packages, without environment variables", function () {
+    const home = path.join(root, 'home');
+    const site = path.join(home, '.local', 'lib', 'python3.12', 'site-packages');
+    fakeWheels(site, ['nvidia/cu13/lib/libcublas.so.13', 'nvidia/cudnn/lib/libcudnn.so.9', 'nvidia/nccl/lib/libnccl.so.2', 'nvidia/cu12/lib/libcublas.so.12']);
+    const q = queryWith({ HOME: home });
+    for (const [library, file] of [
+      ['cublas', 'nvidia/cu13/lib/libcublas.so.13'],
+      ['cublas', 'nvidia/cu12/lib/libcublas.so.12'],
+      ['cudnn', 'nvidia/cudnn/lib/libcudnn.so.9'],
+      ['nccl', 'nvidia/nccl/lib/libnccl.so.2'],
+    ]) {
+      if (q[library].loaded) continue; // a real one was found first: the search works all the same
+      expect(q[library].error, library).to.include(path.join(site, file));
+    }
+  });
+
+  it('looks in the environment of a python3 on the PATH (a virtual environment)', function () {
+    const venv = path.join(root, 'venv');
+    fs.mkdirSync(path.join(venv, 'bin'), { recursive: true });
+    fs.writeFileSync(path.join(venv, 'bin', 'python3'), '');
+    fakeWheels(path.join(venv, 'lib', 'python3.12', 'site-packages'), ['nvidia/cu13/lib/libcublas.so.13']);
+    const q = queryWith({ HOME: path.join(root, 'nobody'), PATH: `${path.join(venv, 'bin')}:${process.env.PATH}` });
+    // As the loader globbed it: the python3's directory, then ../lib/python3.*/site-packages.
+    if (!q.cublas.loaded) expect(q.cublas.error).to.include(`${venv}/bin/../lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13`);
   });
 });
 

@@ -556,7 +556,11 @@ async function info(): Promise<void> {
     alone: { compute: total, communication: 0 },
     rule: 'an image model on the CPU with 2 or more workers and --bucket-mb > 0 (the default) overlaps its exchange with backward: one thread communicates, the others compute; otherwise all compute',
   };
-  process.stdout.write(JSON.stringify({ build: binding.buildInfo(), devices: binding.deviceQuery(), job, threads }, null, 2) + '\n');
+  // NCCL's load failure (every path tried) is shown once, under devices.nccl.
+  const build = binding.buildInfo();
+  const devices = binding.deviceQuery();
+  if (build.cuda.nccl !== true) build.cuda.nccl = 'not loaded: see devices.nccl.error';
+  process.stdout.write(JSON.stringify({ build, devices, job, threads }, null, 2) + '\n');
 }
 
 export async function main(argv: string[]): Promise<number> {

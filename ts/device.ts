@@ -16,8 +16,11 @@ export function parseDevice(value: unknown, what = 'device'): DeviceName {
 
 /**
  * Throws a NativeError unless a model can run on `device`: ERR_NO_CUDA (the addon was built without
- * CUDA), ERR_NO_CUDA_DEVICE (no driver, no such device, too old a GPU) or ERR_CUDA_LIBRARY (cuDNN or
- * cuBLAS not found, with every path tried).
+ * CUDA), ERR_NO_CUDA_DEVICE (no NVIDIA driver, one older than the build's CUDA, no such device, too
+ * old a GPU) or ERR_CUDA_LIBRARY (cuDNN or cuBLAS not found, with every path tried; pip's wheels are
+ * found without environment variables). A GPU it accepts becomes the process's GPU: the pinned host
+ * memory of batches assembled afterwards is allocated there, so a worker on GPU N never creates a
+ * context on GPU 0.
  */
 export function requireDevice(device: DeviceName): void {
   try {

@@ -56,7 +56,8 @@ LibraryStatus ncclStatus();
 // (cuDNN or cuBLAS not found, with the paths tried).
 std::unique_ptr<Backend> makeBackend(int device);
 // The error makeBackend(device) would throw for want of a driver, a device or a library, or nothing
-// when the device can run a model. Cheap, and never throws.
+// when the device can run a model; then `device` becomes the process's GPU, where pinned memory is
+// allocated (see pinnedAllocator). Cheap, and never throws.
 std::optional<EngineError> unusable(int device);
 
 // A ProcessGroup over NCCL for GPU memory, one GPU per process (cuda/comm/nccl_group.h). The ranks
@@ -72,6 +73,9 @@ struct NcclOptions {
 std::shared_ptr<ProcessGroup> makeNcclGroup(StoreClient& store, const NcclOptions& options);
 
 // Page-locked host memory that a GPU copies from asynchronously; freed blocks are kept for reuse.
+// New blocks are pinned in the context of the process's GPU: the device of the last backend or NCCL
+// group made, or of the last device unusable() accepted (GPU 0 before any), set on the calling
+// thread first, so that a worker's batch thread creates no context on another worker's GPU.
 Allocator& pinnedAllocator();
 
 }  // namespace accordion::cuda

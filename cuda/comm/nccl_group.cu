@@ -9,14 +9,24 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/current_device.h"
 #include "lib/nccl.h"
 
 namespace accordion::cuda {
 
+// The group's device state. Its destructor also runs when the constructor fails (a set-up that
+// times out), so nothing is left behind then either.
 struct NcclGroup::Impl {
+  int device = 0;
   nccl::Comm comm = nullptr;
   cudaStream_t stream = nullptr;
   float* one = nullptr;  // the barrier's all-reduce
+  ~Impl() {
+    if (!one && !stream) return;  // never touched the device (a failed check): make no context now
+    const DeviceScope scope(device);
+    if (one) cudaFree(one);
+    if (stream) cudaStreamDestroy(stream);
+  }
 };
 
 namespace {
@@ -39,7 +49,9 @@ NcclGroup::NcclGroup(StoreClient& store, const NcclOptions& options) : options_(
                                                 (options.hostname.empty() ? "this host" : options.hostname) + " has " +
                                                 std::to_string(devices) + ": NCCL runs one rank per GPU, so start at most " +
                                                 std::to_string(devices) + " workers per host");
-  check(cudaSetDevice(options.device), "cudaSetDevice");
+  check(useDevice(options.device), "cudaSetDevice");
+  setProcessDevice(options.device);
+  impl_->device = options.device;
 
   // Every rank's host and GPU, so that two ranks on one GPU are named before NCCL refuses them.
   const std::string key = "nccl/" + options.prefix + "/";
@@ -75,9 +87,31 @@ NcclGroup::NcclGroup(StoreClient& store, const NcclOptions& options) : options_(
 }
 
 NcclGroup::~NcclGroup() {
-  if (impl_->comm) nccl::api().commDestroy(impl_->comm);
-  if (impl_->one) cudaFree(impl_->one);
-  if (impl_->stream) cudaStreamDestroy(impl_->stream);
+  // The last reference to the group may go on any thread: its GPU first.
+  const DeviceScope scope(options_.device);
+  if (impl_->comm) finalizeAndDestroy();
+}  // then impl_ frees the barrier's float and the stream
+
+// A non-blocking communicator is finalised before it is destroyed: ncclCommFinalize flushes what is
+// still queued and answers ncclInProgress, and ncclCommGetAsyncError says when it is done. Waiting is
+// bounded by the job's timeout, after which (or on an error) the communicator is aborted instead.
+void NcclGroup::finalizeAndDestroy() noexcept {
+  try {
+    const nccl::Api& api = nccl::api();
+    const nccl::Comm comm = impl_->comm;
+    impl_->comm = nullptr;
+    nccl::Result state = api.commFinalize(comm);
+    const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+    while (state == nccl::kInProgress && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      if (api.commGetAsyncError(comm, &state) != nccl::kSuccess) break;
+    }
+    if (state == nccl::kSuccess)
+      api.commDestroy(comm);
+    else
+      api.commAbort(comm);
+  } catch (...) {  // nccl::api() loaded before the communicator existed; nothing else throws
+  }
 }
 
 void NcclGroup::abort(const std::string& message) {

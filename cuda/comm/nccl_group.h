@@ -31,6 +31,8 @@ class NcclGroup : public ProcessGroup {
   // communicator and throws ERR_COLLECTIVE naming `what` and this rank.
   void wait(const std::string& what);
   [[noreturn]] void abort(const std::string& message);
+  // Finalises the communicator (bounded by the timeout), then destroys it; aborts it when that fails.
+  void finalizeAndDestroy() noexcept;
   // The communicator, unless an earlier failure aborted it.
   struct ncclComm* live(const std::string& what);
   void enqueued(int result, const std::string& what);

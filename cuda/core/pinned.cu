@@ -1,11 +1,15 @@
 // Page-locked host memory, cached: pinning is slow (it maps pages for the device and may wait for
-// it), so freed blocks are kept by size class and handed out again.
+// it), so freed blocks are kept by size class and handed out again. A block is pinned in the
+// context of the process's GPU (core/current_device.h), set on the calling thread first: the batch
+// thread of a worker on GPU 1 must not create a context on GPU 0. The blocks are portable, so any
+// device copies from them.
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "core/check.h"
 #include "core/cuda.h"
+#include "core/current_device.h"
 
 namespace accordion::cuda {
 
@@ -15,7 +19,9 @@ class PinnedAllocator : public Allocator {
  public:
   Device device() const override { return Device::cpu(); }
 
-  std::shared_ptr<void> allocate(size_t bytes) override {
+  std::shared_ptr<void> allocate(size_t bytes) override { return allocateOn(processDevice(), bytes); }
+
+  std::shared_ptr<void> allocateOn(int device, size_t bytes) {
     const size_t size = sizeClass(bytes);
     void* block = nullptr;
     {
@@ -27,6 +33,7 @@ class PinnedAllocator : public Allocator {
       }
     }
     if (!block) {
+      const DeviceScope scope(device);
       const cudaError_t status = cudaHostAlloc(&block, size, cudaHostAllocPortable);
       if (status != cudaSuccess) {
         cudaGetLastError();
@@ -53,9 +60,17 @@ class PinnedAllocator : public Allocator {
 
 }  // namespace
 
-Allocator& pinnedAllocator() {
+namespace {
+
+PinnedAllocator& thePinnedAllocator() {
   static PinnedAllocator* allocator = new PinnedAllocator();  // never destroyed: blocks may be freed at exit
   return *allocator;
 }
+
+}  // namespace
+
+Allocator& pinnedAllocator() { return thePinnedAllocator(); }
+
+std::shared_ptr<void> pinnedOn(int device, size_t bytes) { return thePinnedAllocator().allocateOn(device, bytes); }
 
 }  // namespace accordion::cuda

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <iterator>
 #include <type_traits>
 
 #include "lib/cublas.h"
@@ -98,6 +99,27 @@ static_assert(dnn::kFmaMath == CUDNN_FMA_MATH, "cudnn::kFmaMath");
 static_assert(dnn::kAlgorithmCount >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT && dnn::kAlgorithmCount >= CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT &&
                   dnn::kAlgorithmCount >= CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
               "cudnn::kAlgorithmCount is below an algorithm count, so a find could miss the fastest");
+// The names the logs give algorithms and math types, by number.
+static_assert(std::size(dnn::kForwardAlgorithms) == CUDNN_CONVOLUTION_FWD_ALGO_COUNT &&
+                  CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM == 0 && CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM == 1 &&
+                  CUDNN_CONVOLUTION_FWD_ALGO_GEMM == 2 && CUDNN_CONVOLUTION_FWD_ALGO_DIRECT == 3 && CUDNN_CONVOLUTION_FWD_ALGO_FFT == 4 &&
+                  CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING == 5 && CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD == 6 &&
+                  CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED == 7,
+              "cudnn::kForwardAlgorithms");
+static_assert(std::size(dnn::kBackwardDataAlgorithms) == CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT &&
+                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 == 0 && CUDNN_CONVOLUTION_BWD_DATA_ALGO_1 == 1 &&
+                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT == 2 && CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING == 3 &&
+                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD == 4 && CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED == 5,
+              "cudnn::kBackwardDataAlgorithms");
+static_assert(std::size(dnn::kBackwardFilterAlgorithms) == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT &&
+                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 == 0 && CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 == 1 &&
+                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT == 2 && CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3 == 3 &&
+                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD == 4 && CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED == 5 &&
+                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING == 6,
+              "cudnn::kBackwardFilterAlgorithms");
+static_assert(std::size(dnn::kMathTypes) == 4 && CUDNN_DEFAULT_MATH == 0 && CUDNN_TENSOR_OP_MATH == 1 &&
+                  CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION == 2 && CUDNN_FMA_MATH == 3,
+              "cudnn::kMathTypes");
 // The version numbering that cudnn.cu decodes from cudnnGetVersion().
 static_assert(CUDNN_VERSION == (CUDNN_MAJOR >= 9 ? CUDNN_MAJOR * 10000 : CUDNN_MAJOR * 1000) + CUDNN_MINOR * 100 + CUDNN_PATCHLEVEL,
               "cuDNN's version numbering changed");
@@ -212,13 +234,14 @@ static_assert(sameSignature<decltype(coll::Api::getVersion), decltype(&ncclGetVe
 static_assert(sameSignature<decltype(coll::Api::getErrorString), decltype(&ncclGetErrorString)>, "ncclGetErrorString");
 static_assert(sameSignature<decltype(coll::Api::getUniqueId), decltype(&ncclGetUniqueId)>, "ncclGetUniqueId");
 static_assert(sameSignature<decltype(coll::Api::commInitRankConfig), decltype(&ncclCommInitRankConfig)>, "ncclCommInitRankConfig");
+static_assert(sameSignature<decltype(coll::Api::commFinalize), decltype(&ncclCommFinalize)>, "ncclCommFinalize");
 static_assert(sameSignature<decltype(coll::Api::commDestroy), decltype(&ncclCommDestroy)>, "ncclCommDestroy");
 static_assert(sameSignature<decltype(coll::Api::commAbort), decltype(&ncclCommAbort)>, "ncclCommAbort");
 static_assert(sameSignature<decltype(coll::Api::commGetAsyncError), decltype(&ncclCommGetAsyncError)>, "ncclCommGetAsyncError");
 static_assert(sameSignature<decltype(coll::Api::allReduce), decltype(&ncclAllReduce)>, "ncclAllReduce");
 static_assert(sameSignature<decltype(coll::Api::allGather), decltype(&ncclAllGather)>, "ncclAllGather");
 static_assert(sameSignature<decltype(coll::Api::broadcast), decltype(&ncclBroadcast)>, "ncclBroadcast");
-static_assert(sizeof(coll::Api) == 10 * sizeof(void (*)()), "nccl::Api has a member that is not checked here");
+static_assert(sizeof(coll::Api) == 11 * sizeof(void (*)()), "nccl::Api has a member that is not checked here");
 
 }  // namespace
 

@@ -7,6 +7,9 @@
 // with NaN bytes (0xFF) before every checked launch, so an element an op never writes fails. A
 // check's error is the largest over its outputs, and a NaN among them stays NaN (std::max would
 // drop it).
+//
+// checkRow() writes a check as one line of JSON, the lab's row in gpu-check.jsonl; compare_check
+// --rows prints a few, which test/lab.test.js parses.
 #pragma once
 #include <cmath>
 #include <cstdio>
@@ -33,6 +36,8 @@ struct Check {
   bool pass = true;
   std::vector<std::string> failures;  // what failed, one line each
   double medianUs = kNaN, gbPerS = kNaN, fractionOfCopy = kNaN, gflopPerS = kNaN;
+  std::string note;     // what the op chose for the shape (a convolution's algorithms), or empty
+  std::string skipped;  // why the check was left out (a tensor beyond --max-elements), or empty
 
   void record(double outputError, double outputTolerance, const std::string& failure) {
     error = worseError(error, outputError);
@@ -79,6 +84,50 @@ void compare(Check& check, const std::string& output, const std::vector<T>& got,
 
 inline void compare(Check& check, const std::string& output, double got, double want, double tolerance) {
   compare(check, output, std::vector<double>{got}, std::vector<double>{want}, tolerance);
+}
+
+// ---- Rows ----------------------------------------------------------------------------------------
+
+inline std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(ch)));
+      out += escaped;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+// null for what was not measured, and for an error that is not a number (NaN, Inf).
+inline std::string jsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", v);
+  return text;
+}
+
+// A check as one JSON object on one line: the stage and op family it ran in, the op and shape, the
+// verdict and error, the timings, what failed, and where present the op's choices and why it was
+// skipped.
+inline std::string checkRow(const Check& c, const std::string& stage, const std::string& family) {
+  std::string failures;
+  for (const std::string& f : c.failures) failures += (failures.empty() ? "" : ", ") + jsonString(f);
+  std::string row = "{\"stage\": " + jsonString(stage) + ", \"family\": " + jsonString(family) + ", \"op\": " + jsonString(c.op) +
+                    ", \"shape\": " + jsonString(c.shape) + ", \"pass\": " + (c.pass ? "true" : "false") +
+                    ", \"error\": " + jsonNumber(c.error) + ", \"tolerance\": " + jsonNumber(c.tolerance) +
+                    ", \"medianUs\": " + jsonNumber(c.medianUs) + ", \"gbPerS\": " + jsonNumber(c.gbPerS) +
+                    ", \"fractionOfCopy\": " + jsonNumber(c.fractionOfCopy) + ", \"gflopPerS\": " + jsonNumber(c.gflopPerS) +
+                    ", \"failures\": [" + failures + "]";
+  if (!c.note.empty()) row += ", \"algorithms\": " + jsonString(c.note);
+  if (!c.skipped.empty()) row += ", \"skipped\": " + jsonString(c.skipped);
+  return row + "}";
 }
 
 // Checks compare() and Check against cases whose verdicts are known, including an output left

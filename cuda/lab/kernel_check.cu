@@ -2,8 +2,14 @@
 // its CPU twin (cpp/ops/, cpp/compress/) on fresh random inputs, then timed with CUDA events, in the
 // manner of llm.c's dev/cuda. It needs no Node (the GPU machines have none):
 //
-//   kernel_check [--iterations N] [--seed S] [--json FILE] [--only NAME[,NAME...]]
-//   kernel_check --self-check      the comparison alone, on the CPU (compare.h); no device needed
+//   kernel_check [--iterations N] [--seed S] [--json FILE] [--jsonl FILE] [--stage NAME]
+//                [--only NAME[,NAME...]] [--max-elements N]
+//   kernel_check --device-info     the device as one JSON line, after one kernel ran on it
+//   kernel_check --self-check      the comparison and the float64 references alone, on the CPU; no device needed
+//
+// scripts/gpu-check.sh runs one process per op family (--only FAMILY), so that a fault that breaks
+// the CUDA context of one family leaves the others measured, and collects the rows that --jsonl
+// appends to its results as each check ends (flushed, so a killed process leaves every finished row).
 //
 // Each check runs the same inputs through a CpuBackend and a CudaBackend(0) and compares every
 // output, the CPU's being the reference. Inputs are drawn in NCHW; the CPU keeps activations NHWC,
@@ -13,7 +19,8 @@
 // on the backend's stream: the median of N launches after warm-up, with the bandwidth reached by
 // memory-bound ops (against a device-to-device copy's) and the arithmetic rate of compute-bound ones.
 //
-// Exit status: 0 when every check passes; 1 when one fails or no device is usable; 2 on bad usage.
+// Exit status: 0 when every check passes (skipped ones included); 1 when one fails; 2 on bad usage;
+// 3 when no device is usable; 4 when a fault broke the CUDA context (the checks after it not run).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,6 +34,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -60,12 +68,12 @@ constexpr double kPoolingSum = 1e-5;
 // Softmax cross-entropy, SGD and batch-norm inference: a few roundings per element (exp, fused
 // multiply-adds on the GPU only) and the softmax denominator summed in another order.
 constexpr double kFewRoundings = 1e-5;
-// Batch norm's reductions over N·H·W values per channel (the statistics, Σdy and Σdy·x̂). The CPU
-// reference (oneDNN) accumulates them in float per thread, so its own error grows with the values
-// each thread sums: against float64, at (128,64,32,32) its batch variance is off by 2.4e-5 with
-// one OpenMP thread, 4e-6 with 4 and 6e-7 with 16; at (256,64,64,64) by 6.7e-5 with 4 threads and
-// 8e-6 with 16. The GPU's tree reductions are far closer, so the CPU's error is what this must
-// cover (run the lab with all cores).
+// Batch norm's reductions over N·H·W values per channel (the statistics, Σdy and Σdy·x̂). The
+// reference of the training forward and of the backward is computed in float64 on the host
+// (batchNormReference), not by the CPU's oneDNN, which accumulates in float per thread: against
+// float64 its batch variance is off by 2.4e-5 at (128,64,32,32) with one OpenMP thread and by
+// 6e-7 with 16, so a tolerance against it would depend on the thread count. Against float64 this
+// covers the GPU's own float accumulation within a block (double across blocks).
 constexpr double kBatchNorm = 1e-4;
 // Convolutions and linear layers: fp32 dot products of up to 4,608 terms, and weight gradients
 // summed over up to 131,072 positions, in another order and blocking (the CPU's conv weight
@@ -83,13 +91,22 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown when a check would need a tensor beyond --max-elements: the check is reported as skipped.
+struct Skipped : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 struct Options {
   int iterations = 50;
   std::optional<uint64_t> seed;
   std::string jsonPath;
+  std::string jsonlPath;          // --jsonl: a row per check, appended as it ends
+  std::string stage = "lab";      // the rows' "stage"
   std::vector<std::string> only;  // op families; empty: all
+  int64_t maxElements = 0;        // --max-elements: checks with a larger tensor are skipped; 0: none
   bool help = false;
   bool selfCheckOnly = false;  // --self-check: the comparison's own check, no device needed
+  bool deviceInfo = false;     // --device-info: the device as one JSON line, then exit
 };
 
 uint64_t parseUnsigned(const std::string& flag, const std::string& text, uint64_t max) {
@@ -113,7 +130,12 @@ Options parseOptions(int argc, char** argv) {
       options.selfCheckOnly = true;
       continue;
     }
-    if (flag != "--iterations" && flag != "--seed" && flag != "--json" && flag != "--only")
+    if (flag == "--device-info") {
+      options.deviceInfo = true;
+      continue;
+    }
+    if (flag != "--iterations" && flag != "--seed" && flag != "--json" && flag != "--jsonl" && flag != "--stage" &&
+        flag != "--only" && flag != "--max-elements")
       throw UsageError("unknown argument '" + flag + "'");
     if (i + 1 >= argc) throw UsageError(flag + " needs a value");
     const std::string value = argv[++i];
@@ -124,6 +146,14 @@ Options parseOptions(int argc, char** argv) {
       options.seed = parseUnsigned(flag, value, (uint64_t{1} << 53) - 1);  // exact as a JSON number
     } else if (flag == "--json") {
       options.jsonPath = value;
+    } else if (flag == "--jsonl") {
+      options.jsonlPath = value;
+    } else if (flag == "--stage") {
+      if (value.empty()) throw UsageError("--stage needs a name");
+      options.stage = value;
+    } else if (flag == "--max-elements") {
+      options.maxElements = static_cast<int64_t>(parseUnsigned(flag, value, int64_t{1} << 40));
+      if (options.maxElements == 0) throw UsageError("--max-elements must be at least 1");
     } else {
       size_t start = 0;
       while (start <= value.size()) {
@@ -164,7 +194,7 @@ uint64_t mix(uint64_t x) {  // SplitMix64's finaliser: nearby seeds give unrelat
 // many cores draw them.
 class RandomInputs {
  public:
-  explicit RandomInputs(uint64_t seed) : seed_(seed) {}
+  explicit RandomInputs(uint64_t seed, int64_t maxElements = 0) : seed_(seed), maxElements_(maxElements) {}
 
   std::vector<float> normal(int64_t n, float mean = 0.0f, float stddev = 1.0f) {
     return draw<float>(n, std::normal_distribution<float>(mean, stddev));
@@ -187,6 +217,8 @@ class RandomInputs {
 
   template <typename T, typename Distribution>
   std::vector<T> draw(int64_t n, const Distribution& distribution) {
+    if (maxElements_ > 0 && n > maxElements_)  // before drawing: large draws take seconds
+      throw Skipped(std::to_string(n) + " elements, beyond --max-elements " + std::to_string(maxElements_));
     std::vector<T> out(static_cast<size_t>(n));
     const uint64_t stream = mix(seed_ ^ mix(++draws_));
     parallelFor((n + kChunk - 1) / kChunk, [&](int64_t chunk) {
@@ -199,6 +231,7 @@ class RandomInputs {
   }
 
   uint64_t seed_, draws_ = 0;
+  int64_t maxElements_;
 };
 
 // ---- Shapes --------------------------------------------------------------------------------------
@@ -322,24 +355,40 @@ void printHeader() {
 }
 
 void printRow(const Check& c) {
-  std::printf("%-7s %9s %9s %11s %9s %7s %9s  %-29s %s\n", c.pass ? "ok" : "FAILED", formatted("%.2e", c.error).c_str(),
+  const char* result = !c.skipped.empty() ? "skip" : c.pass ? "ok" : "FAILED";
+  std::printf("%-7s %9s %9s %11s %9s %7s %9s  %-29s %s\n", result, formatted("%.2e", c.error).c_str(),
               c.tolerance == 0 ? "exact" : formatted("%.0e", c.tolerance).c_str(), formatted("%.1f", c.medianUs).c_str(),
               formatted("%.1f", c.gbPerS).c_str(), formatted("%.1f%%", 100 * c.fractionOfCopy).c_str(),
               formatted("%.1f", c.gflopPerS).c_str(), c.op.c_str(), c.shape.c_str());
   for (const std::string& f : c.failures) std::printf("        -> %s\n", f.c_str());
+  if (!c.skipped.empty()) std::printf("        -> skipped: %s\n", c.skipped.c_str());
+  if (!c.note.empty()) std::printf("        -> %s\n", c.note.c_str());
   std::fflush(stdout);
 }
 
 class Lab {
  public:
-  Lab(CpuBackend& cpuBackend, cuda::CudaBackend& gpuBackend, uint64_t seed, int iterations)
-      : cpu(cpuBackend), gpu(gpuBackend), random(seed), iterations_(iterations) {}
+  // `rows`, when open, receives every check as a line of JSON (lab::checkRow) as soon as it ends.
+  Lab(CpuBackend& cpuBackend, cuda::CudaBackend& gpuBackend, uint64_t seed, int iterations, int64_t maxElements = 0,
+      std::FILE* rows = nullptr, std::string stage = "lab")
+      : cpu(cpuBackend),
+        gpu(gpuBackend),
+        random(seed, maxElements),
+        iterations_(iterations),
+        maxElements_(maxElements),
+        rows_(rows),
+        stage_(std::move(stage)) {}
 
   CpuBackend& cpu;
   cuda::CudaBackend& gpu;
   RandomInputs random;
   double copyGBs = kNaN;  // the yardstick for memory-bound ops, set once measured
+  std::string family;     // the op family now running, for the rows
   std::vector<Check> results;
+  std::vector<std::string> resultFamilies;  // results[i] ran in family resultFamilies[i]
+
+  // Why the CUDA context is unusable, once a fault broke it; empty while it works.
+  const std::string& lostContext() const { return lostContext_; }
 
   // Runs one check: `body` prepares inputs, runs both backends, compares and times. An exception
   // (an op that throws, a CUDA error) fails the check; the lab goes on with the next.
@@ -354,6 +403,12 @@ class Lab {
     } else {
       try {
         body(check);
+      } catch (const Skipped& e) {  // nothing compared counts: the check did not run
+        check = Check{};
+        check.op = op;
+        check.shape = shape;
+        check.tolerance = tolerance;
+        check.skipped = e.what();
       } catch (const std::exception& e) {
         check.error = kNaN;
         check.fail(std::string("threw: ") + e.what());
@@ -365,11 +420,18 @@ class Lab {
       }
     }
     printRow(check);
+    if (rows_) {
+      std::fprintf(rows_, "%s\n", lab::checkRow(check, stage_, family).c_str());
+      std::fflush(rows_);
+    }
     results.push_back(std::move(check));
+    resultFamilies.push_back(family);
   }
 
   template <typename T>
   Twin<T> empty(int64_t size, std::optional<Dims> activation = std::nullopt) {
+    if (maxElements_ > 0 && size > maxElements_)
+      throw Skipped(std::to_string(size) + " elements, beyond --max-elements " + std::to_string(maxElements_));
     return Twin<T>{Array<T>(size, cpu), Array<T>(size, gpu), activation};
   }
   Twin<float> activation(const Dims& d) { return empty<float>(d.numel(), d); }
@@ -405,6 +467,14 @@ class Lab {
   void both(const std::function<void(Backend&)>& op, Twin<Outputs>&... outputs) {
     (poison(outputs), ...);
     op(cpu);
+    op(gpu);
+  }
+
+  // Poisons the outputs, then runs `op` on the GPU alone: for checks whose reference is computed on
+  // the host in float64.
+  template <typename... Outputs>
+  void onGpu(const std::function<void(Backend&)>& op, Twin<Outputs>&... outputs) {
+    (poison(outputs), ...);
     op(gpu);
   }
 
@@ -480,6 +550,9 @@ class Lab {
 
  private:
   int iterations_;
+  int64_t maxElements_;
+  std::FILE* rows_;
+  std::string stage_;
   std::string lostContext_;  // why, once the CUDA context is unusable
 };
 
@@ -1276,6 +1349,12 @@ Conv2dSpec convolution(Dims in, int64_t out, int64_t kernel, int64_t stride, int
   return Conv2dSpec{in.n, in.c, in.h, in.w, out, kernel, stride, padding, bias};
 }
 
+// What cuDNN chose for a GPU convolution, per direction (ops/cuda_backend.h), for the check's row.
+std::string algorithmsOf(const Conv2dOp& op) {
+  const auto* choice = dynamic_cast<const cuda::ConvolutionChoice*>(&op);
+  return choice ? choice->algorithms() : "";
+}
+
 void checkConv2d(Lab& lab) {
   struct ConvCase {
     Conv2dSpec spec;
@@ -1318,6 +1397,7 @@ void checkConv2d(Lab& lab) {
     const float weightScale = std::sqrt(2.0f / static_cast<float>(spec.inChannels * spec.kernel * spec.kernel));
     lab.run("conv2d.forward", label, kMatmul, [&](Check& check) {
       TwinOp<Conv2dOp> conv{lab.cpu.conv2d(spec), lab.gpu.conv2d(spec)};
+      check.note = algorithmsOf(*conv.gpu);
       Twin<float> x = lab.input(lab.random.normal(in.numel()), in), weight = lab.input(lab.random.normal(weights, 0, weightScale)),
                   bias = spec.bias ? lab.input(lab.random.normal(spec.outChannels)) : Twin<float>{}, y = lab.activation(out);
       auto op = [&](Backend& b) { conv.on(b).forward(x.on(b), weight.on(b), bias.on(b), y.on(b)); };
@@ -1327,6 +1407,7 @@ void checkConv2d(Lab& lab) {
     });
     lab.run("conv2d.backward", label + (c.inputGradient ? "" : ", dx null"), kMatmul, [&](Check& check) {
       TwinOp<Conv2dOp> conv{lab.cpu.conv2d(spec), lab.gpu.conv2d(spec)};
+      check.note = algorithmsOf(*conv.gpu);
       Twin<float> x = lab.input(lab.random.normal(in.numel()), in), weight = lab.input(lab.random.normal(weights, 0, weightScale)),
                   dy = lab.input(lab.random.normal(out.numel()), out);
       Twin<float> dx = c.inputGradient ? lab.activation(in) : Twin<float>{}, dWeight = lab.empty<float>(weights),
@@ -1396,6 +1477,77 @@ std::vector<float> correlatedGradient(RandomInputs& random, const std::vector<fl
   return dy;
 }
 
+// Batch norm in float64 on the host, NCHW: the reference of the training forward and of the
+// backward (kBatchNorm), whatever the CPU's thread count. Channels are computed in parallel, each
+// in a fixed order.
+struct BatchNormForward {
+  std::vector<float> y, batchMean, batchVar, runningMean, runningVar;
+};
+
+BatchNormForward batchNormForwardReference(const std::vector<float>& x, const Dims& d, const std::vector<float>& gamma,
+                                           const std::vector<float>& beta, std::vector<float> runningMean,
+                                           std::vector<float> runningVar, const BatchNormSpec& spec) {
+  const int64_t plane = d.h * d.w, count = d.n * plane;
+  const double momentum = spec.momentum, unbias = count > 1 ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
+  BatchNormForward out{std::vector<float>(x.size()), std::vector<float>(static_cast<size_t>(d.c)),
+                       std::vector<float>(static_cast<size_t>(d.c)), std::move(runningMean), std::move(runningVar)};
+  parallelFor(d.c, [&](int64_t c) {
+    auto at = [&](int64_t n, int64_t p) { return static_cast<size_t>((n * d.c + c) * plane + p); };
+    double sum = 0;
+    for (int64_t n = 0; n < d.n; ++n)
+      for (int64_t p = 0; p < plane; ++p) sum += x[at(n, p)];
+    const double mean = sum / static_cast<double>(count);
+    double squares = 0;
+    for (int64_t n = 0; n < d.n; ++n)
+      for (int64_t p = 0; p < plane; ++p) squares += (x[at(n, p)] - mean) * (x[at(n, p)] - mean);
+    const double var = squares / static_cast<double>(count), scale = gamma[c] / std::sqrt(var + spec.eps);
+    for (int64_t n = 0; n < d.n; ++n)
+      for (int64_t p = 0; p < plane; ++p) out.y[at(n, p)] = static_cast<float>((x[at(n, p)] - mean) * scale + beta[c]);
+    const size_t k = static_cast<size_t>(c);
+    out.batchMean[k] = static_cast<float>(mean);
+    out.batchVar[k] = static_cast<float>(var);
+    out.runningMean[k] = static_cast<float>((1 - momentum) * out.runningMean[k] + momentum * mean);
+    out.runningVar[k] = static_cast<float>((1 - momentum) * out.runningVar[k] + momentum * var * unbias);
+  });
+  return out;
+}
+
+struct BatchNormBackward {
+  std::vector<float> dx, dGamma, dBeta;
+};
+
+// dβ = Σdy, dγ = Σdy·x̂ with x̂ = (x − mean)/√(var + eps); dx = γ/√(var + eps)·(dy − dβ/M − x̂·dγ/M)
+// when mean and var are the batch's statistics (M values per channel), γ/√(var + eps)·dy when they
+// are constants.
+BatchNormBackward batchNormBackwardReference(const std::vector<float>& x, const std::vector<float>& dy, const Dims& d,
+                                             const std::vector<float>& gamma, const std::vector<float>& mean,
+                                             const std::vector<float>& var, float eps, bool batchStatistics) {
+  const int64_t plane = d.h * d.w;
+  const double count = static_cast<double>(d.n * plane);
+  BatchNormBackward out{std::vector<float>(x.size()), std::vector<float>(static_cast<size_t>(d.c)),
+                        std::vector<float>(static_cast<size_t>(d.c))};
+  parallelFor(d.c, [&](int64_t c) {
+    auto at = [&](int64_t n, int64_t p) { return static_cast<size_t>((n * d.c + c) * plane + p); };
+    const size_t k = static_cast<size_t>(c);
+    const double invStd = 1 / std::sqrt(static_cast<double>(var[k]) + eps), mu = mean[k];
+    double sumDy = 0, sumDyXhat = 0;
+    for (int64_t n = 0; n < d.n; ++n)
+      for (int64_t p = 0; p < plane; ++p) {
+        sumDy += dy[at(n, p)];
+        sumDyXhat += dy[at(n, p)] * (x[at(n, p)] - mu) * invStd;
+      }
+    const double scale = gamma[k] * invStd;
+    for (int64_t n = 0; n < d.n; ++n)
+      for (int64_t p = 0; p < plane; ++p) {
+        const double g = dy[at(n, p)], xHat = (x[at(n, p)] - mu) * invStd;
+        out.dx[at(n, p)] = static_cast<float>(batchStatistics ? scale * (g - sumDy / count - xHat * sumDyXhat / count) : scale * g);
+      }
+    out.dGamma[k] = static_cast<float>(sumDyXhat);
+    out.dBeta[k] = static_cast<float>(sumDy);
+  });
+  return out;
+}
+
 void checkBatchNorm2d(Lab& lab) {
   // Odd shapes (a single value per channel and image, a batch of one), every batch norm of
   // ResNet-18 and VGG-19 at batch 128, and 256 MiB for bandwidth.
@@ -1408,21 +1560,26 @@ void checkBatchNorm2d(Lab& lab) {
     auto gammaOf = [&] { return lab.input(lab.random.normal(d.c, 1, 0.2f)); };
     auto betaOf = [&] { return lab.input(lab.random.normal(d.c, 0, 0.5f)); };
 
+    // Against the float64 reference: the GPU op alone runs.
     lab.run("batchNorm2d.forwardTraining", d.label(), kBatchNorm, [&](Check& check) {
-      TwinOp<BatchNorm2dOp> bn = makeOp();
-      Twin<float> x = lab.input(channelActivations(lab.random, d), d), gamma = gammaOf(), beta = betaOf();
-      Twin<float> runningMean = lab.input(lab.random.normal(d.c)), runningVar = lab.input(lab.random.positive(d.c));
+      std::unique_ptr<BatchNorm2dOp> bn = lab.gpu.batchNorm2d(spec);
+      const std::vector<float> xHost = channelActivations(lab.random, d), gammaHost = lab.random.normal(d.c, 1, 0.2f),
+                               betaHost = lab.random.normal(d.c, 0, 0.5f), runningMeanHost = lab.random.normal(d.c),
+                               runningVarHost = lab.random.positive(d.c);
+      Twin<float> x = lab.input(xHost, d), gamma = lab.input(gammaHost), beta = lab.input(betaHost);
+      Twin<float> runningMean = lab.input(runningMeanHost), runningVar = lab.input(runningVarHost);
       Twin<float> y = lab.activation(d), batchMean = lab.empty<float>(d.c), batchVar = lab.empty<float>(d.c);
       auto op = [&](Backend& b) {
-        bn.on(b).forwardTraining(x.on(b), gamma.on(b), beta.on(b), y.on(b), batchMean.on(b), batchVar.on(b), runningMean.on(b),
-                                 runningVar.on(b));
+        bn->forwardTraining(x.on(b), gamma.on(b), beta.on(b), y.on(b), batchMean.on(b), batchVar.on(b), runningMean.on(b),
+                            runningVar.on(b));
       };
-      lab.both(op, y, batchMean, batchVar);
-      lab.expect(check, "y", y);
-      lab.expect(check, "batchMean", batchMean);
-      lab.expect(check, "batchVar", batchVar);
-      lab.expect(check, "runningMean", runningMean);
-      lab.expect(check, "runningVar", runningVar);
+      lab.onGpu(op, y, batchMean, batchVar);
+      const BatchNormForward want = batchNormForwardReference(xHost, d, gammaHost, betaHost, runningMeanHost, runningVarHost, spec);
+      compare(check, "y", lab.fromGpu(y), want.y, check.tolerance);
+      compare(check, "batchMean", lab.fromGpu(batchMean), want.batchMean, check.tolerance);
+      compare(check, "batchVar", lab.fromGpu(batchVar), want.batchVar, check.tolerance);
+      compare(check, "runningMean", lab.fromGpu(runningMean), want.runningMean, check.tolerance);
+      compare(check, "runningVar", lab.fromGpu(runningVar), want.runningVar, check.tolerance);
       lab.measure(check, op, Work::memory(3 * bytes));  // read x for the statistics and again to normalise, write y
     });
     lab.run("batchNorm2d.forwardInference", d.label(), kFewRoundings, [&](Check& check) {
@@ -1437,22 +1594,26 @@ void checkBatchNorm2d(Lab& lab) {
     for (bool batchStatistics : {true, false})
       lab.run("batchNorm2d.backward", d.label() + (batchStatistics ? ", batch statistics" : ", fixed statistics"), kBatchNorm,
               [&](Check& check) {
-                TwinOp<BatchNorm2dOp> bn = makeOp();
+                std::unique_ptr<BatchNorm2dOp> bn = lab.gpu.batchNorm2d(spec);
                 const std::vector<float> xHost = channelActivations(lab.random, d);
                 // The forward's statistics of this x, or running ones that are constants here.
                 const ChannelStatistics stats =
                     batchStatistics ? statisticsOf(xHost, d) : ChannelStatistics{lab.random.normal(d.c), lab.random.positive(d.c)};
-                Twin<float> x = lab.input(xHost, d), gamma = gammaOf(), beta = betaOf(), mean = lab.input(stats.mean),
-                            var = lab.input(stats.var), dy = lab.input(correlatedGradient(lab.random, xHost, d, stats, spec.eps), d);
+                const std::vector<float> gammaHost = lab.random.normal(d.c, 1, 0.2f), betaHost = lab.random.normal(d.c, 0, 0.5f),
+                                         dyHost = correlatedGradient(lab.random, xHost, d, stats, spec.eps);
+                Twin<float> x = lab.input(xHost, d), gamma = lab.input(gammaHost), beta = lab.input(betaHost),
+                            mean = lab.input(stats.mean), var = lab.input(stats.var), dy = lab.input(dyHost, d);
                 Twin<float> dx = lab.activation(d), dGamma = lab.empty<float>(d.c), dBeta = lab.empty<float>(d.c);
                 auto op = [&](Backend& b) {
-                  bn.on(b).backward(x.on(b), dy.on(b), gamma.on(b), beta.on(b), mean.on(b), var.on(b), batchStatistics, dx.on(b),
-                                    dGamma.on(b), dBeta.on(b));
+                  bn->backward(x.on(b), dy.on(b), gamma.on(b), beta.on(b), mean.on(b), var.on(b), batchStatistics, dx.on(b),
+                               dGamma.on(b), dBeta.on(b));
                 };
-                lab.both(op, dx, dGamma, dBeta);
-                lab.expect(check, "dx", dx);
-                lab.expect(check, "dGamma", dGamma);
-                lab.expect(check, "dBeta", dBeta);
+                lab.onGpu(op, dx, dGamma, dBeta);
+                const BatchNormBackward want =
+                    batchNormBackwardReference(xHost, dyHost, d, gammaHost, stats.mean, stats.var, spec.eps, batchStatistics);
+                compare(check, "dx", lab.fromGpu(dx), want.dx, check.tolerance);
+                compare(check, "dGamma", lab.fromGpu(dGamma), want.dGamma, check.tolerance);
+                compare(check, "dBeta", lab.fromGpu(dBeta), want.dBeta, check.tolerance);
                 // With batch statistics: read x and dy for Σdy and Σdy·x̂, then again to write dx (5
                 // passes). With fixed ones, the sums and dx fit one pass (3).
                 lab.measure(check, op, Work::memory((batchStatistics ? 5 : 3) * bytes));
@@ -1568,18 +1729,26 @@ std::string familyNames() {
 }
 
 std::string usage() {
-  return "usage: kernel_check [--iterations N] [--seed S] [--json FILE] [--only NAME[,NAME...]]\n"
+  return "usage: kernel_check [--iterations N] [--seed S] [--json FILE] [--jsonl FILE] [--stage NAME]\n"
+         "                    [--only NAME[,NAME...]] [--max-elements N]\n"
+         "       kernel_check --device-info\n"
          "       kernel_check --self-check\n"
          "Checks every CUDA op against its CPU twin on fresh random inputs, then times it on cuda:0.\n"
-         "  --self-check    only check the comparison itself (unwritten, NaN and Inf outputs fail); no GPU needed\n"
-         "  --iterations N  timed launches per op after warm-up; the median is reported (default 50)\n"
-         "  --seed S        the inputs of an earlier run (default: from the clock; printed)\n"
-         "  --json FILE     also write the results to FILE as JSON\n"
-         "  --only NAMES    only these op families, comma-separated:\n"
-         "                  " +
+         "  --device-info     run one kernel on cuda:0 and print the device as one JSON line\n"
+         "  --self-check      only check the comparison itself (unwritten, NaN and Inf outputs fail) and the\n"
+         "                    float64 batch-norm reference against the CPU's batch norm; no GPU needed\n"
+         "  --iterations N    timed launches per op after warm-up; the median is reported (default 50)\n"
+         "  --seed S          the inputs of an earlier run (default: from the clock; printed)\n"
+         "  --json FILE       also write the results to FILE as JSON\n"
+         "  --jsonl FILE      append each check to FILE as one line of JSON as soon as it ends\n"
+         "  --stage NAME      the \"stage\" of those lines (default lab)\n"
+         "  --max-elements N  skip the checks that need a tensor of more than N elements (under a sanitizer)\n"
+         "  --only NAMES      only these op families, comma-separated:\n"
+         "                    " +
          familyNames() +
          "\n"
-         "Exit status: 0 when every check passes, 1 when one fails or no device is usable, 2 on bad usage.\n";
+         "Exit status: 0 when every check passes, 1 when one fails, 2 on bad usage, 3 when no device is usable,\n"
+         "4 when a fault broke the CUDA context (the checks after it are reported as not run).\n";
 }
 
 // The bandwidth of a 1 GiB device-to-device copy on the backend's stream, counting the bytes read
@@ -1594,45 +1763,105 @@ double copyBandwidth(Lab& lab) {
   return 2.0 * static_cast<double>(bytes) / (us * 1e3);
 }
 
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(ch)));
-      out += escaped;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
+using lab::jsonNumber;
+using lab::jsonString;
 
-std::string jsonNumber(double v) {
-  if (!std::isfinite(v)) return "null";  // not measured, or an error that is not a number (NaN, Inf)
-  char text[32];
-  std::snprintf(text, sizeof text, "%.6g", v);
-  return text;
-}
-
-void writeJson(std::ofstream& out, const std::string& device, double copyGBs, uint64_t seed, int iterations,
-               const std::vector<Check>& results, bool passed) {
+void writeJson(std::ofstream& out, const std::string& device, double copyGBs, uint64_t seed, int iterations, const Lab& lab,
+               const std::string& stage, bool passed) {
   out << "{\n  \"device\": " << jsonString(device) << ",\n  \"copyBandwidthGBs\": " << jsonNumber(copyGBs) << ",\n  \"seed\": " << seed
       << ",\n  \"iterations\": " << iterations << ",\n  \"results\": [";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const Check& c = results[i];
-    std::string failures;
-    for (const std::string& f : c.failures) failures += (failures.empty() ? "" : ", ") + jsonString(f);
-    out << (i ? "," : "") << "\n    {\"op\": " << jsonString(c.op) << ", \"shape\": " << jsonString(c.shape)
-        << ", \"error\": " << jsonNumber(c.error) << ", \"tolerance\": " << jsonNumber(c.tolerance)
-        << ", \"pass\": " << (c.pass ? "true" : "false") << ", \"medianUs\": " << jsonNumber(c.medianUs)
-        << ", \"gbPerS\": " << jsonNumber(c.gbPerS) << ", \"fractionOfCopy\": " << jsonNumber(c.fractionOfCopy)
-        << ", \"gflopPerS\": " << jsonNumber(c.gflopPerS) << ", \"failures\": [" << failures << "]}";
-  }
+  for (size_t i = 0; i < lab.results.size(); ++i)
+    out << (i ? "," : "") << "\n    " << lab::checkRow(lab.results[i], stage, lab.resultFamilies[i]);
   out << "\n  ],\n  \"passed\": " << (passed ? "true" : "false") << "\n}\n";
+}
+
+// The float64 batch-norm reference against the CPU's batch norm (oneDNN) on small shapes, where the
+// CPU's float sums are exact to a few roundings: a wrong formula (a sign, the unbiased running
+// variance, a missing term) fails by far more than kBatchNorm. Needs no device.
+std::vector<std::string> referenceSelfCheck() {
+  std::vector<std::string> problems;
+  CpuBackend cpu;
+  RandomInputs random(20240531);
+  for (const Dims& d : {Dims{3, 5, 7, 9}, Dims{8, 16, 12, 12}, Dims{1, 3, 1, 1}}) {
+    const BatchNormSpec spec{d.n, d.c, d.h, d.w};
+    std::unique_ptr<BatchNorm2dOp> bn = cpu.batchNorm2d(spec);
+    auto channelsLast = [&](const std::vector<float>& nchw) {
+      Array<float> a(d.numel(), cpu);
+      nchwToNhwc(nchw.data(), a.data(), d.n, d.c, d.h, d.w);
+      return a;
+    };
+    auto channelsFirst = [&](const Array<float>& nhwc) {
+      std::vector<float> out(static_cast<size_t>(d.numel()));
+      nhwcToNchw(nhwc.data(), out.data(), d.n, d.c, d.h, d.w);
+      return out;
+    };
+    auto vectorOf = [](const Array<float>& a) { return std::vector<float>(a.data(), a.data() + a.size()); };
+    auto arrayOf = [&](const std::vector<float>& v) {
+      Array<float> a(static_cast<int64_t>(v.size()), cpu);
+      std::copy(v.begin(), v.end(), a.data());
+      return a;
+    };
+    const std::vector<float> x = channelActivations(random, d), gamma = random.normal(d.c, 1, 0.2f), beta = random.normal(d.c, 0, 0.5f),
+                             runningMean = random.normal(d.c), runningVar = random.positive(d.c);
+    Check forward;
+    {
+      Array<float> xs = channelsLast(x), y(d.numel(), cpu), g = arrayOf(gamma), b = arrayOf(beta), mean(d.c, cpu), var(d.c, cpu),
+                   rm = arrayOf(runningMean), rv = arrayOf(runningVar);
+      bn->forwardTraining(xs.data(), g.data(), b.data(), y.data(), mean.data(), var.data(), rm.data(), rv.data());
+      const BatchNormForward want = batchNormForwardReference(x, d, gamma, beta, runningMean, runningVar, spec);
+      compare(forward, "y", channelsFirst(y), want.y, kBatchNorm);
+      compare(forward, "batchMean", vectorOf(mean), want.batchMean, kBatchNorm);
+      compare(forward, "batchVar", vectorOf(var), want.batchVar, kBatchNorm);
+      compare(forward, "runningMean", vectorOf(rm), want.runningMean, kBatchNorm);
+      compare(forward, "runningVar", vectorOf(rv), want.runningVar, kBatchNorm);
+    }
+    for (const std::string& f : forward.failures) problems.push_back("batch-norm forward reference " + d.label() + ": " + f);
+    for (bool batchStatistics : {true, false}) {
+      const ChannelStatistics stats = batchStatistics ? statisticsOf(x, d) : ChannelStatistics{random.normal(d.c), random.positive(d.c)};
+      const std::vector<float> dy = correlatedGradient(random, x, d, stats, spec.eps);
+      Array<float> xs = channelsLast(x), dys = channelsLast(dy), g = arrayOf(gamma), b = arrayOf(beta), mean = arrayOf(stats.mean),
+                   var = arrayOf(stats.var), dx(d.numel(), cpu), dGamma(d.c, cpu), dBeta(d.c, cpu);
+      bn->backward(xs.data(), dys.data(), g.data(), b.data(), mean.data(), var.data(), batchStatistics, dx.data(), dGamma.data(),
+                   dBeta.data());
+      const BatchNormBackward want = batchNormBackwardReference(x, dy, d, gamma, stats.mean, stats.var, spec.eps, batchStatistics);
+      Check backward;
+      compare(backward, "dx", channelsFirst(dx), want.dx, kBatchNorm);
+      compare(backward, "dGamma", vectorOf(dGamma), want.dGamma, kBatchNorm);
+      compare(backward, "dBeta", vectorOf(dBeta), want.dBeta, kBatchNorm);
+      for (const std::string& f : backward.failures)
+        problems.push_back("batch-norm backward reference " + d.label() + (batchStatistics ? " (batch statistics): " : " (fixed): ") + f);
+    }
+  }
+  return problems;
+}
+
+// --device-info: one kernel on cuda:0 (under compute-sanitizer, whether it accepts the device),
+// then the device as one line of JSON.
+int deviceInfo() {
+  try {
+    cuda::CudaBackend gpu(0);
+    Array<float> one(1, gpu);
+    gpu.fill(one.data(), 1, 1.0f);
+    gpu.synchronize();
+    cudaDeviceProp prop{};
+    cuda::check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    int runtime = 0, driver = 0, count = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    cudaGetDeviceCount(&count);
+    std::printf("{\"device\": %s, \"computeCapability\": \"%d.%d\", \"memoryGiB\": %.1f, \"multiprocessors\": %d, \"devices\": %d, "
+                "\"runtimeVersion\": %d, \"driverVersion\": %d, \"cudnn\": %s, \"cublas\": %s}\n",
+                jsonString(prop.name).c_str(), prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0, prop.multiProcessorCount, count,
+                runtime, driver, jsonString(cuda::cudnnStatus().version).c_str(), jsonString(cuda::cublasStatus().version).c_str());
+    return 0;
+  } catch (const EngineError& e) {
+    const std::string code = e.code();
+    std::fprintf(stderr, "kernel_check: cuda:0 is not usable: %s (%s)\n", e.what(), code.c_str());
+    return code == "ERR_NO_CUDA_DEVICE" || code == "ERR_CUDA_LIBRARY" ? 3 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernel_check: cuda:0 is not usable: %s\n", e.what());
+    return 1;
+  }
 }
 
 int labMain(int argc, char** argv) {
@@ -1655,9 +1884,14 @@ int labMain(int argc, char** argv) {
   for (const std::string& p : comparisonProblems) std::fprintf(stderr, "kernel_check: the comparison is broken: %s\n", p.c_str());
   if (!comparisonProblems.empty()) return 1;
   if (options.selfCheckOnly) {
+    const std::vector<std::string> referenceProblems = referenceSelfCheck();
+    for (const std::string& p : referenceProblems) std::fprintf(stderr, "kernel_check: %s\n", p.c_str());
+    if (!referenceProblems.empty()) return 1;
     std::printf("comparison self-check passed: unwritten, NaN and Inf outputs fail, and NaN errors are kept\n");
+    std::printf("reference self-check passed: the float64 batch norm agrees with the CPU's\n");
     return 0;
   }
+  if (options.deviceInfo) return deviceInfo();
   std::ofstream json;
   if (!options.jsonPath.empty()) {
     json.open(options.jsonPath);
@@ -1666,20 +1900,40 @@ int labMain(int argc, char** argv) {
       return 2;
     }
   }
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> rows(nullptr, std::fclose);
+  if (!options.jsonlPath.empty()) {
+    rows.reset(std::fopen(options.jsonlPath.c_str(), "a"));
+    if (!rows) {
+      std::fprintf(stderr, "kernel_check: cannot append to %s: %s\n", options.jsonlPath.c_str(), std::strerror(errno));
+      return 2;
+    }
+  }
+  std::string families;
+  for (const std::string& f : options.only) families += (families.empty() ? "" : ",") + f;
+  if (families.empty()) families = "all";
+  // A row for the whole process: how it began, or why it could not.
+  auto event = [&](const std::string& fields) {
+    if (!rows) return;
+    std::fprintf(rows.get(), "{\"stage\": %s, \"family\": %s, %s}\n", jsonString(options.stage).c_str(), jsonString(families).c_str(),
+                 fields.c_str());
+    std::fflush(rows.get());
+  };
 
   // Without a device the JSON still says why nothing was checked.
-  auto unusable = [&](const std::string& why) {
+  auto unusable = [&](const std::string& why, int status) {
     std::fprintf(stderr, "kernel_check: cuda:0 is not usable: %s\n", why.c_str());
     if (json.is_open()) json << "{\n  \"error\": " << jsonString("cuda:0 is not usable: " + why) << ",\n  \"passed\": false\n}\n";
-    return 1;
+    event("\"event\": \"no device\", \"error\": " + jsonString(why));
+    return status;
   };
   std::unique_ptr<cuda::CudaBackend> gpu;
   try {
     gpu = std::make_unique<cuda::CudaBackend>(0);
   } catch (const EngineError& e) {
-    return unusable(std::string(e.what()) + " (" + e.code() + ")");
+    const std::string code = e.code();
+    return unusable(std::string(e.what()) + " (" + code + ")", code == "ERR_NO_CUDA_DEVICE" || code == "ERR_CUDA_LIBRARY" ? 3 : 1);
   } catch (const std::exception& e) {
-    return unusable(e.what());
+    return unusable(e.what(), 1);
   }
   CpuBackend cpu;
 
@@ -1696,34 +1950,47 @@ int labMain(int argc, char** argv) {
               prop.l2CacheSize / 1048576.0, runtime, driver);
   std::printf("seed %llu (reproduce with --seed %llu), %d timed iterations per op\n", static_cast<unsigned long long>(seed),
               static_cast<unsigned long long>(seed), options.iterations);
-  // The CPU reference's batch-norm reductions are as accurate as its threads are many (kBatchNorm).
+  if (options.maxElements > 0) std::printf("checks with a tensor of more than %lld elements are skipped\n", static_cast<long long>(options.maxElements));
   const char* ompThreads = std::getenv("OMP_NUM_THREADS");
   std::printf("CPU reference on %u cores%s%s\n", std::thread::hardware_concurrency(), ompThreads ? ", OMP_NUM_THREADS=" : "",
               ompThreads ? ompThreads : "");
 
-  Lab lab(cpu, *gpu, seed, options.iterations);
+  Lab lab(cpu, *gpu, seed, options.iterations, options.maxElements, rows.get(), options.stage);
   try {
     lab.copyGBs = copyBandwidth(lab);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kernel_check: measuring the copy bandwidth failed: %s\n", e.what());
+    event("\"event\": \"failed\", \"error\": " + jsonString(std::string("measuring the copy bandwidth: ") + e.what()));
     return 1;
   }
+  event("\"event\": \"start\", \"device\": " + jsonString(device) + ", \"copyBandwidthGBs\": " + jsonNumber(lab.copyGBs) +
+        ", \"seed\": " + std::to_string(seed) + ", \"iterations\": " + std::to_string(options.iterations) +
+        ", \"maxElements\": " + std::to_string(options.maxElements));
   std::printf("device-to-device copy: %.1f GB/s (read + write), the yardstick for %% copy\n\n", lab.copyGBs);
   printHeader();
 
   const auto started = std::chrono::steady_clock::now();
   for (const Family& family : kFamilies)
-    if (options.only.empty() || std::find(options.only.begin(), options.only.end(), family.name) != options.only.end())
+    if (options.only.empty() || std::find(options.only.begin(), options.only.end(), family.name) != options.only.end()) {
+      lab.family = family.name;
       family.run(lab);
+    }
 
-  const size_t failed = static_cast<size_t>(std::count_if(lab.results.begin(), lab.results.end(), [](const Check& c) { return !c.pass; }));
+  const auto count = [&](auto predicate) { return static_cast<size_t>(std::count_if(lab.results.begin(), lab.results.end(), predicate)); };
+  const size_t failed = count([](const Check& c) { return !c.pass; });
+  const size_t skipped = count([](const Check& c) { return !c.skipped.empty(); });
   const bool passed = failed == 0;
-  std::printf("\n%zu checks in %.0f s: %zu passed, %zu FAILED\n", lab.results.size(),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), lab.results.size() - failed, failed);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf("\n%zu checks in %.0f s: %zu passed, %zu FAILED, %zu skipped\n", lab.results.size(), seconds,
+              lab.results.size() - failed - skipped, failed, skipped);
   for (const Check& c : lab.results)
     if (!c.pass) std::printf("  FAILED %s %s\n", c.op.c_str(), c.shape.c_str());
+  if (!lab.lostContext().empty()) std::printf("kernel_check: the CUDA context was lost: %s\n", lab.lostContext().c_str());
+  event(std::string("\"event\": \"end\", \"checks\": ") + std::to_string(lab.results.size()) + ", \"failed\": " + std::to_string(failed) +
+        ", \"skipped\": " + std::to_string(skipped) + ", \"seconds\": " + jsonNumber(seconds) +
+        (lab.lostContext().empty() ? "" : ", \"contextLost\": " + jsonString(lab.lostContext())));
   if (json.is_open()) {
-    writeJson(json, device, lab.copyGBs, seed, options.iterations, lab.results, passed);
+    writeJson(json, device, lab.copyGBs, seed, options.iterations, lab, options.stage, passed);
     json.close();
     if (!json) {
       std::fprintf(stderr, "kernel_check: writing %s failed\n", options.jsonPath.c_str());
@@ -1731,6 +1998,7 @@ int labMain(int argc, char** argv) {
     }
     std::printf("results written to %s\n", options.jsonPath.c_str());
   }
+  if (!lab.lostContext().empty()) return 4;
   return passed ? 0 : 1;
 }
 

@@ -31,6 +31,14 @@ constexpr int kCrossCorrelation = 1;  // CUDNN_CROSS_CORRELATION (what deep lear
 constexpr int kFmaMath = 3;           // CUDNN_FMA_MATH: plain fp32 arithmetic, no TF32 tensor cores
 constexpr int kAlgorithmCount = 8;    // at least CUDNN_CONVOLUTION_FWD_ALGO_COUNT and the backward counts
 
+// The names of the algorithms by number (cudnnConvolutionFwdAlgo_t, …BwdDataAlgo_t, …BwdFilterAlgo_t)
+// and of the math types (cudnnMathType_t), for logs.
+constexpr const char* kForwardAlgorithms[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM",     "DIRECT",
+                                              "FFT",           "FFT_TILING",            "WINOGRAD", "WINOGRAD_NONFUSED"};
+constexpr const char* kBackwardDataAlgorithms[] = {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+constexpr const char* kBackwardFilterAlgorithms[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
+constexpr const char* kMathTypes[] = {"DEFAULT", "TENSOR_OP", "TENSOR_OP_ALLOW_CONVERSION", "FMA"};
+
 // cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t share this layout.
 struct AlgoPerf {
   int algo;

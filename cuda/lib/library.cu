@@ -1,6 +1,7 @@
 #include <glob.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "lib/library.h"
@@ -23,16 +24,43 @@ std::vector<std::string> expand(const std::string& pattern) {
   return out;
 }
 
+// Where Python keeps its packages: the system's and pip's usual prefixes, the user's, an active
+// virtual environment or conda environment, and the environment of every python3 on the PATH
+// (a venv's bin/python3 sits beside its lib/python3.X/site-packages), as glob patterns.
+std::vector<std::string> pythonPackageRoots() {
+  std::vector<std::string> roots = {"/usr/local/lib/python3*/dist-packages", "/usr/local/lib/python3*/site-packages",
+                                    "/usr/lib/python3/dist-packages",        "/usr/lib/python3*/site-packages",
+                                    "/opt/*/lib/python3*/site-packages",     "/opt/*/.venv/lib/python3*/site-packages",
+                                    "/opt/conda/envs/*/lib/python3*/site-packages"};
+  if (const char* home = std::getenv("HOME"); home && *home) roots.push_back(std::string(home) + "/.local/lib/python3*/site-packages");
+  for (const char* prefix : {"VIRTUAL_ENV", "CONDA_PREFIX"})
+    if (const char* dir = std::getenv(prefix); dir && *dir) roots.push_back(std::string(dir) + "/lib/python3*/site-packages");
+  if (const char* path = std::getenv("PATH")) {
+    std::string entries = path;
+    for (size_t start = 0; start <= entries.size();) {
+      const size_t end = std::min(entries.find(':', start), entries.size());
+      const std::string dir = entries.substr(start, end - start);
+      start = end + 1;
+      if (dir.empty() || dir == "/usr/bin" || dir == "/bin" || dir == "/usr/local/bin") continue;  // covered above
+      struct stat info {};
+      if (stat((dir + "/python3").c_str(), &info) == 0) roots.push_back(dir + "/../lib/python3*/site-packages");
+    }
+  }
+  std::vector<std::string> unique;
+  for (const std::string& r : roots)
+    if (std::find(unique.begin(), unique.end(), r) == unique.end()) unique.push_back(r);
+  return unique;
+}
+
 }  // namespace
 
 std::vector<std::string> pipLibraryDirectories(const std::string& library) {
-  const std::string tail = "/nvidia/" + library + "/lib";
+  // The CUDA 12 wheels put each library in nvidia/<library>/lib; the CUDA 13 ones gather the
+  // toolkit's libraries (cuBLAS among them) in nvidia/cu13/lib, while cuDNN and NCCL keep their own.
+  const std::vector<std::string> tails = {"/nvidia/" + library + "/lib", "/nvidia/cu13/lib", "/nvidia/cu12/lib"};
   std::vector<std::string> out;
-  for (const char* root : {"/usr/local/lib/python3*/dist-packages", "/usr/local/lib/python3*/site-packages",
-                           "/usr/lib/python3/dist-packages", "/opt/*/.venv/lib/python3*/site-packages",
-                           "/opt/conda/lib/python3*/site-packages"})
-    out.push_back(root + tail);
-  if (const char* home = std::getenv("HOME")) out.push_back(std::string(home) + "/.local/lib/python3*/site-packages" + tail);
+  for (const std::string& root : pythonPackageRoots())
+    for (const std::string& tail : tails) out.push_back(root + tail);
   out.push_back("/usr/local/cuda/lib64");
   out.push_back("/usr/lib/x86_64-linux-gnu");
   return out;
@@ -42,8 +70,10 @@ Library openLibrary(const char* what, const char* envVar, const std::vector<std:
                     const std::vector<std::string>& directoryPatterns) {
   Library lib;
   std::string tried;
+  std::vector<std::string> seen;  // a directory can match two patterns (a venv that is also on the PATH)
   auto attempt = [&](const std::string& path) {
-    if (lib.handle) return;
+    if (lib.handle || std::find(seen.begin(), seen.end(), path) != seen.end()) return;
+    seen.push_back(path);
     // RTLD_GLOBAL: cuDNN's front library opens its sub-libraries, which resolve against it.
     lib.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (lib.handle) {

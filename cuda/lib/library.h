@@ -26,7 +26,11 @@ struct Library {
 Library openLibrary(const char* what, const char* envVar, const std::vector<std::string>& names,
                     const std::vector<std::string>& directoryPatterns);
 
-// Where pip puts NVIDIA's wheels (nvidia-cudnn-cu13, nvidia-cublas, …), for `library` ("cudnn", "cublas").
+// Where pip puts NVIDIA's wheels (nvidia-cudnn-cu13, nvidia-cublas, …), for `library` ("cudnn",
+// "cublas", "nccl"): site-packages/nvidia/<library>/lib (the CUDA 12 wheels, and cuDNN and NCCL
+// for CUDA 13), nvidia/cu13/lib and nvidia/cu12/lib (the CUDA 13 wheels' shared directory), in
+// every Python environment found (system, user, virtual or conda environments, python3 on the PATH),
+// then the CUDA toolkit's and the system's library directories.
 std::vector<std::string> pipLibraryDirectories(const std::string& library);
 
 // Looks up `symbol`, recording the first missing one in `missing`.

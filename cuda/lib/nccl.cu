@@ -11,6 +11,7 @@ void bind(void* handle, Api& a, std::string& missing) {
   bindSymbol(handle, a.getErrorString, "ncclGetErrorString", missing);
   bindSymbol(handle, a.getUniqueId, "ncclGetUniqueId", missing);
   bindSymbol(handle, a.commInitRankConfig, "ncclCommInitRankConfig", missing);
+  bindSymbol(handle, a.commFinalize, "ncclCommFinalize", missing);
   bindSymbol(handle, a.commDestroy, "ncclCommDestroy", missing);
   bindSymbol(handle, a.commAbort, "ncclCommAbort", missing);
   bindSymbol(handle, a.commGetAsyncError, "ncclCommGetAsyncError", missing);

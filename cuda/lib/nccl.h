@@ -40,6 +40,9 @@ struct Api {
   const char* (*getErrorString)(Result);
   Result (*getUniqueId)(UniqueId*);
   Result (*commInitRankConfig)(Comm*, int nranks, UniqueId, int rank, Config*);
+  // Flushes what is still queued; on a non-blocking communicator it returns ncclInProgress and
+  // ncclCommGetAsyncError reports when it is done. Before ncclCommDestroy (NCCL 2.14 and later).
+  Result (*commFinalize)(Comm);
   Result (*commDestroy)(Comm);
   Result (*commAbort)(Comm);
   Result (*commGetAsyncError)(Comm, Result*);

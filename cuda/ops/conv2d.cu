@@ -1,9 +1,12 @@
 // Conv2d on cuDNN: NCHW fp32 with FMA math (no TF32, as PyTorch with allow_tf32=False). Each
-// direction runs the algorithm cuDNN measured fastest for the shape when the op was made, on scratch
-// reserved then. The bias and its gradient are own kernels; the gradient sums each channel in a
-// fixed order, so it has the same bits on every run.
+// direction runs the algorithm cuDNN measured fastest for the shape when the op was made among those
+// whose math is FMA, on scratch reserved then: on Ampere and later, cuDNN may list algorithms that
+// use TF32 tensor cores even for a descriptor set to FMA math, and those are passed over. What was
+// chosen is kept (ConvolutionChoice) for the kernel lab's rows. The bias and its gradient are own
+// kernels; the gradient sums each channel in a fixed order, so it has the same bits on every run.
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -178,7 +181,15 @@ struct Algorithm {
   size_t workspaceBytes = 0;
 };
 
-class CudaConv2d : public Conv2dOp {
+// An algorithm's name in one direction's list, or its number when the list does not have it.
+template <size_t N>
+std::string algorithmName(const char* const (&names)[N], int algo) {
+  return algo >= 0 && static_cast<size_t>(algo) < N ? names[algo] : "algorithm " + std::to_string(algo);
+}
+
+std::string mathName(int mathType) { return algorithmName(cudnn::kMathTypes, mathType); }
+
+class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
  public:
   CudaConv2d(CudaBackend& backend, const Conv2dSpec& spec) : backend_(backend), dnn_(cudnn::api()), spec_(spec) {
     // cuDNN's 4-d descriptors hold int strides: no tensor may reach 2³¹ elements, which also keeps
@@ -205,17 +216,19 @@ class CudaConv2d : public Conv2dOp {
 
     // The find functions run every algorithm on the handle's stream, on memory of cuDNN's own.
     const cudnn::Handle handle = backend.cudnn();
-    forward_ = fastest("forward", [&](int requested, int* returned, cudnn::AlgoPerf* results) {
+    forward_ = fastest("forward", cudnn::kForwardAlgorithms, [&](int requested, int* returned, cudnn::AlgoPerf* results) {
       return dnn_.findConvolutionForwardAlgorithm(handle, x_.get(), w_.get(), conv_.get(), y_.get(), requested, returned, results);
     });
-    backwardData_ = fastest("backward-data", [&](int requested, int* returned, cudnn::AlgoPerf* results) {
-      return dnn_.findConvolutionBackwardDataAlgorithm(handle, w_.get(), y_.get(), conv_.get(), x_.get(), requested, returned,
-                                                       results);
-    });
-    backwardFilter_ = fastest("backward-filter", [&](int requested, int* returned, cudnn::AlgoPerf* results) {
-      return dnn_.findConvolutionBackwardFilterAlgorithm(handle, x_.get(), y_.get(), conv_.get(), w_.get(), requested, returned,
-                                                         results);
-    });
+    backwardData_ =
+        fastest("backward-data", cudnn::kBackwardDataAlgorithms, [&](int requested, int* returned, cudnn::AlgoPerf* results) {
+          return dnn_.findConvolutionBackwardDataAlgorithm(handle, w_.get(), y_.get(), conv_.get(), x_.get(), requested, returned,
+                                                           results);
+        });
+    backwardFilter_ =
+        fastest("backward-filter", cudnn::kBackwardFilterAlgorithms, [&](int requested, int* returned, cudnn::AlgoPerf* results) {
+          return dnn_.findConvolutionBackwardFilterAlgorithm(handle, x_.get(), y_.get(), conv_.get(), w_.get(), requested, returned,
+                                                             results);
+        });
     // Reserved now so that no pass allocates; each pass asks again, as a larger convolution made
     // later may have moved the shared scratch.
     backend.workspace(std::max({forward_.workspaceBytes, backwardData_.workspaceBytes, backwardFilter_.workspaceBytes}));
@@ -266,6 +279,8 @@ class CudaConv2d : public Conv2dOp {
     checkLaunch("finishChannelSums");
   }
 
+  const std::string& algorithms() const override { return algorithms_; }
+
  private:
   std::string describe() const {
     return "conv2d of x " + shapeString(spec_.inputShape()) + " into y " + shapeString(spec_.outputShape()) + " (kernel " +
@@ -287,17 +302,30 @@ class CudaConv2d : public Conv2dOp {
   }
 
   // cuDNN lists the algorithms it timed fastest first; some may have failed (unsupported for the
-  // shape, or out of memory for their scratch).
-  template <typename Find>
-  Algorithm fastest(const char* direction, Find find) const {
+  // shape, or out of memory for their scratch), and some may use another math than FMA (TF32 tensor
+  // cores): the first that ran with FMA math is taken, and noted in algorithms_.
+  template <size_t N, typename Find>
+  Algorithm fastest(const char* direction, const char* const (&names)[N], Find find) {
     cudnn::AlgoPerf results[cudnn::kAlgorithmCount] = {};
     int returned = 0;
     checkCudnn(find(cudnn::kAlgorithmCount, &returned, results), (std::string("finding the ") + direction + " algorithm").c_str());
-    for (int i = 0; i < returned; ++i)
-      if (results[i].status == cudnn::kSuccess) return {results[i].algo, results[i].memory};
-    throw EngineError("ERR_CUDNN", "cuDNN has no " + std::string(direction) + " algorithm that runs " + describe() + " (" +
-                                       std::to_string(returned) + " tried)");
+    std::string others;  // what was passed over, for the error
+    for (int i = 0; i < returned; ++i) {
+      const cudnn::AlgoPerf& r = results[i];
+      if (r.status == cudnn::kSuccess && r.mathType == cudnn::kFmaMath) {
+        char timing[64];
+        std::snprintf(timing, sizeof timing, "%.3f ms, %zu B scratch", static_cast<double>(r.time), r.memory);
+        algorithms_ += (algorithms_.empty() ? "" : "; ") + std::string(direction) + " " + algorithmName(names, r.algo) + " (FMA, " +
+                       timing + ")";
+        return {r.algo, r.memory};
+      }
+      others += (others.empty() ? "" : ", ") + algorithmName(names, r.algo) + " (" +
+                (r.status == cudnn::kSuccess ? mathName(r.mathType) + " math" : "status " + std::to_string(r.status)) + ")";
+    }
+    throw EngineError("ERR_CUDNN", "cuDNN has no " + std::string(direction) + " algorithm with FMA math that runs " + describe() + " (" +
+                                       std::to_string(returned) + " tried" + (others.empty() ? "" : ": " + others) + ")");
   }
+
 
   dim3 channelGrid() const {
     return dim3(static_cast<unsigned>(slices_), static_cast<unsigned>(std::min(channels_, kMaxGridY)));
@@ -310,6 +338,7 @@ class CudaConv2d : public Conv2dOp {
   Owned<cudnn::FilterDescriptor> w_;      // (C_out, C_in, k, k)
   Owned<cudnn::ConvolutionDescriptor> conv_;
   Algorithm forward_, backwardData_, backwardFilter_;
+  std::string algorithms_;  // what fastest() chose per direction
   // The bias kernels' grid: slices_ blocks over each channel's perChannel_ = N·OH·OW elements.
   int channels_ = 0, plane_ = 0, slices_ = 0;
   int64_t perChannel_ = 0, perBlock_ = 0;

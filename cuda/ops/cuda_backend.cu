@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/current_device.h"
 
 namespace accordion::cuda {
 
@@ -19,11 +20,7 @@ void checkDevice(int device) {
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
     cudaGetLastError();
-    throw EngineError("ERR_NO_CUDA_DEVICE", "no usable CUDA device: the CUDA runtime reports '" + std::string(cudaGetErrorString(status)) +
-                                                "' (error " + std::to_string(static_cast<int>(status)) +
-                                                "; 35 means no NVIDIA driver, or one older than CUDA " +
-                                                std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10) +
-                                                " needs)");
+    throw EngineError("ERR_NO_CUDA_DEVICE", "no usable CUDA device: " + noDeviceReason(status));
   }
   if (count == 0) throw EngineError("ERR_NO_CUDA_DEVICE", "no CUDA device found");
   if (device < 0 || device >= count)
@@ -41,7 +38,7 @@ void checkDevice(int device) {
 
 StreamContext::~StreamContext() {
   if (!stream) return;
-  cudaSetDevice(device);
+  const DeviceScope scope(device);
   cudaStreamSynchronize(stream);
   cudaStreamDestroy(stream);
 }
@@ -59,29 +56,45 @@ CudaBackend::CudaBackend(int device) : context_(std::make_shared<StreamContext>(
   const cudnn::Api& dnn = cudnn::api();
   const cublas::Api& blas = cublas::api();
   context_->device = device;
-  check(cudaSetDevice(device), "cudaSetDevice");
-  check(cudaStreamCreateWithFlags(&context_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  check(cudaStreamCreateWithFlags(&copyStream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  // Keep freed memory in the pool rather than returning it to the driver at every wait.
-  cudaMemPool_t pool = nullptr;
-  check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
-  uint64_t keepAll = std::numeric_limits<uint64_t>::max();
-  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keepAll), "cudaMemPoolSetAttribute");
-  cudnn::check(dnn.create(&cudnn_), "cudnnCreate");
-  cudnn::check(dnn.setStream(cudnn_, context_->stream), "cudnnSetStream");
-  cublas::check(blas.create(&cublas_), "cublasCreate");
-  cublas::check(blas.setStream(cublas_, context_->stream), "cublasSetStream");
-  cublas::check(blas.setMathMode(cublas_, cublas::kDefaultMath), "cublasSetMathMode");
+  check(useDevice(device), "cudaSetDevice");
+  setProcessDevice(device);
+  // From here on a failure (cuDNN's handle needs its sub-libraries, which it loads only now) must
+  // not leave the copy stream or a handle behind: the destructor does not run for a constructor
+  // that throws. The compute stream belongs to context_, which is destroyed either way.
+  try {
+    check(cudaStreamCreateWithFlags(&context_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaStreamCreateWithFlags(&copyStream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    // Keep freed memory in the pool rather than returning it to the driver at every wait.
+    cudaMemPool_t pool = nullptr;
+    check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
+    uint64_t keepAll = std::numeric_limits<uint64_t>::max();
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keepAll), "cudaMemPoolSetAttribute");
+    cudnn::check(dnn.create(&cudnn_), "cudnnCreate");
+    cudnn::check(dnn.setStream(cudnn_, context_->stream), "cudnnSetStream");
+    cublas::check(blas.create(&cublas_), "cublasCreate");
+    cublas::check(blas.setStream(cublas_, context_->stream), "cublasSetStream");
+    cublas::check(blas.setMathMode(cublas_, cublas::kDefaultMath), "cublasSetMathMode");
+  } catch (...) {
+    releaseHandles();
+    throw;
+  }
 }
 
 CudaBackend::~CudaBackend() {
-  cudaSetDevice(context_->device);
+  const DeviceScope scope(context_->device);
   cudaStreamSynchronize(copyStream_);
   cudaStreamSynchronize(context_->stream);
   releaseFinished();
-  if (cudnn_) cudnn::api().destroy(cudnn_);
+  releaseHandles();
+}
+
+void CudaBackend::releaseHandles() {
   if (cublas_) cublas::api().destroy(cublas_);
+  if (cudnn_) cudnn::api().destroy(cudnn_);
   if (copyStream_) cudaStreamDestroy(copyStream_);
+  cublas_ = nullptr;
+  cudnn_ = nullptr;
+  copyStream_ = nullptr;
 }
 
 std::shared_ptr<void> CudaBackend::allocate(size_t bytes) {
@@ -99,7 +112,7 @@ std::shared_ptr<void> CudaBackend::allocate(size_t bytes) {
   context_->count(static_cast<int64_t>(rounded));
   std::shared_ptr<StreamContext> context = context_;
   return std::shared_ptr<void>(p, [context, rounded](void* ptr) {
-    cudaSetDevice(context->device);
+    const DeviceScope scope(context->device);  // the last reference may go on any thread
     cudaFreeAsync(ptr, context->stream);
     context->allocated -= static_cast<int64_t>(rounded);
   });
@@ -127,7 +140,7 @@ void CudaBackend::upload(void* dst, const void* hostSrc, size_t bytes) {
     check(cudaStreamSynchronize(context_->stream), "copy to the device");
     return;
   }
-  std::shared_ptr<void> staged = pinnedAllocator().allocate(bytes);
+  std::shared_ptr<void> staged = pinnedOn(context_->device, bytes);
   std::memcpy(staged.get(), hostSrc, bytes);
   check(cudaMemcpyAsync(dst, staged.get(), bytes, cudaMemcpyHostToDevice, context_->stream), "copy to the device");
   holdUntilDone(context_->stream, std::move(staged));
@@ -151,7 +164,7 @@ std::shared_ptr<void> CudaBackend::uploadAhead(const void* hostSrc, size_t bytes
   context_->count(static_cast<int64_t>(rounded));
   std::shared_ptr<StreamContext> context = context_;
   std::shared_ptr<void> memory(p, [context, rounded](void* ptr) {
-    cudaSetDevice(context->device);
+    const DeviceScope scope(context->device);  // the last reference may go on any thread
     cudaFreeAsync(ptr, context->stream);
     context->allocated -= static_cast<int64_t>(rounded);
   });
@@ -214,6 +227,8 @@ std::optional<EngineError> unusable(int device) {
   } catch (const EngineError& e) {
     return e;
   }
+  // A job checks its worker's GPU before it assembles batches: their pinned memory belongs there.
+  setProcessDevice(device);
   return std::nullopt;
 }
 

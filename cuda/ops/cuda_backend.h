@@ -31,6 +31,15 @@ struct StreamContext {
   void count(int64_t bytes);
 };
 
+// What a GPU convolution chose for its shape, per direction: e.g. "forward IMPLICIT_PRECOMP_GEMM
+// (FMA, 0.412 ms, 0 B scratch); backward-data ALGO_1 (…); backward-filter ALGO_1 (…)". A Conv2dOp
+// of this backend is one (dynamic_cast); the kernel lab logs it with each convolution's rows.
+class ConvolutionChoice {
+ public:
+  virtual ~ConvolutionChoice() = default;
+  virtual const std::string& algorithms() const = 0;
+};
+
 class CudaBackend : public Backend {
  public:
   explicit CudaBackend(int device);
@@ -115,6 +124,8 @@ class CudaBackend : public Backend {
   }
 
  private:
+  // Destroys the library handles and the copy stream that exist (constructor failures and the destructor).
+  void releaseHandles();
   // Keeps host memory that the device is still copying from until the copy has finished.
   void holdUntilDone(cudaStream_t stream, std::shared_ptr<const void> owner);
   void releaseFinished();
