@@ -148,7 +148,7 @@ function summarise(dir) {
     final: quality(epochs.at(-1)),
     best: (language ? Math.min : Math.max)(...epochs.map(quality)),
     secondsToTarget: reached ? (Date.parse(reached.time) - begun) / 1000 : null,
-    epochsToTarget: reached ? reached.epoch + 1 : null,
+    epochsToTarget: reached ? reached.epoch : null,
     wallSeconds: (Date.parse(epochs.at(-1).time) - begun) / 1000,
     floatsSent: epochs.at(-1).floatsSentTotal,
     wireBytesSent: wire.filter((w) => w.host === 0).reduce((a, w) => a + w.sentPayloadBytes, 0),

@@ -185,7 +185,7 @@ async function main() {
     const checkpointMs = [];
     let checkpointStart = 0;
     trainer.on('step', (e) => {
-      if (e.step + 1 === e.steps) phases.set('evaluation');
+      if (e.step === e.steps) phases.set('evaluation');
     });
     trainer.on('epoch', () => {
       phases.set('checkpoint');
@@ -193,7 +193,7 @@ async function main() {
     });
     trainer.on('checkpoint', (e) => {
       checkpointMs.push(performance.now() - checkpointStart);
-      phases.set(e.epoch + 1 === opts.epochs ? 'summary' : 'steps');
+      phases.set(e.epoch === opts.epochs ? 'summary' : 'steps');
     });
 
     const control = controlProbe();

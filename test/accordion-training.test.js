@@ -70,7 +70,7 @@ function expectedTimeline({ epochs, matrices, names, norms, rule, schedule, low,
       if (!matrices[i] || to === current[i]) return;
       // Only a move to low compression can be the LR decrease's doing.
       const reason = d.lrOverride && to === low ? 'lr-decay' : 'norm-change';
-      switches.push({ epoch, parameter: names[i], from: current[i], to, reason });
+      switches.push({ epoch: epoch + 1, parameter: names[i], from: current[i], to, reason });
     });
     state = d.state;
     current = next;
@@ -197,14 +197,14 @@ describe('Accordion in training', function () {
       expect(expected.levels.map((l) => l[i]), `expected timeline of ${names[i]}`).to.deep.equal(byPattern[k % 6]),
     );
     expect([5, 6].map((e) => learningRateForEpoch(e, schedule))).to.deep.equal([0.02, 0.002]);
-    expect(new Set(expected.switches.map((s) => s.epoch))).to.deep.equal(new Set([2, 4, 5, 6]));
-    expect(expected.switches.filter((s) => s.reason === 'lr-decay').map((s) => s.epoch)).to.satisfy((es) => es.length > 0 && es.every((e) => e === 5));
+    expect(new Set(expected.switches.map((s) => s.epoch))).to.deep.equal(new Set([3, 5, 6, 7]));
+    expect(expected.switches.filter((s) => s.reason === 'lr-decay').map((s) => s.epoch)).to.satisfy((es) => es.length > 0 && es.every((e) => e === 6));
     // Rank 1's own norms would give another timeline, so following it would not go unnoticed.
     expect(timelineOf(1).levels, 'rank 1\'s script decides like rank 0\'s').to.not.deep.equal(expected.levels);
 
     for (const r of results) {
       const label = `rank ${r.rank}`;
-      expect(r.epochs.map((e) => e.epoch), label).to.deep.equal([0, 1, 2, 3, 4, 5, 6]);
+      expect(r.epochs.map((e) => e.epoch), label).to.deep.equal([1, 2, 3, 4, 5, 6, 7]);
       r.epochs.forEach((e, epoch) => {
         expect(e.levels, `${label} epoch ${epoch}: levels`).to.deep.equal(expected.levels[epoch]);
         expect(e.lr, `${label} epoch ${epoch}: lr`).to.equal(learningRateForEpoch(epoch, schedule));
@@ -213,7 +213,7 @@ describe('Accordion in training', function () {
       expect(r.switches, `${label}: switches`).to.deep.equal(expected.switches);
       expect(r.events.switch, `${label}: 'switch' events`).to.deep.equal(expected.switches);
       // The hook sees every epoch once, on its own rank, with one measured norm per parameter.
-      expect(r.hookCalls.map((c) => [c.epoch, c.rank]), label).to.deep.equal([0, 1, 2, 3, 4, 5, 6].map((e) => [e, r.rank]));
+      expect(r.hookCalls.map((c) => [c.epoch, c.rank]), label).to.deep.equal([1, 2, 3, 4, 5, 6, 7].map((e) => [e, r.rank]));
       for (const c of r.hookCalls) {
         expect(c.measured, `${label}: measured norms of epoch ${c.epoch}`).to.have.length(names.length);
         expect(c.measured.every((v) => Number.isFinite(v) && v >= 0), `${label}: measured norms of epoch ${c.epoch} are finite`).to.equal(true);
@@ -323,18 +323,18 @@ describe('Accordion in training', function () {
 
         // The run must switch both before the checkpoint and after it, on the stored reference.
         const levelsA = a.epochs.map((e) => e.levels);
-        expect(a.switches.some((s) => s.epoch < 2) && a.switches.some((s) => s.epoch >= 2), JSON.stringify(a.switches)).to.equal(true);
+        expect(a.switches.some((s) => s.epoch <= 2) && a.switches.some((s) => s.epoch > 2), JSON.stringify(a.switches)).to.equal(true);
         expect(new Set(levelsA.flat())).to.deep.equal(new Set([0, v.low, v.high]));
         expect(levelsA[2], 'epoch 3 runs at the levels of epoch 2: no switch after the checkpoint').to.not.deep.equal(levelsA[3]);
 
         // The resumed run saw epochs 2 and 3 only, with the measured norms of the uninterrupted run.
-        expect(b2.hookCalls.map((c) => c.epoch)).to.deep.equal([2, 3]);
+        expect(b2.hookCalls.map((c) => c.epoch)).to.deep.equal([3, 4]);
         expect([...b1.hookCalls, ...b2.hookCalls].map((c) => c.measured), 'measured norms').to.deep.equal(a.hookCalls.map((c) => c.measured));
 
         expect(b2.epochs, 'per-epoch records (levels, norms, ratios, losses, floats)').to.deep.equal(a.epochs);
         expect(b2.events.epoch, 'records of the resumed epochs').to.deep.equal(a.epochs.slice(2));
         expect(b2.switches, 'switches').to.deep.equal(a.switches);
-        expect(b2.events.switch, 'switches after resuming').to.deep.equal(a.switches.filter((s) => s.epoch >= 2));
+        expect(b2.events.switch, 'switches after resuming').to.deep.equal(a.switches.filter((s) => s.epoch > 2));
 
         const diff = firstDifference(stateB, stateA);
         expect(diff, 'stateDict(true) after 2 + 2 epochs vs 4').to.equal(undefined);
@@ -349,7 +349,7 @@ describe('Accordion in training', function () {
         const [ma, mb] = [metrics(whole), metrics(split)];
         expect(pick(mb, 'switch'), 'logged switches').to.deep.equal(pick(ma, 'switch'));
         expect(pick(mb, 'epoch').map(epochFacts), 'logged epochs').to.deep.equal(pick(ma, 'epoch').map(epochFacts));
-        expect(mb.filter((e) => e.event === 'resume').map((e) => e.epoch)).to.deep.equal([2]);
+        expect(mb.filter((e) => e.event === 'resume').map((e) => e.epochsCompleted)).to.deep.equal([2]);
       });
   });
 
@@ -376,7 +376,7 @@ describe('Accordion in training', function () {
       norms: (e) => scriptedNorms('resume-scripted', 0, e, matrices),
     });
     // Switches on both sides of the checkpoint, so the resumed ranks need the stored state.
-    expect(expected.switches.some((s) => s.epoch === 1) && expected.switches.some((s) => s.epoch === 2)).to.equal(true);
+    expect(expected.switches.some((s) => s.epoch === 2) && expected.switches.some((s) => s.epoch === 3)).to.equal(true);
 
     for (const rank of [0, 1]) {
       const label = `rank ${rank}`;
@@ -385,7 +385,7 @@ describe('Accordion in training', function () {
       expect(b1[rank].epochs.map((e) => e.levels), `${label}: first part`).to.deep.equal(expected.levels.slice(0, 2));
       expect(a[rank].switches, `${label}: uninterrupted switches`).to.deep.equal(expected.switches);
       expect(b2[rank].switches, `${label}: resumed switches`).to.deep.equal(expected.switches);
-      expect(b2[rank].hookCalls.map((c) => c.epoch), label).to.deep.equal([2]);
+      expect(b2[rank].hookCalls.map((c) => c.epoch), label).to.deep.equal([3]);
     }
 
     const finalOf = (dir, rank) => loadCheckpoint(dir, rank);
@@ -539,13 +539,13 @@ describe('Accordion in training', function () {
       expect(r.epochs.map((e) => e.samples)).to.deep.equal([64, 64, 64, 64]);
       expect(r.epochs.every((e) => e.levels === undefined)).to.equal(true);
       // Each step accumulates the whole global batch.
-      const steps = [0, 1, 2, 3].map((epoch) => r.events.step.filter((s) => s.epoch === epoch).map((s) => s.samples));
+      const steps = [1, 2, 3, 4].map((epoch) => r.events.step.filter((s) => s.epoch === epoch).map((s) => s.samples));
       expect(steps).to.deep.equal([[32, 32], [32, 32], [64], [64]]);
-      expect(r.hookCalls.map((c) => c.epoch)).to.deep.equal([0, 1, 2, 3]);
+      expect(r.hookCalls.map((c) => c.epoch)).to.deep.equal([1, 2, 3, 4]);
 
-      const event = { epoch: 1, from: 32, to: 64, ratio: normChangeRatio(whole(0), whole(1)) };
+      const event = { epoch: 2, from: 32, to: 64, ratio: normChangeRatio(whole(0), whole(1)) };
       expect(r.events['batch-switch']).to.have.length(1);
-      expect(r.events['batch-switch'][0]).to.deep.include({ epoch: 1, from: 32, to: 64 });
+      expect(r.events['batch-switch'][0]).to.deep.include({ epoch: 2, from: 32, to: 64 });
       expect(r.events['batch-switch'][0].ratio).to.be.closeTo(event.ratio, 1e-12);
       const logged = readMetrics(path.join(outDir, 'metrics.jsonl')).filter((e) => e.event === 'batch-switch');
       expect(withoutTime(logged)).to.deep.equal([{ event: 'batch-switch', ...r.events['batch-switch'][0] }]);
@@ -561,8 +561,8 @@ describe('Accordion in training', function () {
       r.epochs.forEach((e, i) => expect(e.lr, `epoch ${i}: lr`).to.be.closeTo(i < 2 ? 0.02 : 0.04, 1e-12));
       const levels = [2, 2, 1, 1];
       r.epochs.forEach((e, k) => expect(e.levels, `epoch ${k}`).to.deep.equal(r.matrices.map((m) => (m ? levels[k] : 0))));
-      expect(r.hookCalls.map((c) => c.epoch), 'one reading per epoch').to.deep.equal([0, 1, 2, 3]);
-      expect(r.events['batch-switch'].map((e) => e.epoch)).to.deep.equal([1]);
+      expect(r.hookCalls.map((c) => c.epoch), 'one reading per epoch').to.deep.equal([1, 2, 3, 4]);
+      expect(r.events['batch-switch'].map((e) => e.epoch)).to.deep.equal([2]);
     });
 
     it('Smith baseline: the batch doubles at the first milestone, the cap leaves the second to the rate', async function () {
@@ -582,7 +582,7 @@ describe('Accordion in training', function () {
       ];
       expect(r.epochs.map((e) => e.batchSize)).to.deep.equal(plan.map((p) => p[0]));
       r.epochs.forEach((e, i) => expect(e.lr, `epoch ${i}: lr`).to.be.closeTo(plan[i][1], 1e-12));
-      const steps = [0, 1, 2, 3].map((epoch) => r.events.step.filter((s) => s.epoch === epoch).map((s) => s.samples));
+      const steps = [1, 2, 3, 4].map((epoch) => r.events.step.filter((s) => s.epoch === epoch).map((s) => s.samples));
       expect(steps).to.deep.equal([[32, 32], [32, 32], [64], [64]]);
       expect(r.events['batch-switch']).to.deep.equal([]);
       expect(r.hookCalls, 'Smith\'s baseline reads no norms').to.deep.equal([]);

@@ -206,14 +206,14 @@ describe('accordion cluster (needs root)', function () {
 
     const epochs = readMetrics(path.join(dir, 'metrics.jsonl')).filter((e) => e.event === 'epoch');
     const records = readNetworkLog(dir);
-    expect(records.map((r) => [r.event, r.epoch, r.host])).to.deep.equal([
-      ['start', 0, 0], ['start', 0, 1], ['epoch', 0, 0], ['epoch', 0, 1], ['epoch', 1, 0], ['epoch', 1, 1],
+    expect(records.map((r) => [r.event, r.event === 'start' ? r.epochsCompleted : r.epoch, r.host])).to.deep.equal([
+      ['start', 0, 0], ['start', 0, 1], ['epoch', 1, 0], ['epoch', 1, 1], ['epoch', 2, 0], ['epoch', 2, 1],
     ]);
     expect(records.filter((r) => r.event === 'start').map((r) => r.address)).to.deep.equal(['10.87.0.1', '10.87.0.2']);
     expect(records[0]).to.include({ hosts: 2, procsPerHost: 1, workers: 2, compressor: 'none', bitsPerSecond: 100e6, delaySeconds: 0, loss: 0 });
     for (const r of records.filter((x) => x.event === 'epoch')) {
-      expect(r.floatsSent, `epoch ${r.epoch} host ${r.host}`).to.equal(epochs[r.epoch].floatsSent);
-      expect(r.floatsSentTotal).to.equal(epochs[r.epoch].floatsSentTotal);
+      expect(r.floatsSent, `epoch ${r.epoch} host ${r.host}`).to.equal(epochs[r.epoch - 1].floatsSent);
+      expect(r.floatsSentTotal).to.equal(epochs[r.epoch - 1].floatsSentTotal);
       expect(r.txBytes).to.be.above(4 * r.floatsSent); // checked exactly in the wire test
       expect(r.txBytesTotal - r.txBytes).to.equal(records[records.indexOf(r) - 2].txBytesTotal);
     }
@@ -400,13 +400,13 @@ describe('accordion cluster (needs root)', function () {
     expect(latestOf(dir)).to.equal(`epoch-${String(epochs + 1).padStart(4, '0')}`);
     expect(loadCheckpoint(dir, 0).position.extra.history).to.have.length(epochs + 1);
     // The resumed job's counters follow the earlier ones in the same network.jsonl. The cut job
-    // may have logged epoch `epochs` too, when the cut fell between its epoch record and its
+    // may have logged epoch `epochs + 1` too, when the cut fell between its epoch record and its
     // checkpoint: the resumed job's lines are those from its start lines (one per host) on.
     const log = readNetworkLog(dir);
     const resumedAt = log.findLastIndex((r) => r.event === 'start') - 1;
     expect(log.slice(0, resumedAt).filter((r) => r.event === 'epoch').length, 'the cut job\'s epoch lines').to.be.at.least(2);
     expect(log[resumedAt].event, 'a start line per host').to.equal('start');
-    expect(log.slice(resumedAt).filter((r) => r.event === 'epoch' && r.epoch === epochs).map((r) => r.host)).to.deep.equal([0, 1]);
+    expect(log.slice(resumedAt).filter((r) => r.event === 'epoch' && r.epoch === epochs + 1).map((r) => r.host)).to.deep.equal([0, 1]);
     await expectNothingLeft(resumed, dir);
     this.test.title += ` [rank 0 ended ${rank0.at - cutAt} ms and rank 1 ${rank1.at - cutAt} ms after the cut; resumed at epoch ${epochs + 1}]`;
   });

@@ -38,7 +38,7 @@ describe('HTML report', function () {
   it('reads levels, ratios and floats of every epoch from the metrics log', function () {
     const run = loadRun(accordionRun);
     expect(run.accordion).to.equal(true);
-    expect(run.epochs.map((e) => e.epoch)).to.deep.equal([0, 1, 2, 3]);
+    expect(run.epochs.map((e) => e.epoch)).to.deep.equal([1, 2, 3, 4]);
     expect(run.epochs[0].levels.filter((l, i) => run.matrices[i])).to.satisfy((levels) => levels.every((l) => l === 2));
     expect(run.epochs[1].ratios.filter((r, i) => run.matrices[i] && r !== null).length).to.equal(21);
     expect(run.epochs[3].floatsSentTotal).to.be.above(run.epochs[0].floatsSentTotal);
@@ -67,8 +67,8 @@ describe('HTML report', function () {
     fs.mkdirSync(run);
     const names = ['a.weight', 'a.bias', 'b.weight', 'c.weight'];
     const levels = [[2, 0, 2, 2], [1, 0, 4, 0], [0, 0, 8, 1]];
-    const lines = [{ event: 'start', epoch: 0, compressor: 'powersgd', accordion: true, adapt: 'auto', eta: 0.5, parameterNames: names, matrices: [true, false, true, true] }];
-    levels.forEach((l, epoch) => lines.push({ event: 'epoch', epoch, testAccuracy: 0.1 * (epoch + 1), floatsSentTotal: 1000 * (epoch + 1), levels: l }));
+    const lines = [{ event: 'start', epochsCompleted: 0, compressor: 'powersgd', accordion: true, adapt: 'auto', eta: 0.5, parameterNames: names, matrices: [true, false, true, true] }];
+    levels.forEach((l, i) => lines.push({ event: 'epoch', epoch: i + 1, testAccuracy: 0.1 * (i + 1), floatsSentTotal: 1000 * (i + 1), levels: l }));
     fs.writeFileSync(path.join(run, 'metrics.jsonl'), lines.map((l) => JSON.stringify(l) + '\n').join(''));
     const file = await writeReport([run, staticRun], path.join(tmp, 'auto.html'));
     const { problems, charts, heatmap } = await openReport(file);
@@ -128,8 +128,8 @@ describe('report of a damaged metrics log', function () {
   before(() => (tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-report-log-'))));
   after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
-  const start = JSON.stringify({ event: 'start', epoch: 0, compressor: 'none', accordion: false, parameterNames: [], matrices: [] });
-  const epoch = (e) => JSON.stringify({ event: 'epoch', epoch: e, testAccuracy: 0.1 * (e + 1), floatsSentTotal: 0 });
+  const start = JSON.stringify({ event: 'start', epochsCompleted: 0, compressor: 'none', accordion: false, parameterNames: [], matrices: [] });
+  const epoch = (e) => JSON.stringify({ event: 'epoch', epoch: e, testAccuracy: 0.1 * e, floatsSentTotal: 0 });
 
   /** `accordion report` on a run directory whose metrics.jsonl holds `text` (a directory when null). */
   function report(name, text) {
@@ -143,13 +143,13 @@ describe('report of a damaged metrics log', function () {
   }
 
   it('a last line torn by a killed run: the report uses the complete lines and warns on stderr', function () {
-    const r = report('torn', `${start}\n${epoch(0)}\n${epoch(1)}\n{"event":"epoch","epo`);
+    const r = report('torn', `${start}\n${epoch(1)}\n${epoch(2)}\n{"event":"epoch","epo`);
     expect(r.code, r.stderr).to.equal(0);
     expect(r.stderr).to.include(`accordion: warning: ${r.log}: line 4 is incomplete`);
     expect(r.stderr).to.include('uses the 3 complete lines');
     const html = fs.readFileSync(path.join(r.run, 'report.html'), 'utf8');
     const runs = JSON.parse(/const runs = (.*);\n/.exec(html)[1]);
-    expect(runs[0].epochs.map((e) => e.epoch)).to.deep.equal([0, 1]);
+    expect(runs[0].epochs.map((e) => e.epoch)).to.deep.equal([1, 2]);
   });
 
   for (const [name, text, message] of [
@@ -184,16 +184,16 @@ describe('report: accuracy against wall-clock time', function () {
     const common = { compressor: 'powersgd', accordion: false, rank: 2, parameterNames: [], matrices: [] };
     fs.writeFileSync(
       path.join(run, 'metrics.jsonl'),
-      line({ time: at(0), event: 'start', epoch: 0, ...common }) +
-        line({ time: at(10), event: 'epoch', epoch: 0, testAccuracy: 0.2, floatsSentTotal: 1 }) +
-        line({ time: at(25), event: 'epoch', epoch: 1, testAccuracy: 0.3, floatsSentTotal: 2 }) +
-        // Stopped during epoch 2 (never logged), resumed from epoch 2's start an hour later.
-        line({ time: at(3600), event: 'resume', epoch: 2, ...common }) +
-        line({ time: at(3612), event: 'epoch', epoch: 2, testAccuracy: 0.4, floatsSentTotal: 3 }) +
-        line({ time: at(3620.5), event: 'epoch', epoch: 3, testAccuracy: 0.5, floatsSentTotal: 4 }),
+      line({ time: at(0), event: 'start', epochsCompleted: 0, ...common }) +
+        line({ time: at(10), event: 'epoch', epoch: 1, testAccuracy: 0.2, floatsSentTotal: 1 }) +
+        line({ time: at(25), event: 'epoch', epoch: 2, testAccuracy: 0.3, floatsSentTotal: 2 }) +
+        // Stopped during epoch 3 (never logged), resumed after 2 epochs an hour later.
+        line({ time: at(3600), event: 'resume', epochsCompleted: 2, ...common }) +
+        line({ time: at(3612), event: 'epoch', epoch: 3, testAccuracy: 0.4, floatsSentTotal: 3 }) +
+        line({ time: at(3620.5), event: 'epoch', epoch: 4, testAccuracy: 0.5, floatsSentTotal: 4 }),
     );
     // A cluster run's network log names the link.
-    fs.writeFileSync(path.join(run, 'network.jsonl'), line({ event: 'start', epoch: 0, host: 0, bitsPerSecond: 1e8 }));
+    fs.writeFileSync(path.join(run, 'network.jsonl'), line({ event: 'start', epochsCompleted: 0, host: 0, bitsPerSecond: 1e8 }));
     const series = loadRun(run);
     expect(series.epochs.map((e) => e.wallSeconds)).to.deep.equal([10, 25, 37, 45.5]);
     expect(series.name).to.equal('resumed (powersgd, rank 2, 100 Mbit/s)');
@@ -204,11 +204,11 @@ describe('report: accuracy against wall-clock time', function () {
     fs.mkdirSync(run);
     fs.writeFileSync(
       path.join(run, 'metrics.jsonl'),
-      line({ event: 'start', epoch: 0, compressor: 'topk', accordion: false, topkRatio: 0.1, parameterNames: [], matrices: [] }) +
-        line({ event: 'epoch', epoch: 0, testAccuracy: 0.2, floatsSentTotal: 1 }),
+      line({ event: 'start', epochsCompleted: 0, compressor: 'topk', accordion: false, topkRatio: 0.1, parameterNames: [], matrices: [] }) +
+        line({ event: 'epoch', epoch: 1, testAccuracy: 0.2, floatsSentTotal: 1 }),
     );
     const series = loadRun(run);
-    expect(series.epochs).to.deep.equal([{ epoch: 0, testAccuracy: 0.2, floatsSentTotal: 1, wallSeconds: null, levels: undefined, ratios: undefined }]);
+    expect(series.epochs).to.deep.equal([{ epoch: 1, testAccuracy: 0.2, floatsSentTotal: 1, wallSeconds: null, levels: undefined, ratios: undefined }]);
     expect(series.name).to.equal('timeless (topk, 10%)');
   });
 });

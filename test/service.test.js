@@ -106,10 +106,10 @@ describe('a library that behaves inside a Node service', function () {
       process.stderr.write = write;
       await trainer.dispose();
     }
-    expect(epochs.map((e) => e.epoch)).to.deep.equal([0, 1]);
+    expect(epochs.map((e) => e.epoch)).to.deep.equal([1, 2]);
     for (const record of epochs) {
       const own = steps.filter((s) => s.epoch === record.epoch);
-      expect(own.map((s) => s.step)).to.deep.equal([0, 1, 2]); // 48 images in batches of 16
+      expect(own.map((s) => s.step)).to.deep.equal([1, 2, 3]); // 48 images in batches of 16
       // The running figures, recomputed from the per-step ones.
       let samples = 0, lossSum = 0, correct = 0, floats = 0;
       for (const s of own) {
@@ -124,7 +124,7 @@ describe('a library that behaves inside a Node service', function () {
         expect(s.epochAccuracy).to.be.closeTo(correct / samples, 1e-12);
         expect(s.epochFloatsSent).to.equal(floats);
         expect(s.samplesPerSecond).to.be.closeTo(s.epochSamples / s.seconds, 1e-9 * s.samplesPerSecond);
-        expect(s.etaSeconds).to.be.closeTo((s.seconds / (s.step + 1)) * (s.steps - s.step - 1), 1e-9);
+        expect(s.etaSeconds).to.be.closeTo((s.seconds / s.step) * (s.steps - s.step), 1e-9);
       }
       const last = own.at(-1);
       expect(last.etaSeconds).to.equal(0);
@@ -133,7 +133,7 @@ describe('a library that behaves inside a Node service', function () {
       expect(record.samples).to.equal(last.epochSamples);
       expect(record.floatsSent).to.equal(last.epochFloatsSent);
       // The progress bar's last line and the epoch line, rebuilt from the events alone.
-      const label = `epoch ${record.epoch + 1}/2`;
+      const label = `epoch ${record.epoch}/2`;
       expect(printed).to.include(
         `${label} 3/3  loss ${last.epochLoss.toFixed(4)}  acc ${(100 * last.epochAccuracy).toFixed(1)}%  ${last.samplesPerSecond.toFixed(1)} samples/s  ETA 0s\n`,
       );
@@ -142,7 +142,7 @@ describe('a library that behaves inside a Node service', function () {
           `  test loss ${record.testLoss.toFixed(4)}  acc ${(100 * record.testAccuracy).toFixed(2)}%  floats sent ${formatCount(record.floatsSent)}`,
       );
     }
-    expect(checkpoints.map((c) => c.epoch)).to.deep.equal([0, 1]);
+    expect(checkpoints.map((c) => c.epoch)).to.deep.equal([1, 2]);
     for (const c of checkpoints) {
       expect(fs.existsSync(path.join(c.path, 'model.safetensors'))).to.equal(true);
       expect(c.seconds).to.be.above(0);
@@ -273,7 +273,7 @@ describe('a library that behaves inside a Node service', function () {
       // Only the new run's log, configuration and checkpoint: the old run had 2 epochs.
       const events = readMetrics(path.join(run, 'metrics.jsonl'));
       expect(events.filter((e) => e.event === 'start')).to.have.length(1);
-      expect(events.filter((e) => e.event === 'epoch').map((e) => e.epoch)).to.deep.equal([0]);
+      expect(events.filter((e) => e.event === 'epoch').map((e) => e.epoch)).to.deep.equal([1]);
       expect(JSON.parse(fs.readFileSync(path.join(run, 'config.json'), 'utf8'))).to.include({ epochs: 1, seed: 7 });
       expect(fs.readdirSync(path.join(run, 'checkpoints')).sort()).to.deep.equal(['epoch-0001', 'latest']);
       expect(JSON.parse(fs.readFileSync(path.join(run, 'summary.json'), 'utf8')).epochs).to.have.length(1);
@@ -324,7 +324,7 @@ describe('a library that behaves inside a Node service', function () {
       const trainer = await Trainer.create(tiny(tmp, { resume: dir, epochs: 2 }));
       const summary = await trainer.fit();
       await trainer.dispose();
-      expect(summary.epochs.map((e) => e.epoch)).to.deep.equal([0, 1]);
+      expect(summary.epochs.map((e) => e.epoch)).to.deep.equal([1, 2]);
       expect(JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8'))).to.include({ epochs: 2, model: 'resnet18' });
     });
 

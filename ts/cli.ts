@@ -457,7 +457,7 @@ function shellQuote(word: string): string {
  * the command that resumes from it (the same options, with --resume RUN_DIR in place of --out).
  */
 function describeInterruption(signal: NodeJS.Signals, summary: TrainSummary, config: TrainConfig, argv: string[]): string {
-  const done = summary.epochs.length ? summary.epochs[summary.epochs.length - 1]!.epoch + 1 : undefined;
+  const done = summary.epochs.length ? summary.epochs[summary.epochs.length - 1]!.epoch : undefined;
   const lines = [
     `accordion: interrupted by ${signal}; this run did not finish` +
       (done !== undefined ? ` (${done} of ${config.epochs} epochs completed)` : ` (${config.epochs} epochs were planned)`),
@@ -518,7 +518,7 @@ function describeSwitches(summary: TrainSummary): string[] {
       groups.set(change, [...(groups.get(change) ?? []), s.parameter]);
     }
     const parts = [...groups].map(([change, names]) => `${names.length} layer${names.length > 1 ? 's' : ''} ${unit} ${change} (${names.slice(0, 3).join(', ')}${names.length > 3 ? ', …' : ''})`);
-    return `  after epoch ${epoch + 1}: ${parts.join('; ')}`;
+    return `  after epoch ${epoch}: ${parts.join('; ')}`;
   });
 }
 

@@ -18,7 +18,7 @@ export class ProgressBar {
   }
 
   update(e: StepEvent): void {
-    const done = e.step + 1;
+    const done = e.step;
     const text = `loss ${e.epochLoss.toFixed(4)}  acc ${(100 * e.epochAccuracy).toFixed(1)}%`;
     const status = `${done}/${this.total}  ${text}  ${e.samplesPerSecond.toFixed(1)} samples/s  ETA ${formatDuration(e.etaSeconds)}`;
     if (this.tty) {

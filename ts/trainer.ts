@@ -194,7 +194,12 @@ export const LSTM_PRESET: Partial<TrainConfig> = {
   highRatio: 0.02,
 };
 
+/**
+ * Epochs are counted from 1 everywhere a user reads them (the console, metrics.jsonl, summary.json,
+ * the events, checkpoint directories): epoch 1 is the first; "after epoch 3" is after 3 epochs.
+ */
 export interface EpochRecord {
+  /** The epoch, from 1. */
   epoch: number;
   lr: number;
   trainLoss: number;
@@ -249,11 +254,12 @@ interface EpochDecision {
 
 /**
  * The 'step' event, after every training step: the step's own figures and the epoch's running
- * ones, which are what the progress bar shows (step + 1 of steps, loss, accuracy, samples/s, ETA).
+ * ones, which are what the progress bar shows (step of steps, loss, accuracy, samples/s, ETA).
  */
 export interface StepEvent {
+  /** The epoch, from 1. */
   epoch: number;
-  /** The step within the epoch, from 0; `steps` in the epoch. */
+  /** The step within the epoch, from 1 to `steps`. */
   step: number;
   steps: number;
   lr: number;
@@ -273,7 +279,7 @@ export interface StepEvent {
   etaSeconds: number;
 }
 
-/** The 'checkpoint' event: the epoch it follows, its directory, and the seconds it took to write. */
+/** The 'checkpoint' event: the epoch it follows (from 1), its directory, and the seconds it took to write. */
 export interface CheckpointEvent {
   epoch: number;
   path: string;
@@ -281,7 +287,7 @@ export interface CheckpointEvent {
 }
 
 export interface LevelSwitch {
-  /** The epoch at whose end the decision was taken; the new level applies from the next one. */
+  /** The epoch (from 1) at whose end the decision was taken; the new level applies from the next one. */
   epoch: number;
   parameter: string;
   from: number;
@@ -325,7 +331,7 @@ export interface TrainerContext {
   /** Join this data-parallel group instead of one described by the environment. */
   group?: ProcessGroup;
   /**
-   * Replaces the measured per-parameter norms of each epoch's summed gradients (for simulations and
+   * Replaces the measured per-parameter norms of each epoch's (from 1) summed gradients (for simulations and
    * tests of the switching rule); the measured sums are still read and restarted every epoch.
    */
   gradientNorms?: (epoch: number, rank: number, measured: number[]) => number[];
@@ -541,7 +547,7 @@ export class Trainer extends EventEmitter {
     if (config.outDir && reporting) await this.openRunDir(config.outDir);
     this.metrics?.write({
       event: this.startEpoch > 0 ? 'resume' : 'start',
-      epoch: this.startEpoch,
+      epochsCompleted: this.startEpoch,
       model: config.model,
       dataset: config.dataset,
       workers: config.workers,
@@ -664,8 +670,8 @@ export class Trainer extends EventEmitter {
       exchangeWaitSeconds += r.exchangeWaitSeconds;
       const elapsed = Math.max((performance.now() - begin) / 1000, 1e-9);
       const event: StepEvent = {
-        epoch,
-        step,
+        epoch: epoch + 1,
+        step: step + 1,
         steps,
         lr,
         loss: r.loss,
@@ -698,7 +704,7 @@ export class Trainer extends EventEmitter {
     const valid = language ? await this.evaluate('valid') : undefined;
     const test = await this.evaluate('test');
     return {
-      epoch,
+      epoch: epoch + 1,
       lr,
       trainLoss: lossSum / Math.max(samples, 1),
       trainAccuracy: correct / Math.max(samples, 1),
@@ -727,7 +733,7 @@ export class Trainer extends EventEmitter {
   /** This epoch's per-parameter norms of the summed local gradients (restarting the sums). */
   private async epochNorms(epoch: number): Promise<number[]> {
     const measured = Array.from(await this.model.gradientNorms());
-    return this.normSource ? this.normSource(epoch, this.rank, measured) : measured;
+    return this.normSource ? this.normSource(epoch + 1, this.rank, measured) : measured;
   }
 
   /**
@@ -762,7 +768,7 @@ export class Trainer extends EventEmitter {
     this.batchState = { ...decision.state, regimes: [stable[0] ? 'stable' : 'critical'] };
     if (stable[0] && this.globalBatch === config.batchLow && config.batchHigh !== config.batchLow) {
       this.globalBatch = config.batchHigh;
-      const event = { epoch, from: config.batchLow, to: config.batchHigh, ratio: decision.ratios[0] ?? null };
+      const event = { epoch: epoch + 1, from: config.batchLow, to: config.batchHigh, ratio: decision.ratios[0] ?? null };
       this.metrics?.write({ event: 'batch-switch', ...event });
       this.emit('batch-switch', event);
     }
@@ -826,7 +832,7 @@ export class Trainer extends EventEmitter {
     for (let i = 0; i < after.length; i++) {
       if (!this.matrices[i] || after[i] === before[i]) continue;
       const change: LevelSwitch = {
-        epoch,
+        epoch: epoch + 1,
         parameter: names[i]!,
         from: before[i]!,
         to: after[i]!,
@@ -897,8 +903,8 @@ export class Trainer extends EventEmitter {
       },
       this.group,
     );
-    this.metrics?.write({ event: 'checkpoint', epoch: epochsCompleted - 1, path: dir });
-    const event: CheckpointEvent = { epoch: epochsCompleted - 1, path: dir, seconds: (performance.now() - started) / 1000 };
+    this.metrics?.write({ event: 'checkpoint', epoch: epochsCompleted, path: dir });
+    const event: CheckpointEvent = { epoch: epochsCompleted, path: dir, seconds: (performance.now() - started) / 1000 };
     this.emit('checkpoint', event);
   }
 
@@ -925,7 +931,7 @@ export class Trainer extends EventEmitter {
 /** The record of an epoch cut short by stop(): not evaluated, and never logged. */
 function partialRecord(epoch: number, lr: number, batchSize: number, seconds: number): EpochRecord {
   return {
-    epoch, lr, batchSize, seconds,
+    epoch: epoch + 1, lr, batchSize, seconds,
     trainLoss: NaN, trainAccuracy: NaN, testLoss: NaN, testAccuracy: NaN, samples: 0, steps: 0, samplesPerSecond: 0,
     floatsSent: 0, floatsSentTotal: 0, overheadFloats: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, exchangeWaitSeconds: 0, bookkeepingSeconds: 0, syncSeconds: 0,
   };

@@ -98,7 +98,7 @@ export async function runTrainer(options, script) {
     ? {
         gradientNorms(epoch, rank, measured) {
           hookCalls.push({ epoch, rank, measured: [...measured] });
-          return scriptedNorms(script, rank, epoch, matrices, measured);
+          return scriptedNorms(script, rank, epoch - 1, matrices, measured); // the scripts count from 0
         },
       }
     : {};

@@ -224,7 +224,10 @@ export async function runCluster(options: ClusterOptions): Promise<ClusterResult
 export interface NetworkRecord {
   event: 'start' | 'epoch';
   time?: string;
-  epoch: number;
+  /** epoch: the epoch (from 1) whose end this is. */
+  epoch?: number;
+  /** start: the epochs completed before it (0, or where a resumed job goes on from). */
+  epochsCompleted?: number;
   host: number;
   address: string;
   /** Totals since the host's interface was made (the cluster's start). */
@@ -347,7 +350,7 @@ class CounterSampler {
       const now = counters[host.index]!;
       const record: NetworkRecord = {
         event: epochRecord ? 'epoch' : 'start',
-        epoch: Number(event.epoch),
+        ...(epochRecord ? { epoch: Number(event.epoch) } : { epochsCompleted: Number(event.epochsCompleted) }),
         host: host.index,
         address: host.address,
         txBytesTotal: now.txBytes,
@@ -469,7 +472,7 @@ export function compareWire(records: NetworkRecord[], options: { exchange?: (r: 
     const sentRatio = sentPayloadBytes / predictedBytes;
     const receivedRatio = receivedPayloadBytes / predictedBytes;
     rows.push({
-      epoch: r.epoch,
+      epoch: r.epoch!,
       host: r.host,
       predictedBytes,
       sentPayloadBytes,

@@ -61,7 +61,7 @@ export function loadRun(runDir: string, warn: WarningSink = processWarning): Run
     const time = typeof e.time === 'string' ? Date.parse(e.time) : NaN;
     if (e.event === 'start' || e.event === 'resume') {
       segmentStart = time;
-      offset = e.event === 'resume' ? (byEpoch.get(Number(e.epoch) - 1)?.wallSeconds ?? 0) : 0;
+      offset = e.event === 'resume' ? (byEpoch.get(Number(e.epochsCompleted))?.wallSeconds ?? 0) : 0;
       continue;
     }
     if (e.event !== 'epoch') continue;
@@ -160,7 +160,7 @@ document.getElementById('runs').textContent = 'Runs: ' + runs.map((r) => r.name)
 const charts = {};
 charts.accuracyEpochs = new Chart(document.getElementById('accuracy-epochs'), {
   type: 'line',
-  data: { datasets: runs.map((r, i) => ({ label: r.name, borderColor: palette[i % palette.length], data: r.epochs.map((e) => ({ x: e.epoch + 1, y: 100 * e.testAccuracy })) })) },
+  data: { datasets: runs.map((r, i) => ({ label: r.name, borderColor: palette[i % palette.length], data: r.epochs.map((e) => ({ x: e.epoch, y: 100 * e.testAccuracy })) })) },
   options: { maintainAspectRatio: false, parsing: true, scales: { x: { type: 'linear', ticks: epochTicks, title: { display: true, text: 'epoch' } }, y: { title: { display: true, text: 'test accuracy (%)' } } } },
 });
 charts.accuracyFloats = new Chart(document.getElementById('accuracy-floats'), {
@@ -177,8 +177,8 @@ const adaptive = runs.find((r) => r.accordion && r.epochs.some((e) => e.levels))
 if (adaptive) {
   const layers = adaptive.parameterNames.map((name, i) => ({ name, i })).filter((l) => adaptive.matrices[l.i]);
   const cells = [];
-  const epochLabels = adaptive.epochs.map((e) => String(e.epoch + 1));
-  for (const e of adaptive.epochs) if (e.levels) for (const l of layers) cells.push({ x: String(e.epoch + 1), y: l.name, v: e.levels[l.i] });
+  const epochLabels = adaptive.epochs.map((e) => String(e.epoch));
+  for (const e of adaptive.epochs) if (e.levels) for (const l of layers) cells.push({ x: String(e.epoch), y: l.name, v: e.levels[l.i] });
   // Level 0 is a matrix sent dense (automatic levels): no compression at all, drawn darkest.
   const values = cells.map((c) => c.v).filter((v) => v > 0);
   const lo = values.length ? Math.min(...values) : 0, hi = values.length ? Math.max(...values) : 0;
@@ -199,8 +199,8 @@ if (adaptive) {
                 y: { type: 'category', labels: layers.map((l) => l.name), offset: true, grid: { display: false }, ticks: { autoSkip: false, font: { size: 9 } } } } },
   });
   const ratioSets = layers.map((l, k) => ({ label: l.name, showLine: true, borderColor: palette[k % palette.length], backgroundColor: palette[k % palette.length],
-    data: adaptive.epochs.filter((e) => e.ratios && e.ratios[l.i] !== null && e.ratios[l.i] !== undefined).map((e) => ({ x: e.epoch + 1, y: e.ratios[l.i] })) }));
-  const checks = adaptive.epochs.filter((e) => e.ratios && e.ratios.some((r) => r !== null)).map((e) => e.epoch + 1);
+    data: adaptive.epochs.filter((e) => e.ratios && e.ratios[l.i] !== null && e.ratios[l.i] !== undefined).map((e) => ({ x: e.epoch, y: e.ratios[l.i] })) }));
+  const checks = adaptive.epochs.filter((e) => e.ratios && e.ratios.some((r) => r !== null)).map((e) => e.epoch);
   ratioSets.push({ label: 'η = ' + adaptive.eta, borderColor: '#000', borderDash: [6, 4], pointRadius: 0, showLine: true,
     data: checks.length ? [{ x: Math.min(...checks), y: adaptive.eta }, { x: Math.max(...checks), y: adaptive.eta }] : [] });
   document.getElementById('ratio-note').textContent = adaptive.name + ': |old − curr| / old of each layer\\'s accumulated-gradient norm; at or above η (dashed) the layer is in a critical regime and gets low compression.';

@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""One worker of PyTorch DDP training a CIFAR-format dataset with the engine's recipe:
+the peer of `accordion train` for its presets (bench/presets.js).
+
+The data are the CIFAR-10 binary files of --data (data_batch_*.bin, test_batch.bin;
+the engine's synthetic set has the same format), shuffled by epoch as
+DistributedSampler does (seeded, padded to equal shards), augmented by a random
+crop with 4 black pixels of padding and a horizontal flip, then normalised with
+CIFAR-10's mean and standard deviation. ResNet-18 (bench/peers/models.py) trains under
+DistributedDataParallel over Gloo (broadcast_buffers on), optionally through
+PyTorch's PowerSGD communication hook, with SGD (momentum 0.9, Nesterov, weight
+decay 1e-4) at the engine's schedule: --lr for epoch 0, then a linear warm-up
+to --lr × workers over --warmup-epochs (the rate computed at the end of an epoch
+is used in the next). After every epoch rank 0 evaluates the test set with its
+running statistics and prints one JSON line:
+{"epoch": N (1-based), "lr", "trainLoss", "testLoss", "testAccuracy", "seconds"}.
+
+    OMP_NUM_THREADS=1 /usr/bin/python3 bench/peers/torch_train.py --rank 0 --world 2 \
+        --master 127.0.0.1:29513 --data ~/.cache/accordion-engine/synthetic-2560-1000-42 \
+        --epochs 2 --batch 64 --lr 0.05 --warmup-epochs 5 [--powersgd-rank 2] [--state init.safetensors]
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+if not os.environ.get('OMP_NUM_THREADS'):
+    sys.exit('torch_train.py: OMP_NUM_THREADS must be set (e.g. OMP_NUM_THREADS=1)')
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+import safetensors_io  # noqa: E402
+
+MEAN = torch.tensor([125.3, 123.0, 113.9]).view(1, 3, 1, 1) / 255
+STD = torch.tensor([63.0, 62.1, 66.7]).view(1, 3, 1, 1) / 255
+
+
+def read(directory, names):
+    """Images on the [0, 1] scale (normalised after augmentation) and labels."""
+    rows = [np.fromfile(os.path.join(directory, n), dtype=np.uint8).reshape(-1, 3073) for n in names]
+    raw = np.concatenate(rows)
+    images = torch.from_numpy(raw[:, 1:].reshape(-1, 3, 32, 32).astype(np.float32) / 255)
+    return images, torch.from_numpy(raw[:, 0].astype(np.int64))
+
+
+def normalise(images):
+    return (images - MEAN) / STD
+
+
+def augment(images, generator):
+    """Random crop of 32×32 from the image padded by 4 black pixels, and a horizontal flip, per image."""
+    padded = F.pad(images, (4, 4, 4, 4))
+    out = torch.empty_like(images)
+    offsets = torch.randint(0, 9, (len(images), 2), generator=generator)
+    flips = torch.rand(len(images), generator=generator) < 0.5
+    for i in range(len(images)):
+        y, x = offsets[i].tolist()
+        crop = padded[i, :, y:y + 32, x:x + 32]
+        out[i] = crop.flip(-1) if flips[i] else crop
+    return out
+
+
+def rate(epoch, args):
+    """The engine's schedule: epoch 0 at the base rate, then the warm-up computed at the end of each epoch."""
+    if epoch == 0:
+        return args.lr
+    done = epoch - 1
+    warm = min(done / args.warmup_epochs, 1) if args.warmup_epochs > 0 else 1
+    return args.lr * (1 + (args.world - 1) * warm)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description='PyTorch DDP training on CIFAR-format data with the engine\'s recipe.')
+    p.add_argument('--rank', type=int, required=True)
+    p.add_argument('--world', type=int, required=True)
+    p.add_argument('--master', required=True)
+    p.add_argument('--data', required=True)
+    p.add_argument('--epochs', type=int, default=2)
+    p.add_argument('--batch', type=int, default=64, help='per worker')
+    p.add_argument('--lr', type=float, default=0.05)
+    p.add_argument('--warmup-epochs', type=float, default=5)
+    p.add_argument('--seed', type=int, default=42)
+    p.add_argument('--state', help='safetensors state_dict to start from (default: PyTorch\'s initialisation)')
+    p.add_argument('--powersgd-rank', type=int, default=0, help='0: dense all-reduce')
+    args = p.parse_args(argv)
+    torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
+    dist.init_process_group('gloo', init_method=f'tcp://{args.master}', rank=args.rank, world_size=args.world)
+    train_x, train_y = read(args.data, sorted(f for f in os.listdir(args.data) if f.startswith('data_batch_')))
+    test_x, test_y = read(args.data, ['test_batch.bin'])
+    torch.manual_seed(args.seed)
+    model = models.resnet18(10)
+    if args.state:
+        model.load_state_dict(safetensors_io.load_state_dict(args.state))
+    ddp = DistributedDataParallel(model, broadcast_buffers=True)
+    if args.powersgd_rank:
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                                            start_powerSGD_iter=2, min_compression_rate=1,
+                                            use_error_feedback=True, warm_start=True)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, nesterov=True, weight_decay=1e-4)
+    generator = torch.Generator().manual_seed(args.seed * 1000 + args.rank)
+    per_rank = -(-len(train_y) // args.world)
+    for epoch in range(args.epochs):
+        began = time.time()
+        for group in opt.param_groups:
+            group['lr'] = rate(epoch, args)
+        order = torch.randperm(len(train_y), generator=torch.Generator().manual_seed(args.seed + epoch))
+        order = torch.cat([order, order[:per_rank * args.world - len(order)]])[args.rank::args.world]
+        model.train()
+        losses = []
+        for start in range(0, len(order) - args.batch + 1, args.batch):
+            idx = order[start:start + args.batch]
+            loss = F.cross_entropy(ddp(normalise(augment(train_x[idx], generator))), train_y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        if args.rank == 0:
+            model.eval()
+            with torch.no_grad():
+                logits = torch.cat([model(normalise(test_x[i:i + 250])) for i in range(0, len(test_y), 250)])
+            record = {
+                'epoch': epoch + 1,
+                'lr': rate(epoch, args),
+                'trainLoss': float(np.mean(losses)),
+                'testLoss': F.cross_entropy(logits, test_y).item(),
+                'testAccuracy': (logits.argmax(1) == test_y).float().mean().item(),
+                'seconds': time.time() - began,
+            }
+            print(json.dumps(record), flush=True)
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == '__main__':
+    main()
