@@ -40,7 +40,7 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--epochs', key: 'epochs', kind: 'int', help: 'epochs to train (6 on synthetic data)' },
   { flag: '--batch-size', key: 'batchSize', kind: 'int', help: 'batch size per worker (64 on synthetic data)' },
   { flag: '--eval-batch-size', key: 'evalBatchSize', kind: 'int', help: 'batch size for evaluation' },
-  { flag: '--lr', key: 'lr', kind: 'number', help: 'base learning rate for one worker (0.05 on synthetic data)' },
+  { flag: '--lr', key: 'lr', kind: 'number', help: 'base learning rate for one worker (0.02 on synthetic data)' },
   { flag: '--momentum', key: 'momentum', kind: 'number', help: 'SGD momentum' },
   { flag: '--weight-decay', key: 'weightDecay', kind: 'number', help: 'weight decay' },
   { flag: '--no-nesterov', key: 'nesterov', kind: 'flag', negate: true, help: 'plain heavy-ball momentum instead of Nesterov' },

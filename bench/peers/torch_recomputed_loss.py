@@ -1,0 +1,80 @@
+#!/usr/bin/python3
+"""A checkpoint's test loss with its saved batch-norm statistics and with statistics
+recomputed from the training set, both in float64: how far a run's running
+statistics are from its final weights' (test/ddp.test.js).
+
+The checkpoint's model.safetensors (ResNet-18 or VGG-19bn, PyTorch's names) is
+loaded in float64. Its test loss is measured on test_batch.bin of --data with the
+saved running statistics; then every batch norm's statistics are recomputed from
+the training images (data_batch_*.bin, or their first --train-images; normalised,
+no augmentation) as PyTorch's
+cumulative average (momentum None) of the means and unbiased variances of batches
+of --batch, and the test loss is measured again.
+Prints one JSON line: {"saved": loss, "recomputed": loss}.
+
+    OMP_NUM_THREADS=2 /usr/bin/python3 bench/peers/torch_recomputed_loss.py --model resnet18 \
+        --checkpoint RUN/checkpoints/latest/model.safetensors --data DIR
+"""
+
+import argparse
+import json
+import os
+import sys
+
+if not os.environ.get('OMP_NUM_THREADS'):
+    sys.exit('torch_recomputed_loss.py: OMP_NUM_THREADS must be set (e.g. OMP_NUM_THREADS=2)')
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+import safetensors_io  # noqa: E402
+
+MEAN = torch.tensor([125.3, 123.0, 113.9], dtype=torch.float64).view(1, 3, 1, 1) / 255
+STD = torch.tensor([63.0, 62.1, 66.7], dtype=torch.float64).view(1, 3, 1, 1) / 255
+
+
+def read(directory, names):
+    raw = np.concatenate([np.fromfile(os.path.join(directory, n), dtype=np.uint8).reshape(-1, 3073) for n in names])
+    images = torch.from_numpy(raw[:, 1:].reshape(-1, 3, 32, 32).astype(np.float64) / 255)
+    return (images - MEAN) / STD, torch.from_numpy(raw[:, 0].astype(np.int64))
+
+
+def test_loss(model, x, y, batch):
+    model.eval()
+    with torch.no_grad():
+        return sum(F.cross_entropy(model(x[i:i + batch]), y[i:i + batch], reduction='sum').item() for i in range(0, len(y), batch)) / len(y)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description='Test loss with saved and with recomputed batch-norm statistics, in float64.')
+    p.add_argument('--model', choices=sorted(models.MODELS), required=True)
+    p.add_argument('--classes', type=int, default=10)
+    p.add_argument('--checkpoint', required=True, help='model.safetensors')
+    p.add_argument('--data', required=True, help='directory of data_batch_*.bin and test_batch.bin')
+    p.add_argument('--batch', type=int, default=256)
+    p.add_argument('--train-images', type=int, default=0, help='recompute from the first N training images (0: all)')
+    args = p.parse_args(argv)
+    torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
+    model = models.build(args.model, args.classes).double()
+    model.load_state_dict(safetensors_io.load_state_dict(args.checkpoint))
+    train_x, _ = read(args.data, sorted(f for f in os.listdir(args.data) if f.startswith('data_batch_')))
+    if args.train_images:
+        train_x = train_x[:args.train_images]
+    test_x, test_y = read(args.data, ['test_batch.bin'])
+    saved = test_loss(model, test_x, test_y, args.batch)
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.reset_running_stats()
+            m.momentum = None
+    model.train()
+    with torch.no_grad():
+        for i in range(0, len(train_x), args.batch):
+            model(train_x[i:i + args.batch])
+    print(json.dumps({'saved': saved, 'recomputed': test_loss(model, test_x, test_y, args.batch)}))
+
+
+if __name__ == '__main__':
+    main()
