@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { Batcher, Model, Trainer, loadCheckpoint, readSafetensors, writeSafetensors } from '../lib/index.js';
 import { ProcessGroup } from '../lib/cluster/group.js';
-import { makeRng, randomUniform } from './helpers/gradcheck.js';
+import { distance, makeRng, norm, randomUniform, relativeNorm as relative } from './helpers/gradcheck.js';
 import { tinyImageSet } from './helpers/images.js';
 import { PYTHON, requireTorch } from './helpers/outside.js';
 import { freePort } from './helpers/ports.js';
@@ -31,20 +31,6 @@ const SIDE = 8;
 const bytes = (a) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 const f32 = (t) => new Float32Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength));
 const f64 = (t) => new Float64Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength));
-
-const distance = (a, b) => Math.sqrt(a.reduce((sum, v, i) => sum + (v - b[i]) ** 2, 0));
-const norm = (a) => Math.sqrt(a.reduce((sum, v) => sum + v * v, 0));
-
-/** ‖a − b‖ / ‖b‖ (‖a − b‖ when b is zero). */
-function relative(a, b) {
-  let d = 0;
-  let n = 0;
-  for (let i = 0; i < b.length; i++) {
-    d += (a[i] - b[i]) ** 2;
-    n += b[i] ** 2;
-  }
-  return n === 0 ? Math.sqrt(d) : Math.sqrt(d / n);
-}
 
 /** W process groups joined in this process. */
 async function groups(count = W) {

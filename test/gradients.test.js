@@ -21,7 +21,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { Model, readSafetensors, writeSafetensors } from '../lib/index.js';
-import { makeRng, randomUniform } from './helpers/gradcheck.js';
+import { makeRng, norm, randomUniform, relativeNorm as relative } from './helpers/gradcheck.js';
 import { PYTHON, requireTorch } from './helpers/outside.js';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -34,23 +34,6 @@ const STEPS = 3;
 
 const bytes = (a) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 const floats = (t) => new Float64Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength));
-
-function norm(a) {
-  let s = 0;
-  for (let i = 0; i < a.length; i++) s += a[i] * a[i];
-  return Math.sqrt(s);
-}
-
-/** ‖a − b‖ / ‖b‖ (0 when both are zero). */
-function relative(a, b) {
-  let d = 0;
-  let n = 0;
-  for (let i = 0; i < b.length; i++) {
-    d += (a[i] - b[i]) ** 2;
-    n += b[i] ** 2;
-  }
-  return n === 0 ? Math.sqrt(d) : Math.sqrt(d / n);
-}
 
 const CASES = [
   {

@@ -414,3 +414,23 @@ export function maxRelativeError(got, want, floor = 0) {
   }
   return worst;
 }
+
+/** ‖a‖ (Euclidean). */
+export function norm(a) {
+  let s = 0;
+  for (let i = 0; i < a.length; i++) s += a[i] * a[i];
+  return Math.sqrt(s);
+}
+
+/** ‖a − b‖. */
+export function distance(a, b) {
+  let s = 0;
+  for (let i = 0; i < b.length; i++) s += (a[i] - b[i]) ** 2;
+  return Math.sqrt(s);
+}
+
+/** ‖a − b‖ / ‖b‖, or ‖a − b‖ where b is zero. */
+export function relativeNorm(a, b) {
+  const n = norm(b);
+  return n === 0 ? distance(a, b) : distance(a, b) / n;
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env node
+// Settings compared over several seeds, paired by seed: reads the runs bench/cluster.js left under
+// DIR/seed<S>/<bandwidth>/<config>/ (one `--out DIR/seed<S>` per seed) and prints each run's final
+// test accuracy and floats per worker (and the end-of-epoch replica check's share of the epochs'
+// training time), then every listed comparison A − B per seed with the mean and its 95% interval
+// (Student's t over the seeds).
+//
+//   node bench/seeds.js --dir /tmp/s27 --bandwidth 1gbit \
+//     --compare powersgd-accordion:powersgd-r2,powersgd-auto:powersgd-accordion [--markdown]
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { parseArgs } from 'node:util';
+import { readMetrics } from '../lib/metrics.js';
+import { fmt, formatTable } from './common.js';
+
+const { values: o } = parseArgs({
+  options: {
+    dir: { type: 'string' },
+    bandwidth: { type: 'string', default: '1gbit' },
+    compare: { type: 'string' },
+    markdown: { type: 'boolean', default: false },
+  },
+});
+if (!o.dir || !o.compare) throw new Error('usage: node bench/seeds.js --dir DIR --compare A:B[,C:D] [--bandwidth 1gbit] [--markdown]');
+const pairs = o.compare.split(',').map((p) => p.split(':'));
+const configs = [...new Set(pairs.flat())];
+
+/** Two-sided 95% quantiles of Student's t for 1…30 degrees of freedom. */
+const T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.16, 2.145, 2.131, 2.12, 2.11, 2.101, 2.093, 2.086, 2.08, 2.074, 2.069, 2.064, 2.06, 2.056, 2.052, 2.048, 2.045, 2.042];
+
+const seeds = fs
+  .readdirSync(o.dir)
+  .filter((d) => /^seed\d+$/.test(d))
+  .map((d) => Number(d.slice(4)))
+  .sort((a, b) => a - b);
+const runs = new Map(); // `${seed} ${config}` → { accuracy, floats }
+for (const seed of seeds)
+  for (const config of configs) {
+    const file = path.join(o.dir, `seed${seed}`, o.bandwidth, config, 'metrics.jsonl');
+    if (!fs.existsSync(file)) continue;
+    const epochs = readMetrics(file).filter((e) => e.event === 'epoch');
+    if (epochs.length)
+      runs.set(`${seed} ${config}`, {
+        accuracy: epochs.at(-1).testAccuracy,
+        floats: epochs.at(-1).floatsSentTotal,
+        // The replica check at each epoch's end against the epoch's training time.
+        sync: epochs.reduce((a, e) => a + (e.syncSeconds ?? 0), 0) / epochs.reduce((a, e) => a + e.seconds, 0),
+      });
+  }
+
+const columns = [{ key: 'config', title: 'run', align: 'left' }, ...seeds.map((s) => ({ key: `s${s}`, title: `seed ${s}` })), { key: 'mean', title: 'mean acc.' }, { key: 'floats', title: 'mean floats' }, { key: 'sync', title: 'replica check' }];
+const rows = configs.map((config) => {
+  const got = seeds.map((s) => runs.get(`${s} ${config}`));
+  const have = got.filter(Boolean);
+  const row = {
+    config,
+    mean: `${fmt((100 * have.reduce((a, r) => a + r.accuracy, 0)) / have.length, 1)}% (${have.length})`,
+    floats: `${fmt(have.reduce((a, r) => a + r.floats, 0) / have.length / 1e6, 2)}M`,
+    sync: `${fmt((100 * have.reduce((a, r) => a + r.sync, 0)) / have.length, 2)}%`,
+  };
+  seeds.forEach((s, i) => (row[`s${s}`] = got[i] ? `${fmt(100 * got[i].accuracy, 1)}% / ${fmt(got[i].floats / 1e6, 2)}M` : ''));
+  return row;
+});
+console.log(`Final test accuracy / floats per worker (${o.bandwidth}, ${o.dir})\n`);
+console.log(formatTable(columns, rows, { markdown: o.markdown }));
+
+const diffColumns = [{ key: 'pair', title: 'A − B', align: 'left' }, ...seeds.map((s) => ({ key: `s${s}`, title: `seed ${s}` })), { key: 'mean', title: 'mean' }, { key: 'ci', title: '95% interval' }, { key: 'floats', title: 'floats A / B' }];
+const diffRows = pairs.map(([a, b]) => {
+  const d = seeds.map((s) => {
+    const ra = runs.get(`${s} ${a}`);
+    const rb = runs.get(`${s} ${b}`);
+    return ra && rb ? { acc: 100 * (ra.accuracy - rb.accuracy), floats: ra.floats / rb.floats } : undefined;
+  });
+  const have = d.filter(Boolean).map((x) => x.acc);
+  const n = have.length;
+  const mean = have.reduce((x, y) => x + y, 0) / n;
+  const sd = n > 1 ? Math.sqrt(have.reduce((x, y) => x + (y - mean) ** 2, 0) / (n - 1)) : NaN;
+  const half = n > 1 ? (T95[n - 2] * sd) / Math.sqrt(n) : NaN;
+  const ratios = d.filter(Boolean).map((x) => x.floats);
+  const row = {
+    pair: `${a} − ${b}`,
+    mean: `${mean >= 0 ? '+' : ''}${fmt(mean, 1)}`,
+    ci: `${fmt(mean - half, 1)} … ${fmt(mean + half, 1)}`,
+    floats: fmt(ratios.reduce((x, y) => x + y, 0) / ratios.length, 3),
+  };
+  seeds.forEach((s, i) => (row[`s${s}`] = d[i] ? `${d[i].acc >= 0 ? '+' : ''}${fmt(d[i].acc, 1)}` : ''));
+  return row;
+});
+console.log(`\nPaired differences of final test accuracy (points), A − B per seed\n`);
+console.log(formatTable(diffColumns, diffRows, { markdown: o.markdown }));
