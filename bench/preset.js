@@ -6,7 +6,7 @@
 // the cores. Prints each epoch's test loss and accuracy (evaluated with rank 0's running
 // statistics on both sides).
 //
-//   node bench/preset.js [--workers 2] [--epochs 3] [--lr 0.05] [--warmup-epochs 5]
+//   node bench/preset.js [--workers 2] [--epochs 6] [--lr 0.02] [--warmup-epochs 5]   (the preset's by default)
 //                        [--compressor none|powersgd] [--rank 2] [--seed 42] [--markdown]
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -14,14 +14,16 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Model, writeSafetensors } from '../lib/index.js';
+import { DEFAULT_CONFIG, SYNTHETIC_PRESET } from '../lib/trainer.js';
 import { readMetrics } from '../lib/metrics.js';
 import { BENCH_DIR, PYTHON, ROOT, fmt, formatTable, peerEnv } from './common.js';
 
 const { values: o } = parseArgs({
   options: {
-    epochs: { type: 'string', default: '3' },
-    lr: { type: 'string', default: '0.05' },
-    'warmup-epochs': { type: 'string', default: '5' },
+    // The synthetic preset's recipe unless given.
+    epochs: { type: 'string', default: String(SYNTHETIC_PRESET.epochs) },
+    lr: { type: 'string', default: String(SYNTHETIC_PRESET.lr) },
+    'warmup-epochs': { type: 'string', default: String(SYNTHETIC_PRESET.warmupEpochs ?? DEFAULT_CONFIG.warmupEpochs) },
     compressor: { type: 'string', default: 'none' },
     rank: { type: 'string', default: '2' },
     seed: { type: 'string', default: '42' },
