@@ -282,6 +282,7 @@ describe('data parallel: floats accounting against what the collectives carried'
           expect(step.floatsSent, `${what}: floats sent (1.6)`).to.equal(want.floats);
           // The finite agreement (W floats) and rank 0's running statistics, broadcast before the step.
           expect(step.overheadFloats, `${what}: overhead`).to.equal(W + got.bufferFloats);
+          expect(step.broadcastFloats, `${what}: of it, broadcast`).to.equal(got.bufferFloats);
           expect(step.carried.elements, `${what}: carried = floats sent + overhead`).to.equal(step.floatsSent + step.overheadFloats);
           expect(step.carried.allReduce, `${what}: all-reduce`).to.deep.equal(want.allReduce);
           expect(step.carried.allGather, `${what}: all-gather`).to.deep.equal(want.allGather);
@@ -564,6 +565,8 @@ describe('data parallel: resuming a launched job', function () {
     // 64 images over 2 workers at batch 16: 2 steps an epoch, each agreeing on finiteness with 2
     // floats after rank 0's 9,600 running statistics were broadcast.
     expect(straight.epochs.map((e) => e.overheadFloats)).to.deep.equal([2 * 9602, 2 * 9602]);
+    // Rank 0's statistics broadcast before each step and once more before evaluation.
+    expect(straight.epochs.map((e) => e.broadcastFloats)).to.deep.equal([3 * 9600, 3 * 9600]);
     // Every rank's final state, buffers included, is the uninterrupted run's.
     for (const rank of [0, 1]) {
       const a = loadCheckpoint(straightDir, rank);

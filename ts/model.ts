@@ -501,10 +501,13 @@ export class Model {
     await call(this.native.broadcastState(root));
   }
 
-  /** Every running statistic (batch norm's buffers) takes rank `root`'s values, in one broadcast. */
-  async broadcastBuffers(root = 0): Promise<void> {
+  /**
+   * Every running statistic (batch norm's buffers) takes rank `root`'s values, in one broadcast.
+   * Resolves to the floats broadcast (0 without buffers or a group).
+   */
+  async broadcastBuffers(root = 0): Promise<number> {
     if (!Number.isInteger(root) || root < 0) throw new UsageError(`broadcastBuffers: root must be a rank (an integer ≥ 0), got ${describe(root)}`);
-    await call(this.native.broadcastBuffers(root));
+    return call(this.native.broadcastBuffers(root));
   }
 
   /**
@@ -513,11 +516,12 @@ export class Model {
    * every state_dict entry in one all-gather. Replicas that differ reject on every worker with
    * ERR_REPLICA_MISMATCH, naming the first entry that differs and the ranks whose value is not
    * rank 0's. PyTorch DDP's state before evaluation and checkpoints: rank 0's model on every worker.
+   * Resolves to the floats of the statistics' broadcast.
    */
-  async syncReplicas(): Promise<void> {
+  async syncReplicas(): Promise<number> {
     const group = this.group;
-    if (!group || group.worldSize < 2) return;
-    await this.broadcastBuffers(0);
+    if (!group || group.worldSize < 2) return 0;
+    const broadcastFloats = await this.broadcastBuffers(0);
     const { names, digests } = await call(this.native.stateDigests());
     // Each digest travels as four 16-bit words, exact in float32.
     const words = new Float32Array(4 * digests.length);
@@ -535,6 +539,7 @@ export class Model {
             `(every worker should hold the same weights and, after the broadcast, the same running statistics)`,
         );
     }
+    return broadcastFloats;
   }
 
   async setLearningRate(lr: number): Promise<void> {

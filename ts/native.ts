@@ -69,6 +69,8 @@ export interface StepResult {
    * gradient is finite, an all-reduce of W floats, and rank 0's batch-norm running statistics
    * broadcast before the step (0 with one worker). */
   overheadFloats: number;
+  /** Of overheadFloats, rank 0's running statistics broadcast before the step (sent by rank 0). */
+  broadcastFloats: number;
   /** Seconds in forward, backward and the update; in compression; waiting in collectives. */
   computeSeconds: number;
   compressionSeconds: number;
@@ -185,8 +187,8 @@ export interface NativeEngine {
   gradientNorms(): Promise<Float64Array>;
   levelCosts(candidates: number[]): Promise<LevelCost[][]>;
   broadcastState(root: number): Promise<void>;
-  /** Every buffer (running statistics) takes rank root's values, in one broadcast. */
-  broadcastBuffers(root: number): Promise<void>;
+  /** Every buffer (running statistics) takes rank root's values, in one broadcast; resolves to the floats broadcast. */
+  broadcastBuffers(root: number): Promise<number>;
   /** A 64-bit digest of every state_dict entry, in order. */
   stateDigests(): Promise<{ names: string[]; digests: BigUint64Array }>;
   /** Language model: one step on a (steps, batch) window of token ids, gradients clipped to clipNorm. */

@@ -226,6 +226,9 @@ export interface EpochRecord {
    * every gradient is finite (W floats) and rank 0's running statistics broadcast before it, with
    * W ≥ 2 workers (0 alone). */
   overheadFloats: number;
+  /** Floats rank 0 broadcast during the epoch: its running statistics before each step and once
+   * more before evaluation (0 alone, or without batch norm). */
+  broadcastFloats: number;
   /** Seconds of the epoch's steps spent in compute, compression and communication. */
   computeSeconds: number;
   compressionSeconds: number;
@@ -656,7 +659,7 @@ export class Trainer extends EventEmitter {
     const steps = await this.task.startEpoch(this.model, epoch, microBatches);
     const bar = config.progress && this.rank === 0 ? new ProgressBar(`epoch ${epoch + 1}/${config.epochs}`, steps) : undefined;
     const begin = performance.now();
-    let lossSum = 0, correct = 0, samples = 0, stepsDone = 0, floatsSent = 0, overheadFloats = 0;
+    let lossSum = 0, correct = 0, samples = 0, stepsDone = 0, floatsSent = 0, overheadFloats = 0, broadcastFloats = 0;
     let computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0, exchangeWaitSeconds = 0;
     const levels = this.accordionState ? Array.from(await this.model.levels()) : undefined;
     for (let step = 0; step < steps; step++) {
@@ -668,6 +671,7 @@ export class Trainer extends EventEmitter {
       samples += r.samples;
       floatsSent += r.floatsSent;
       overheadFloats += r.overheadFloats;
+      broadcastFloats += r.broadcastFloats;
       computeSeconds += r.computeSeconds;
       compressionSeconds += r.compressionSeconds;
       communicationSeconds += r.communicationSeconds;
@@ -702,7 +706,7 @@ export class Trainer extends EventEmitter {
     const bookkeepingSeconds = (performance.now() - bookkeepingStart) / 1000;
     // Evaluation and the checkpoint see rank 0's model on every worker, checked by digest.
     const syncStart = performance.now();
-    await this.model.syncReplicas();
+    broadcastFloats += await this.model.syncReplicas();
     const syncSeconds = (performance.now() - syncStart) / 1000;
     const language = this.task.kind === 'language';
     const valid = language ? await this.evaluate('valid') : undefined;
@@ -722,6 +726,7 @@ export class Trainer extends EventEmitter {
       floatsSent,
       floatsSentTotal: (this.history[this.history.length - 1]?.floatsSentTotal ?? 0) + floatsSent,
       overheadFloats,
+      broadcastFloats,
       computeSeconds,
       compressionSeconds,
       communicationSeconds,
@@ -937,7 +942,7 @@ function partialRecord(epoch: number, lr: number, batchSize: number, seconds: nu
   return {
     epoch: epoch + 1, lr, batchSize, seconds,
     trainLoss: NaN, trainAccuracy: NaN, testLoss: NaN, testAccuracy: NaN, samples: 0, steps: 0, samplesPerSecond: 0,
-    floatsSent: 0, floatsSentTotal: 0, overheadFloats: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, exchangeWaitSeconds: 0, bookkeepingSeconds: 0, syncSeconds: 0,
+    floatsSent: 0, floatsSentTotal: 0, overheadFloats: 0, broadcastFloats: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, exchangeWaitSeconds: 0, bookkeepingSeconds: 0, syncSeconds: 0,
   };
 }
 

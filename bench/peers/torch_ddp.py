@@ -6,8 +6,8 @@ DDP buckets the gradients (bucket_cap_mb) and all-reduces each bucket while
 backward runs, optionally through PyTorch's PowerSGD communication hook. A step
 is zero_grad, forward, cross-entropy, backward (with the overlapped all-reduces)
 and the SGD update (lr 0.1, momentum 0.9, nesterov, weight_decay 1e-4) on a
-fixed random CIFAR-shaped batch. Batch-norm buffers are not broadcast (each
-worker keeps its own, as the engine does). Rank 0 prints one JSON line.
+fixed random CIFAR-shaped batch. Rank 0's batch-norm buffers are broadcast before
+every forward (DDP's default, as the engine does). Rank 0 prints one JSON line.
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/peers/torch_ddp.py --rank 0 \
         --world 2 --master 10.87.0.1:29511 --bucket-mb 25 --hook none
@@ -52,7 +52,7 @@ def main(argv=None):
     torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
     torch.manual_seed(0)
     dist.init_process_group('gloo', init_method=f'tcp://{args.master}', rank=args.rank, world_size=args.world)
-    model = DistributedDataParallel(models.resnet18(10), bucket_cap_mb=args.bucket_mb, broadcast_buffers=False)
+    model = DistributedDataParallel(models.resnet18(10), bucket_cap_mb=args.bucket_mb, broadcast_buffers=True)
     if args.hook == 'powersgd':
         # Error feedback and warm start as the engine's PowerSGD; every matrix compressed (rate 0).
         state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,

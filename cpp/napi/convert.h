@@ -166,6 +166,7 @@ inline Napi::Object stepResultValue(Napi::Env env, const StepResult& r) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("floatsSent", static_cast<double>(r.floatsSent));
   o.Set("overheadFloats", static_cast<double>(r.overheadFloats));
+  o.Set("broadcastFloats", static_cast<double>(r.broadcastFloats));
   o.Set("computeSeconds", r.computeSeconds);
   o.Set("compressionSeconds", r.compressionSeconds);
   o.Set("communicationSeconds", r.communicationSeconds);

@@ -388,18 +388,15 @@ Napi::Value EngineWrap::broadcastState(const Napi::CallbackInfo& info) {
       [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
 }
 
-// broadcastBuffers(root) → Promise<void>: every buffer (running statistics) takes rank root's values,
-// in one broadcast.
+// broadcastBuffers(root) → Promise<number>: every buffer (running statistics) takes rank root's values,
+// in one broadcast; resolves to the floats broadcast (0 without buffers or a group).
 Napi::Value EngineWrap::broadcastBuffers(const Napi::CallbackInfo& info) {
   const int root = info[0].IsUndefined() ? 0 : static_cast<int>(intArg(info, 0, "root", 0, kMaxDimension));
   EngineWrap* self = this;
-  return schedule<bool>(
-      info.Env(), worker(info.Env()),
-      [self, root] {
-        self->session().broadcastBuffers(root);
-        return true;
-      },
-      [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); }, {info.This()});
+  return schedule<int64_t>(
+      info.Env(), worker(info.Env()), [self, root] { return self->session().broadcastBuffers(root); },
+      [](Napi::Env env, int64_t& floats) -> Napi::Value { return Napi::Number::New(env, static_cast<double>(floats)); },
+      {info.This()});
 }
 
 // stateDigests() → Promise<{ names: string[], digests: BigUint64Array }>: a 64-bit digest of every

@@ -193,6 +193,7 @@ std::optional<StepResult> Session::step(const std::function<bool(Batch&)>& next,
   exchangeAndUpdate(result, std::chrono::duration<double>(Clock::now() - start).count(),
                     overlapped ? 0 : static_cast<int64_t>(status[2 * taken]), overlapped);
   result.overheadFloats += bufferFloats;
+  result.broadcastFloats = bufferFloats;
   return result;
 }
 

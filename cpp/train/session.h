@@ -24,8 +24,9 @@ struct StepResult {
   int64_t samples = 0;
   int64_t floatsSent = 0;  // by this worker in the gradient exchange
   // The step's control traffic, not in floatsSent: the finite agreement, and rank 0's running
-  // statistics broadcast before the step.
+  // statistics broadcast before the step (`broadcastFloats` of them, sent by rank 0).
   int64_t overheadFloats = 0;
+  int64_t broadcastFloats = 0;
   // Where the step's time went: forward, backward and update; compressing and decompressing;
   // waiting in collectives. An overlapped exchange compresses and communicates while backward runs:
   // `exchangeWaitSeconds` is the part of the exchange the step waited for after backward (all of it

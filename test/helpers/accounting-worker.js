@@ -2,7 +2,7 @@
 // and, for each case of argv[2], builds a model whose gradients travel over the job's group, trains
 // a few steps, and reads around every step what the group's collectives carried
 // (collectiveCounts(), counted where the collectives run). Prints one JSON line:
-// { rank, cases: [{ name, shapes, levels, buckets, bufferFloats, steps: [{ floatsSent, overheadFloats, carried }] }] },
+// { rank, cases: [{ name, shapes, levels, buckets, bufferFloats, steps: [{ floatsSent, overheadFloats, broadcastFloats, carried }] }] },
 // where `carried` is the step's difference of the counts, per kind, and `buckets` the overlapped
 // exchange's buckets ([] when it follows backward).
 //
@@ -55,7 +55,7 @@ async function runCase(c, group) {
       const before = await model.native.collectiveCounts();
       const r = await model.trainStep(input(model, group.rank, s));
       const after = await model.native.collectiveCounts();
-      record.steps.push({ floatsSent: r.floatsSent, overheadFloats: r.overheadFloats, carried: difference(after, before) });
+      record.steps.push({ floatsSent: r.floatsSent, overheadFloats: r.overheadFloats, broadcastFloats: r.broadcastFloats, carried: difference(after, before) });
     }
     return record;
   } finally {

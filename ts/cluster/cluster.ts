@@ -250,6 +250,8 @@ export interface NetworkRecord {
   rxPackets?: number;
   floatsSent?: number;
   floatsSentTotal?: number;
+  /** epoch: the floats rank 0 broadcast (its running statistics, before each step and evaluation). */
+  broadcastFloats?: number;
 }
 
 /** How often rank 0's metrics.jsonl is looked at (a stat call). */
@@ -367,6 +369,7 @@ class CounterSampler {
           rxPackets: now.rxPackets - before.rxPackets,
           floatsSent: event.floatsSent,
           floatsSentTotal: event.floatsSentTotal,
+          broadcastFloats: event.broadcastFloats,
         });
       } else {
         Object.assign(record, {
@@ -418,6 +421,25 @@ export function predictedWireBytes(exchange: Exchange, hosts: number, procsPerHo
 }
 
 /**
+ * Payload bytes each host sends and receives when rank 0 broadcasts `floats` floats, by Gloo's
+ * binomial tree (gloo::broadcast): rank r > 0 receives the buffer once, from r with its highest bit
+ * cleared, so the bytes leave a host only where that parent sits on another host (ranks placed host
+ * by host). Indexed by host.
+ */
+export function broadcastWireBytes(floats: number, hosts: number, procsPerHost: number): { sent: number[]; received: number[] } {
+  const sent = new Array<number>(hosts).fill(0);
+  const received = new Array<number>(hosts).fill(0);
+  const hostOf = (rank: number) => Math.floor(rank / procsPerHost);
+  for (let rank = 1; rank < hosts * procsPerHost; rank++) {
+    const parent = rank ^ (1 << Math.floor(Math.log2(rank)));
+    if (hostOf(parent) === hostOf(rank)) continue;
+    sent[hostOf(parent)]! += 4 * floats;
+    received[hostOf(rank)]! += 4 * floats;
+  }
+  return { sent, received };
+}
+
+/**
  * The exchange of `floatsSent` floats of TopK steps: each step all-reduces the 1-D tensors and the
  * matrices at level 0 (dense), and all-gathers, of every other matrix i, 2·max(1, ⌊ratios[i]·numel⌋)
  * floats (indices and values) from each of the `workers`. Floats that are not whole steps are an
@@ -437,7 +459,9 @@ export function topkExchange(parameters: { numel: number; matrix: boolean }[], r
 export interface WireComparison {
   epoch: number;
   host: number;
-  predictedBytes: number;
+  /** The exchange's bytes (the same sent and received) plus rank 0's broadcasts, as this host sends and receives them. */
+  predictedSentBytes: number;
+  predictedReceivedBytes: number;
   /** The interface's bytes less PACKET_HEADER_BYTES per packet. */
   sentPayloadBytes: number;
   receivedPayloadBytes: number;
@@ -448,9 +472,11 @@ export interface WireComparison {
 }
 
 /**
- * Compares each epoch record of network.jsonl with the prediction from rank 0's floats. With
- * compressor none or powersgd every float sent is all-reduced; topk all-reduces the 1-D tensors and
- * all-gathers the rest, so `exchange` must split its floats.
+ * Compares each epoch record of network.jsonl with the prediction from rank 0's floats: the
+ * gradient exchange and rank 0's broadcasts of its running statistics. With compressor none or
+ * powersgd every float sent is all-reduced; topk all-reduces the 1-D tensors and all-gathers the
+ * rest, so `exchange` must split its floats. The small collectives (the finite agreement, the
+ * replica digests) are not predicted.
  */
 export function compareWire(records: NetworkRecord[], options: { exchange?: (r: NetworkRecord) => Exchange; tolerance?: number } = {}): WireComparison[] {
   const tolerance = options.tolerance ?? 0.1;
@@ -466,15 +492,20 @@ export function compareWire(records: NetworkRecord[], options: { exchange?: (r: 
     if (options.exchange) exchange = options.exchange(r);
     else if (start.compressor === 'none' || start.compressor === 'powersgd') exchange = { allReduceFloats: r.floatsSent ?? 0, allGatherFloats: 0 };
     else throw new UsageError(`compareWire: the ${start.compressor} exchange mixes all-reduce and all-gather; give options.exchange`);
-    const predictedBytes = predictedWireBytes(exchange, start.hosts ?? 1, start.procsPerHost ?? 1);
+    const hosts = start.hosts ?? 1, procsPerHost = start.procsPerHost ?? 1;
+    const exchanged = predictedWireBytes(exchange, hosts, procsPerHost);
+    const broadcast = broadcastWireBytes(r.broadcastFloats ?? 0, hosts, procsPerHost);
+    const predictedSentBytes = exchanged + broadcast.sent[r.host]!;
+    const predictedReceivedBytes = exchanged + broadcast.received[r.host]!;
     const sentPayloadBytes = r.txBytes! - PACKET_HEADER_BYTES * r.txPackets!;
     const receivedPayloadBytes = r.rxBytes! - PACKET_HEADER_BYTES * r.rxPackets!;
-    const sentRatio = sentPayloadBytes / predictedBytes;
-    const receivedRatio = receivedPayloadBytes / predictedBytes;
+    const sentRatio = sentPayloadBytes / predictedSentBytes;
+    const receivedRatio = receivedPayloadBytes / predictedReceivedBytes;
     rows.push({
       epoch: r.epoch!,
       host: r.host,
-      predictedBytes,
+      predictedSentBytes,
+      predictedReceivedBytes,
       sentPayloadBytes,
       receivedPayloadBytes,
       sentRatio,
