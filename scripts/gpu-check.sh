@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU verification, cut into stages that each fit one command on a GPU machine lent for a short
-# slot (at most 10 minutes a command, about 2 minutes to start a cold machine, 30 minutes a
-# session). The GPU path has not yet run on a GPU: this is how it will first be checked.
+# The GPU verification, cut into stages that each fit one command of at most 10 minutes on a GPU
+# machine (about 2 minutes to start a cold one), all of them within 20 minutes so that a fix and a
+# second run fit in 30. The GPU path has not yet run on a GPU: this is how it will first be checked.
 #
 #   scripts/gpu-check.sh [plan]     the GPU-machine commands in order, with the minutes each is expected to take
 #   scripts/gpu-check.sh STAGE      one stage, under `timeout` (its limit is in the plan):

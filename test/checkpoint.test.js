@@ -57,6 +57,24 @@ describe('checkpoints', function () {
     expect(events).to.include.members(['start', 'epoch', 'checkpoint', 'resume']);
   });
 
+  it('a checkpoint whose records count epochs from 0 (written before they counted from 1) resumes with its records renumbered', async function () {
+    const dir = path.join(tmp, 'from-zero');
+    const first = await Trainer.create(small(tmp, { outDir: dir, epochs: 1 }));
+    await first.fit();
+    await first.dispose();
+    // The checkpoint as an earlier version wrote it: its one epoch record says epoch 0.
+    const file = path.join(loadCheckpoint(dir).dir, 'trainer.safetensors');
+    const { tensors, metadata } = readSafetensors(file);
+    const position = JSON.parse(metadata.position);
+    expect(position.extra.history.map((e) => e.epoch)).to.deep.equal([1]);
+    position.extra.history[0].epoch = 0;
+    writeSafetensors(file, [...tensors.values()], { ...metadata, position: JSON.stringify(position) });
+    const resumed = await Trainer.create(small(tmp, { resume: dir }));
+    const summary = await resumed.fit();
+    await resumed.dispose();
+    expect(summary.epochs.map((e) => e.epoch)).to.deep.equal([1, 2]);
+  });
+
   it('keeps the latest checkpoints and a model file PyTorch-named and weights-only', function () {
     const ckpt = loadCheckpoint(path.join(tmp, 'straight'));
     expect(path.basename(ckpt.dir)).to.equal('epoch-0002');

@@ -8,7 +8,7 @@
 // max-pool decision crosses a tie: any float32 computation (PyTorch's own too) lands on the other
 // side of such a tie when it lies within its rounding (~1e-7 to 1e-6 of the activations). At CIFAR
 // size and a batch of 32, about 2·10⁷ ReLU inputs leave dozens of them that close, and PyTorch's
-// float32 gradients differ from its float64 ones by 6e-4 to 7e-3 in every state we drew (ResNet-18
+// float32 gradients differ from its float64 ones by 6e-4 to 7e-3 at every such state tried (ResNet-18
 // and VGG-19bn). The states here are small enough to have none: ResNet-18 on a batch of 32 images
 // of 4×4 pixels, VGG-19bn (which needs 32×32) on a batch of 4. Each state is checked before it is
 // compared: every ReLU input and max-pool gap lies at least MARGIN from its tie in float64, and

@@ -60,7 +60,8 @@ export async function saveCheckpoint(runDir: string, model: Model, position: Tra
   const state = await model.stateDict(true);
   const isTrainer = (t: NamedTensor) => TRAINER_PREFIXES.some((p) => t.name.startsWith(p));
   const parameters = new Set(model.parameters().map((p) => p.name));
-  // Rank 0's buffers are in the model file; another rank's go with its trainer state.
+  // Rank 0's buffers are in the model file; another rank's (equal to them after the sync before a
+  // checkpoint) go with its trainer state, so each rank restores exactly what it held.
   const ownState = rank === 0 ? state.filter(isTrainer) : state.filter((t) => isTrainer(t) || !parameters.has(t.name));
   let failure: Error | undefined;
   const attempt = async (fn: () => Promise<void>) => {

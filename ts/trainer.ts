@@ -521,13 +521,19 @@ export class Trainer extends EventEmitter {
         trainer.startEpoch = checkpoint.position.epochsCompleted;
         trainer.history = (extra.history as EpochRecord[] | undefined) ?? [];
         trainer.switches = (extra.switches as LevelSwitch[] | undefined) ?? [];
+        // A checkpoint written while records counted epochs from 0: its last record is then one
+        // short of the epochs completed. Renumbered, so that summary.json counts one way.
+        if (trainer.history.at(-1)?.epoch === trainer.startEpoch - 1) {
+          for (const e of trainer.history) e.epoch += 1;
+          for (const s of trainer.switches) s.epoch += 1;
+        }
         if (accordion) trainer.accordionState = extra.accordion as AccordionState;
         if (adaptBatch) trainer.batchState = extra.batch as AccordionState;
         if (extra.auto) trainer.autoState = extra.auto as AutoState;
         if (typeof extra.globalBatch === 'number') trainer.globalBatch = extra.globalBatch;
       }
       // A fresh job starts from rank 0's weights; a resumed one has restored every rank's own state
-      // (the same weights, and each rank's running statistics).
+      // (the same weights and, synced before every checkpoint, rank 0's running statistics).
       if (group && !checkpoint) await model.broadcastState(0);
       return trainer;
     } catch (err) {
