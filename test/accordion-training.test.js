@@ -14,6 +14,7 @@ import { learningRateForEpoch } from '../lib/schedule.js';
 import { epochFacts, runTrainer, scriptedNorms } from './helpers/accordion-worker.js';
 import { syntheticImages } from './helpers/train-worker.js';
 import { exitWithin, startNode } from './helpers/processes.js';
+import { float32Of as floatsOf } from './helpers/outside.js';
 
 const WORKER = fileURLToPath(new URL('./helpers/accordion-worker.js', import.meta.url));
 
@@ -80,10 +81,6 @@ function expectedTimeline({ epochs, matrices, names, norms, rule, schedule, low,
 
 function withoutTime(events) {
   return events.map(({ time, ...rest }) => rest);
-}
-
-function floatsOf(t) {
-  return new Float32Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength));
 }
 
 function byName(tensors) {

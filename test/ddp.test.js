@@ -17,7 +17,7 @@ import { Batcher, Model, Trainer, loadCheckpoint, readSafetensors, writeSafetens
 import { ProcessGroup } from '../lib/cluster/group.js';
 import { distance, makeRng, norm, randomUniform, relativeNorm as relative } from './helpers/gradcheck.js';
 import { tinyImageSet } from './helpers/images.js';
-import { PYTHON, requireTorch } from './helpers/outside.js';
+import { PYTHON, bytesOf as bytes, float32Of as f32, float64Of as f64, requireTorch } from './helpers/outside.js';
 import { freePort } from './helpers/ports.js';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -27,10 +27,6 @@ const LR = 0.05;
 const MARGIN = 1e-5;
 const OFFSET = 3;
 const SIDE = 8;
-
-const bytes = (a) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
-const f32 = (t) => new Float32Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength));
-const f64 = (t) => new Float64Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength));
 
 /** W process groups joined in this process. */
 async function groups(count = W) {
@@ -89,7 +85,7 @@ describe('several workers: PyTorch DDP semantics, against PyTorch DDP and float6
     const output = path.join(tmp, `${name}-replayed.safetensors`);
     writeSafetensors(input, tensors);
     run([path.join(PEERS, 'torch_running_stats.py'), '--model', 'resnet18', '--steps', String(steps.length), input, output]);
-    return new Map([...readSafetensors(output).tensors].map(([n, t]) => [n, new Float64Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength))]));
+    return new Map([...readSafetensors(output).tensors].map(([n, t]) => [n, f64(t)]));
   }
 
   /** After syncReplicas: every rank holds rank 0's buffers exactly, and rank 0's match the replay. */

@@ -22,7 +22,7 @@ import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { Model, readSafetensors, writeSafetensors } from '../lib/index.js';
 import { makeRng, norm, randomUniform, relativeNorm as relative } from './helpers/gradcheck.js';
-import { PYTHON, requireTorch } from './helpers/outside.js';
+import { PYTHON, bytesOf as bytes, float64Of as floats, requireTorch } from './helpers/outside.js';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
 const ORACLE = path.join(ROOT, 'bench/peers/torch_gradients.py');
@@ -31,9 +31,6 @@ const CONTROL = 1e-5;
 const MARGIN = 2.5e-6;
 const ZERO = 1e-6;
 const STEPS = 3;
-
-const bytes = (a) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
-const floats = (t) => new Float64Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength));
 
 const CASES = [
   {

@@ -71,7 +71,7 @@ export interface StepResult {
   overheadFloats: number;
   /** Of overheadFloats, rank 0's running statistics broadcast before the step (sent by rank 0). */
   broadcastFloats: number;
-  /** Seconds in forward, backward and the update; in compression; waiting in collectives. */
+  /** Seconds in forward, backward and the update; in compression; waiting in collectives (rank 0's statistics' broadcast included). */
   computeSeconds: number;
   compressionSeconds: number;
   communicationSeconds: number;

@@ -133,6 +133,14 @@ def build(name, num_classes):
     return MODELS[name](num_classes)
 
 
+def without_dropout(model):
+    """The model with every dropout at p = 0, as the engine's in comparisons (VGG's classifier)."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    return model
+
+
 def count_params(model):
     return sum(p.numel() for p in model.parameters())
 

@@ -62,9 +62,7 @@ def main(argv=None):
     dtype = getattr(torch, args.dtype)
     model = models.build(args.model, args.classes).to(dtype)
     model.load_state_dict(safetensors_io.load_state_dict(args.state))
-    for m in model.modules():  # the engine's VGG takes dropout 0 in these comparisons
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
+    models.without_dropout(model)
     ddp = DistributedDataParallel(model, broadcast_buffers=True)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, nesterov=True,
                           weight_decay=args.weight_decay)

@@ -89,11 +89,7 @@ class Margins:
 def build(args, dtype):
     if args.model == 'lstm':
         return LanguageModel(args.vocabulary, args.hidden, args.layers).to(dtype)
-    model = models.build(args.model, args.classes).to(dtype)
-    for m in model.modules():
-        if isinstance(m, nn.Dropout):
-            m.p = 0.0
-    return model
+    return models.without_dropout(models.build(args.model, args.classes).to(dtype))
 
 
 def gradients(args, inputs, dtype, margins=False):

@@ -29,17 +29,15 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cifar  # noqa: E402
 import models  # noqa: E402
 import safetensors_io  # noqa: E402
 
-MEAN = torch.tensor([125.3, 123.0, 113.9], dtype=torch.float64).view(1, 3, 1, 1) / 255
-STD = torch.tensor([63.0, 62.1, 66.7], dtype=torch.float64).view(1, 3, 1, 1) / 255
-
 
 def read(directory, names):
-    raw = np.concatenate([np.fromfile(os.path.join(directory, n), dtype=np.uint8).reshape(-1, 3073) for n in names])
-    images = torch.from_numpy(raw[:, 1:].reshape(-1, 3, 32, 32).astype(np.float64) / 255)
-    return (images - MEAN) / STD, torch.from_numpy(raw[:, 0].astype(np.int64))
+    """Normalised float64 images and their labels."""
+    images, labels = cifar.read(directory, names, np.float64)
+    return cifar.normalise(images), labels
 
 
 def test_loss(model, x, y, batch):

@@ -39,10 +39,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
     data = safetensors_io.load_state_dict(args.input)
-    model = models.build(args.model, args.classes).double()
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
+    model = models.without_dropout(models.build(args.model, args.classes).double())
     buffers = {k[len('initial.'):]: v.double() for k, v in data.items() if k.startswith('initial.')}
     parameters = {name for name, _ in model.named_parameters()}
     model.train()

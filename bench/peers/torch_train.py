@@ -39,21 +39,7 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 import safetensors_io  # noqa: E402
-
-MEAN = torch.tensor([125.3, 123.0, 113.9]).view(1, 3, 1, 1) / 255
-STD = torch.tensor([63.0, 62.1, 66.7]).view(1, 3, 1, 1) / 255
-
-
-def read(directory, names):
-    """Images on the [0, 1] scale (normalised after augmentation) and labels."""
-    rows = [np.fromfile(os.path.join(directory, n), dtype=np.uint8).reshape(-1, 3073) for n in names]
-    raw = np.concatenate(rows)
-    images = torch.from_numpy(raw[:, 1:].reshape(-1, 3, 32, 32).astype(np.float32) / 255)
-    return images, torch.from_numpy(raw[:, 0].astype(np.int64))
-
-
-def normalise(images):
-    return (images - MEAN) / STD
+from cifar import normalise, read  # noqa: E402  (images on [0, 1], normalised after augmentation)
 
 
 def augment(images, generator):

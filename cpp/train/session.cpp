@@ -130,11 +130,17 @@ std::optional<StepResult> Session::step(const std::function<bool(Batch&)>& next,
   // The exchange overlaps a single batch's backward; kept gradients are copied before it starts.
   const bool overlapped = exchange_ && microBatches == 1 && !keepGradients_;
   omp_set_num_threads(overlapped ? computeThreads() : threads_);
-  const int64_t bufferFloats = broadcastBuffers_ ? broadcastBuffers(0) : 0;
   std::vector<int64_t> sizes;
   Batch batch;
+  int64_t bufferFloats = 0;
+  double broadcastSeconds = 0;
   while (static_cast<int64_t>(sizes.size()) < microBatches && next(batch)) {
     const int64_t taken = static_cast<int64_t>(sizes.size());
+    if (taken == 0 && broadcastBuffers_) {  // rank 0's running statistics before the step's first forward
+      const auto broadcastStart = Clock::now();
+      bufferFloats = broadcastBuffers(0);
+      broadcastSeconds = std::chrono::duration<double>(Clock::now() - broadcastStart).count();
+    }
     forwardLoss(batch, status_.data() + 2 * taken);
     if (overlapped) {
       exchange_->begin();
@@ -190,10 +196,11 @@ std::optional<StepResult> Session::step(const std::function<bool(Batch&)>& next,
     result.samples += sizes[i];
   }
   result.loss = lossSum / static_cast<double>(result.samples);
-  exchangeAndUpdate(result, std::chrono::duration<double>(Clock::now() - start).count(),
+  exchangeAndUpdate(result, std::chrono::duration<double>(Clock::now() - start).count() - broadcastSeconds,
                     overlapped ? 0 : static_cast<int64_t>(status[2 * taken]), overlapped);
   result.overheadFloats += bufferFloats;
   result.broadcastFloats = bufferFloats;
+  result.communicationSeconds += broadcastSeconds;
   return result;
 }
 

@@ -28,9 +28,10 @@ struct StepResult {
   int64_t overheadFloats = 0;
   int64_t broadcastFloats = 0;
   // Where the step's time went: forward, backward and update; compressing and decompressing;
-  // waiting in collectives. An overlapped exchange compresses and communicates while backward runs:
-  // `exchangeWaitSeconds` is the part of the exchange the step waited for after backward (all of it
-  // when the exchange follows backward), so a step takes about compute + exchangeWait seconds.
+  // waiting in collectives (the statistics' broadcast included). An overlapped exchange compresses
+  // and communicates while backward runs: `exchangeWaitSeconds` is the part of the exchange the step
+  // waited for after backward (all of it when the exchange follows backward), so a step takes about
+  // compute + exchangeWait seconds, and the statistics' broadcast before it.
   double computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0, exchangeWaitSeconds = 0;
 };
 

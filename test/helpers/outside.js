@@ -42,3 +42,11 @@ export function requireChromium() {
   if (!fs.existsSync(CHROMIUM))
     throw new Error(`this test opens the report in ${CHROMIUM}, which is missing: install it with \`apt-get install chromium\` (scripts/setup.sh does as root)`);
 }
+
+/** A typed array's bytes, in place. */
+export const bytesOf = (a) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+
+/** A tensor's data (as readSafetensors or stateDict give it) as float32 or float64 values, copied so that they are aligned. */
+const copied = (t) => t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength);
+export const float32Of = (t) => new Float32Array(copied(t));
+export const float64Of = (t) => new Float64Array(copied(t));
