@@ -62,7 +62,7 @@ try {
   const peer = path.join(BENCH_DIR, 'peers', 'torch_train.py');
   const outputs = await Promise.all(
     Array.from({ length: W }, (_, rank) =>
-      run(PYTHON, [peer, '--rank', String(rank), '--world', String(W), '--master', `127.0.0.1:${port}`, '--data', data, '--batch', '64', '--state', init,
+      run(PYTHON, [peer, '--rank', String(rank), '--world', String(W), '--master', `127.0.0.1:${port}`, '--data', data, '--batch', String(SYNTHETIC_PRESET.batchSize), '--state', init,
         ...recipe, ...(o.compressor === 'powersgd' ? ['--powersgd-rank', o.rank] : [])], peerEnv(1)),
     ),
   );
@@ -75,7 +75,7 @@ try {
     ddpLoss: fmt(ddp[i]?.testLoss, 2),
     ddpAcc: fmt(100 * (ddp[i]?.testAccuracy ?? NaN), 1),
   }));
-  console.log(`resnet18 on the synthetic set, ${W} worker${W > 1 ? 's' : ''} × batch 64, lr ${o.lr}, warm-up ${o['warmup-epochs']} epochs, ${o.compressor === 'powersgd' ? `PowerSGD rank ${o.rank}` : 'dense'}, seed ${o.seed}`);
+  console.log(`resnet18 on the synthetic set, ${W} worker${W > 1 ? 's' : ''} × batch ${SYNTHETIC_PRESET.batchSize}, lr ${o.lr}, warm-up ${o['warmup-epochs']} epochs, ${o.compressor === 'powersgd' ? `PowerSGD rank ${o.rank}` : 'dense'}, seed ${o.seed}`);
   console.log(
     formatTable(
       [
