@@ -45,7 +45,7 @@ const TRAIN_OPTIONS: OptionSpec[] = [
   { flag: '--weight-decay', key: 'weightDecay', kind: 'number', help: 'weight decay' },
   { flag: '--no-nesterov', key: 'nesterov', kind: 'flag', negate: true, help: 'plain heavy-ball momentum instead of Nesterov' },
   { flag: '--warmup-epochs', key: 'warmupEpochs', kind: 'number', help: 'linear warm-up to lr × workers over this many epochs' },
-  { flag: '--milestones', key: 'milestones', kind: 'list', help: 'comma-separated epochs after which the lr is decayed' },
+  { flag: '--milestones', key: 'milestones', kind: 'list', help: 'comma-separated milestones m: the lr is multiplied by --lr-decay from epoch m + 3 on (counting from 1)' },
   { flag: '--lr-decay', key: 'lrDecay', kind: 'number', help: 'factor applied to the lr at each milestone' },
   { flag: '--seed', key: 'seed', kind: 'int', help: 'seed of initialisation, shuffling and augmentation' },
   { flag: '--workers', key: 'workers', kind: 'int', help: 'number of worker processes' },

@@ -3,8 +3,9 @@
  * reached by a linear warm-up, divided by `decay` after each milestone.
  *
  * As in the reference code, the rate is computed at the END of epoch e and used in epoch e + 1;
- * epoch 0 uses the base rate. So with base 0.1, 4 workers, warm-up 5 and milestones 150/250 the
- * rates used are 0.1, 0.1, 0.16, 0.22, 0.28, 0.34, 0.4 … (epoch 151), 0.04 … (251), 0.004.
+ * the first epoch uses the base rate, and a milestone m counts once e > m. So with base 0.1, 4
+ * workers, warm-up 5 and milestones 150/250, the epochs counted from 1 use 0.1, 0.1, 0.16, 0.22,
+ * 0.28, 0.34, 0.4 …, then 0.04 from epoch 153 (m + 3) and 0.004 from epoch 253.
  */
 export interface LrSchedule {
   /** Base learning rate for one worker. */
