@@ -36,8 +36,9 @@ const seeds = fs
 const runs = new Map(); // `${seed} ${config}` → { accuracy, floats }
 for (const seed of seeds)
   for (const config of configs) {
-    const file = path.join(o.dir, `seed${seed}`, o.bandwidth, config, 'metrics.jsonl');
-    if (!fs.existsSync(file)) continue;
+    const run = path.join(o.dir, `seed${seed}`, o.bandwidth, config);
+    const file = path.join(run, 'metrics.jsonl');
+    if (!fs.existsSync(path.join(run, 'summary.json'))) continue; // not run, or not finished
     const epochs = readMetrics(file).filter((e) => e.event === 'epoch');
     if (epochs.length)
       runs.set(`${seed} ${config}`, {
