@@ -19,8 +19,8 @@ namespace {
 constexpr int64_t kBlock = 256;  // positions per partial sum
 
 // Per channel c: first[c] = Σ_p f(p, c) and second[c] = Σ_p g(p, c) in double, where
-// `terms(p, f, g)` adds position p's terms of every channel to f[c] and g[c]. Blocks of kBlock positions are summed in
-// parallel, then added in block order.
+// `terms(p, f, g)` adds position p's terms of every channel to f[c] and g[c]. Blocks of kBlock
+// positions are summed in parallel, then added in block order.
 template <typename Terms>
 void channelSums(int64_t positions, int64_t channels, Terms terms, std::vector<double>& first, std::vector<double>& second) {
   const int64_t blocks = (positions + kBlock - 1) / kBlock;
