@@ -128,9 +128,19 @@ def main(argv=None):
         inputs = safetensors_io.load_state_dict(source)
         f64, loss, margin = gradients(args, inputs, torch.float64, margins=args.model != 'lstm')
         f32, _, _ = gradients(args, inputs, torch.float32)
+        # Conditioning: every weight and input moved by a relative 1e-6 (seeded), the float64
+        # gradient again; `moved` is the largest relative change over the tensors that are not zero.
+        generator = torch.Generator().manual_seed(1)
+        perturbed = {k: v * (1 + 1e-6 * (2 * torch.rand(v.shape, generator=generator, dtype=torch.float64) - 1)).to(v.dtype)
+                     if v.is_floating_point() and 'running_' not in k else v for k, v in inputs.items()}
+        moved_grads, _, _ = gradients(args, perturbed, torch.float64)
+        total = torch.sqrt(sum((g ** 2).sum() for g in f64.values()))
+        moved = max((torch.linalg.norm(moved_grads[k] - g) / torch.linalg.norm(g)).item()
+                    for k, g in f64.items() if torch.linalg.norm(g) > 1e-12 * total)
         out = {f'f64.{k}': v for k, v in f64.items()}
         out.update({f'f32.{k}': v for k, v in f32.items()})
         out['loss'] = torch.tensor([loss], dtype=torch.float64)
+        out['moved'] = torch.tensor([moved], dtype=torch.float64)
         if margin is not None:
             out['margin'] = torch.tensor([margin], dtype=torch.float64)
         safetensors_io.save_state_dict(out, target)
