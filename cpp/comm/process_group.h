@@ -10,7 +10,7 @@
 namespace accordion {
 
 // What a rank's collectives have carried, counted by the group where they run, in elements (floats).
-// The convention is the one of the floats accounting (ALGORITHMS.md 1.6, per worker):
+// The convention is the one of the floats accounting (docs/accounting.md §1 and §3, per worker):
 //   all-reduce of n floats                      n
 //   all-gather of n floats per rank             n·W: the gathered result, every rank's part and its
 //                                               own included (TopK's 2·s·W is such an all-gather)

@@ -12,7 +12,7 @@
 // 1-D tensors are always dense. All matrices' P (and Q) travel in one all-reduce, all TopK pairs
 // in one all-gather and all dense tensors in one all-reduce.
 //
-// "Floats sent" is the paper's figure (ALGORITHMS.md 1.6) and only that. Before them, the workers
+// "Floats sent" is the paper's figure (docs/accounting.md §1) and only that. Before them, the workers
 // agree on whether every gradient is finite: an all-reduce of W floats per step, the step's
 // overhead. With W ≥ 2, floats sent + overhead is exactly what the group's collectives carry during
 // reduce() by the group's counting convention (comm/process_group.h: an all-gather counts its

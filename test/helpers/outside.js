@@ -1,6 +1,6 @@
-// What some tests need from outside the repository: a text corpus beside the checkout, and the
-// PyTorch and Chromium peers from Debian. A test that needs one of them fails, naming what is missing
-// and how to get it, instead of being skipped: every test that can run without a GPU runs in CI.
+// What some tests need beyond the JavaScript: a text corpus kept in test/fixtures/, and the PyTorch
+// and Chromium peers from Debian. A test that needs one of them fails, naming what is missing and
+// how to get it, instead of being skipped: every test that can run without a GPU runs in CI.
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -8,16 +8,16 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
-/** tinyshakespeare (1.1 MB, public domain), kept beside the repository in every checkout and CI. */
-export const SHAKESPEARE = path.join(ROOT, '..', 'shared', 'data', 'tinyshakespeare.txt');
+/** tinyshakespeare (1.1 MB, public domain), kept in the repository as test/fixtures/tinyshakespeare.txt. */
+export const SHAKESPEARE = path.join(ROOT, 'test', 'fixtures', 'tinyshakespeare.txt');
 const SHAKESPEARE_URL = 'https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt';
 
 /** The text of tinyshakespeare; throws naming the file and where to get it when it is missing. */
 export function readShakespeare() {
   if (!fs.existsSync(SHAKESPEARE))
     throw new Error(
-      `this test reads ${SHAKESPEARE} (../shared/data/tinyshakespeare.txt beside the repository), which is missing: ` +
-        `download the public-domain text from ${SHAKESPEARE_URL} and save it there`,
+      `this test reads ${SHAKESPEARE} (test/fixtures/tinyshakespeare.txt in the repository), which is missing: ` +
+        `restore it from git (git checkout -- test/fixtures/tinyshakespeare.txt) or download the public-domain text from ${SHAKESPEARE_URL} and save it there`,
     );
   return fs.readFileSync(SHAKESPEARE, 'utf8');
 }
