@@ -15,7 +15,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Trainer } from '../lib/index.js';
-import { ProcessGroup } from '../lib/cluster/group.js';
+import { ProcessGroup } from '../lib/comm/group.js';
 import { splitTextIntoWikiText } from '../lib/data/wikitext.js';
 import { freePort } from '../test/helpers/ports.js';
 

@@ -1,7 +1,8 @@
 // Automatic levels (--adapt auto): the knapsack against enumeration, its monotonicity, the budget
 // and its tightening by Accordion's regimes, and the costs in seconds.
 import { expect } from 'chai';
-import { ERROR_STEPS, candidateLevels, chooseLevels, levelCost, planLevels } from '../lib/auto-levels.js';
+import { ERROR_STEPS, chooseLevels, levelCost, planLevels } from '../lib/train/auto-levels.js';
+import { candidateLevels } from '../lib/config/compression.js';
 import { makeRng as seeded } from './helpers/gradcheck.js';
 
 // Seeded uniform numbers in [0, 1), so that a failing table reproduces.

@@ -25,11 +25,11 @@ describe('command line', function () {
     [['train', '--model', 'alexnet'], /option --model: expected one of resnet18, vgg19bn/],
     [['train', '--epochs', '1'], /option --model is required/],
     [['train', '--model', 'resnet18', '--milestones', '1,x'], /option --milestones/],
-    [['train', '--model', 'resnet18', '--epochs', '0'], /epochs must be a positive integer/],
+    [['train', '--model', 'resnet18', '--epochs', '0'], /option --epochs: expected a positive integer, got 0/],
     [['train', '--model', 'resnet18', '--quiet=yes'], /option --quiet takes no value/],
     [['frobnicate'], /unknown command 'frobnicate'/],
     // Bounds, refused before any data is read or any memory allocated.
-    [['train', '--model', 'resnet18', '--timeout', '2147483648'], /option --timeout: at most 2147483647 ms/],
+    [['train', '--model', 'resnet18', '--timeout', '2147483648'], /option --timeout: expected an integer from 1 to 2147483647, got 2147483648/],
     [['train', '--model', 'resnet18', '--timeout', '99999999999999999999'], /option --timeout: expected an integer of at most/],
     [['train', '--model', 'resnet18', '--threads', '0'], /option --threads: expected an integer from 1/],
     [['train', '--model', 'resnet18', '--threads', '-3'], /option --threads: expected an integer from 1/],
@@ -37,7 +37,8 @@ describe('command line', function () {
     [['train', '--model', 'resnet18', '--synthetic-train', '9000000000000'], /option --synthetic-train: .*2 × images × 3,073 bytes.*memory/],
     [['train', '--model', 'resnet18', '--batch-size', '1000000000'], /option --batch-size: a batch of 1000000000 needs at least .* GiB.*memory/],
     [['train', '--model', 'vgg19bn', '--eval-batch-size', '1000000000'], /option --eval-batch-size: .*memory/],
-    [['train', '--model', 'lstm', '--data', '/nonexistent', '--hidden', '10000000'], /option --hidden: 10000000 with 2 layers.*memory/],
+    [['train', '--model', 'lstm', '--data', '/nonexistent', '--hidden', '1000000'], /option --hidden: 1000000 with 2 layers.*memory/],
+    [['train', '--model', 'lstm', '--data', '/nonexistent', '--hidden', '10000000'], /option --hidden: expected an integer from 1 to 1048576, got 10000000/],
     [['launch', '--master-port', '70000', '--', '--model', 'resnet18'], /option --master-port: expected a TCP port from 1 to 65535, got '70000'/],
     [['launch', '--master-port', '0', '--', '--model', 'resnet18'], /option --master-port: expected a TCP port/],
   ];
@@ -54,7 +55,7 @@ describe('command line', function () {
     expect(r.code).to.equal(0);
     for (const flag of ['--model', '--epochs', '--batch-size', '--lr', '--data', '--resume', '--compressor', '--seed'])
       expect(r.stdout).to.include(flag);
-    expect(r.stdout).to.match(/--epochs N\s+epochs to train.*\(default: 300\)/);
+    expect(r.stdout).to.match(/--epochs N\s+epochs to train \(default: 300; 6 on synthetic data, 90 for lstm\)/);
   });
 
   it('reports a missing data directory clearly (exit 1)', function () {

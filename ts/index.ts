@@ -3,27 +3,33 @@
  *
  *   import { Trainer, Model } from 'accordion-engine';
  */
-export { Model, ARCHITECTURES, type Architecture, type ModelOptions } from './model.js';
-export { Batcher, type BatcherOptions } from './batcher.js';
+export { Model, type ModelOptions } from './engine/model.js';
 export {
-  Trainer, DEFAULT_CONFIG, SYNTHETIC_PRESET, type TrainConfig, type TrainSummary, type EpochRecord, type StepEvent, type CheckpointEvent, type LevelSwitch, type TrainerContext,
-} from './trainer.js';
-export { endOfEpoch, initialState, normChangeRatio, isCritical, wholeModelNorm, type AccordionState, type AccordionRule, type Regime } from './accordion.js';
-export { ProcessGroup, distributedEnv, type DistributedEnv, type ConnectOptions } from './cluster/group.js';
+  ARCHITECTURES, DEFAULT_CONFIG, OPTIONS, presetValues, type Architecture, type TrainConfig, type OptionSpec, type PresetName, type CompressorName,
+} from './config/options.js';
+export { compressionSpec, floatsAtLevel, describeLevel, type CompressionSpec } from './config/compression.js';
+export { Batcher, type BatcherOptions } from './engine/batcher.js';
+export { Trainer } from './train/trainer.js';
+export type { TrainOptions } from './train/config.js';
+export type { TrainerContext } from './train/setup.js';
+export type { TrainSummary, EpochRecord, StepEvent, CheckpointEvent, LevelSwitch } from './train/records.js';
+export type { Policy, CheckInput, CheckOutput } from './train/policies/policy.js';
+export { endOfEpoch, initialState, normChangeRatio, isCritical, wholeModelNorm, type AccordionState, type AccordionRule, type Regime } from './train/accordion.js';
+export { ProcessGroup, distributedEnv, type DistributedEnv, type ConnectOptions } from './comm/group.js';
 export { launch, type LaunchOptions } from './cluster/launch.js';
 export { writeReport } from './report/report.js';
-export { learningRateForEpoch, type LrSchedule } from './schedule.js';
+export { learningRateForEpoch, type LrSchedule } from './train/schedule.js';
 export { readCifar, type ImageSet, type DatasetName } from './data/cifar.js';
 export { writeSyntheticCifar10, ensureSyntheticCifar10, type SyntheticOptions } from './data/synthetic.js';
 export { loadImageDataset, type ImageDataset, type ImageDatasetName } from './data/datasets.js';
-export { readSafetensors, writeSafetensors, type NamedTensor, type Dtype } from './safetensors.js';
-export { saveCheckpoint, loadCheckpoint, type TrainerPosition } from './checkpoint.js';
-export { MetricsLog, readMetrics, readMetricsLog, type MetricsEvent, type MetricsRead } from './metrics.js';
-export { AccordionError, DataError, CheckpointError, UsageError, NativeError } from './errors.js';
-import { binding, type BuildInfo, type DeviceQuery } from './native.js';
-import { UsageError } from './errors.js';
-export type { BuildInfo, DeviceQuery, LibraryStatus, MemoryStats, StepResult } from './native.js';
-export { parseDevice, requireDevice, type DeviceName } from './device.js';
+export { readSafetensors, writeSafetensors, type NamedTensor, type Dtype } from './engine/safetensors.js';
+export { saveCheckpoint, loadCheckpoint, type TrainerPosition } from './train/checkpoint.js';
+export { MetricsLog, readMetrics, readMetricsLog, type MetricsEvent, type MetricsRead } from './base/metrics.js';
+export { AccordionError, DataError, CheckpointError, UsageError, NativeError } from './base/errors.js';
+import { binding, type BuildInfo, type DeviceQuery } from './native/binding.js';
+import { UsageError } from './base/errors.js';
+export type { BuildInfo, DeviceQuery, LibraryStatus, MemoryStats, StepResult } from './native/binding.js';
+export { parseDevice, requireDevice, type DeviceName } from './native/device.js';
 
 /** How the addon was built (oneDNN, OpenBLAS, CUDA architectures) and its thread count. */
 export function buildInfo(): BuildInfo {

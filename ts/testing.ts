@@ -13,11 +13,11 @@
  * - crossEntropy(logits, n, k, labels) and orthogonalize(matrix, rows, cols, eps?): the engine's
  *   loss and PowerSGD's Gram-Schmidt on their own.
  */
-import { testingBinding, type NativeLayerProbe, type NativeReducerProbe, type NativeReducerProbeOptions } from './native.js';
-import { ProcessGroup } from './cluster/group.js';
-import { UsageError } from './errors.js';
+import { testingBinding, type NativeLayerProbe, type NativeReducerProbe, type NativeReducerProbeOptions } from './native/binding.js';
+import { ProcessGroup } from './comm/group.js';
+import { UsageError } from './base/errors.js';
 
-export type { LayerStateEntry, NativeLayerProbe, NativeReducerProbe } from './native.js';
+export type { LayerStateEntry, NativeLayerProbe, NativeReducerProbe } from './native/binding.js';
 
 export type LayerKind = 'conv2d' | 'batchnorm2d' | 'relu' | 'maxpool2d' | 'globalavgpool' | 'flatten' | 'linear' | 'dropout' | 'basicblock';
 

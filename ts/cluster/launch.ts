@@ -11,9 +11,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
-import { UsageError, signalExitCode } from '../errors.js';
-import { LIFELINE_FD, LIFELINE_VARIABLE } from './lifeline.js';
-import { StoreServer } from './store.js';
+import { UsageError, signalExitCode } from '../base/errors.js';
+import { LIFELINE_FD, LIFELINE_VARIABLE } from '../comm/lifeline.js';
+import { StoreServer } from '../comm/store.js';
 
 export interface LaunchOptions {
   nprocPerNode: number;

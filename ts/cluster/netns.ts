@@ -12,7 +12,7 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
-import { AccordionError, UsageError } from '../errors.js';
+import { AccordionError, UsageError } from '../base/errors.js';
 
 export class NetworkError extends AccordionError {
   constructor(message: string) {

@@ -19,7 +19,7 @@
  * port, the world size): it keeps apart jobs that meet on one port, but it is no secret.
  */
 import { createHash } from 'node:crypto';
-import { UsageError } from '../errors.js';
+import { UsageError } from '../base/errors.js';
 
 export type Launcher = 'accordion' | 'torchrun' | 'slurm' | 'openmpi' | 'mpich';
 

@@ -4,8 +4,8 @@
  * launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR … or SLURM's or MPI's variables).
  */
 import { createHash } from 'node:crypto';
-import { binding, call, type NativeProcessGroup } from '../native.js';
-import { UsageError } from '../errors.js';
+import { binding, call, type NativeProcessGroup } from '../native/binding.js';
+import { UsageError } from '../base/errors.js';
 import { DEFAULT_MASTER_PORT, detectLauncher, type LaunchEnvironment } from './environment.js';
 import { RendezvousError, StoreClient, StoreServer } from './store.js';
 

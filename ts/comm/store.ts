@@ -12,7 +12,7 @@
  *        3 add (value = i64 delta; payload = i64 new value)
  */
 import * as net from 'node:net';
-import { AccordionError } from '../errors.js';
+import { AccordionError } from '../base/errors.js';
 
 export class RendezvousError extends AccordionError {
   constructor(message: string) {

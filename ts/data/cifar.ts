@@ -9,8 +9,8 @@
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { DataError } from '../errors.js';
-import { statOrNull } from '../files.js';
+import { DataError } from '../base/errors.js';
+import { statOrNull } from '../base/files.js';
 
 export const CIFAR_HEIGHT = 32;
 export const CIFAR_WIDTH = 32;

@@ -6,7 +6,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { readCifar, type ImageSet } from './cifar.js';
 import { ensureSyntheticCifar10 } from './synthetic.js';
-import { UsageError } from '../errors.js';
+import { UsageError } from '../base/errors.js';
 
 export type ImageDatasetName = 'cifar10' | 'cifar100' | 'synthetic';
 

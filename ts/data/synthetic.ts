@@ -14,9 +14,10 @@
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { UsageError, DataError } from '../errors.js';
+import { UsageError, DataError } from '../base/errors.js';
 import { CIFAR_IMAGE_BYTES, cifarFileNames } from './cifar.js';
-import { writeFileAtomic } from '../files.js';
+import { writeFileAtomic } from '../base/files.js';
+import { Mulberry32, mix32 } from '../base/random.js';
 
 export interface SyntheticOptions {
   train: number;
@@ -77,33 +78,16 @@ function classSpecs(classes: number): ClassSpec[] {
   return specs;
 }
 
-/** splitmix32-style finaliser; used to derive independent stream seeds. */
-function mix32(x: number): number {
-  x = Math.imul(x ^ (x >>> 16), 0x21f0aaad);
-  x = Math.imul(x ^ (x >>> 15), 0x735a2d97);
-  return (x ^ (x >>> 15)) >>> 0;
-}
-
 /**
- * mulberry32: tiny, fast, and good enough for image noise. The stream seed
- * combines both halves of the (safe-integer) user seed with a stream id so
- * that train and test are independent and the test set does not change when
- * only the train size does.
+ * A mulberry32 stream (../base/random.ts) with the draws the generator needs. Its seed combines
+ * both halves of the (safe-integer) user seed with a stream id so that train and test are
+ * independent and the test set does not change when only the train size does.
  */
-class Rng {
-  private state: number;
-
+class Rng extends Mulberry32 {
   constructor(seed: number, stream: number) {
     const lo = seed >>> 0;
     const hi = Math.floor(seed / 0x100000000) >>> 0;
-    this.state = mix32(mix32(lo ^ mix32(hi + 0x9e3779b9)) ^ Math.imul(stream + 1, 0x85ebca6b));
-  }
-
-  u32(): number {
-    let t = (this.state = (this.state + 0x6d2b79f5) | 0);
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (t ^ (t >>> 14)) >>> 0;
+    super(mix32(mix32(lo ^ mix32(hi + 0x9e3779b9)) ^ Math.imul(stream + 1, 0x85ebca6b)));
   }
 
   /** Uniform in [0, 1). */

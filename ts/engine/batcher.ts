@@ -6,10 +6,10 @@
  * batches for a GPU are assembled in its layout in pinned memory, and copied while the previous
  * step runs.
  */
-import { binding, call, type BatcherOptions, type NativeBatcher } from './native.js';
-import { parseDevice } from './device.js';
-import type { ImageSet } from './data/cifar.js';
-import { UsageError } from './errors.js';
+import { binding, call, type BatcherOptions, type NativeBatcher } from '../native/binding.js';
+import { parseDevice } from '../native/device.js';
+import type { ImageSet } from '../data/cifar.js';
+import { UsageError } from '../base/errors.js';
 
 const IMAGE_BYTES = 3 * 32 * 32;
 

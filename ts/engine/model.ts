@@ -3,111 +3,20 @@
  * `save()`d file loads in PyTorch (`load_state_dict(..., strict=True)`) and a PyTorch state_dict in
  * safetensors layout loads here.
  */
-import * as os from 'node:os';
-import { binding, call, type CompressorName, type ExchangePlan, type LevelCost, type MemoryStats, type NativeEngine, type StateEntry, type StepResult } from './native.js';
-import { parseDevice, type DeviceName } from './device.js';
+import { binding, call, type CompressorName, type ExchangePlan, type LevelCost, type MemoryStats, type NativeEngine, type StateEntry, type StepResult } from '../native/binding.js';
+import { parseDevice, type DeviceName } from '../native/device.js';
 import { Batcher } from './batcher.js';
-import { ProcessGroup } from './cluster/group.js';
+import { ProcessGroup } from '../comm/group.js';
 import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors.js';
-import { AccordionError, CheckpointError, UsageError } from './errors.js';
+import { AccordionError, CheckpointError, UsageError } from '../base/errors.js';
+import { ARCHITECTURES, DEFAULT_CONFIG, type Architecture } from '../config/options.js';
+import { compressionSpec } from '../config/compression.js';
+import { F64_ENTRIES, checkImages, checkTensor, describe, firstNonFinite, ids, imageSize, toFloat32, tokenWindow, type ForwardOptions, type HiddenState, type ImageBatch, type TokenWindow } from './inputs.js';
+import { MAX_CLASSES, checkOptions, estimateMemory, modelDefault, type ModelOptions } from './model-options.js';
 
-export type Architecture = 'resnet18' | 'vgg19bn' | 'lstm';
-export const ARCHITECTURES: readonly Architecture[] = ['resnet18', 'vgg19bn', 'lstm'];
-
-export interface ModelOptions {
-  architecture: Architecture;
-  /** Number of classes (10 for CIFAR-10, 100 for CIFAR-100); the vocabulary size for 'lstm'. */
-  classes?: number;
-  /** 'lstm': hidden (= embedding) size (default 650), layers (2). */
-  hidden?: number;
-  layers?: number;
-  /** Dropout probability in [0, 1): the LSTM's (default 0.4) or VGG's classifier's (default 0.5); 0 turns it off. */
-  dropout?: number;
-  /** Seed of the weight initialisation (and of dropout): the same weights on every device. */
-  seed?: number;
-  /** Where the model lives and trains: 'cpu' (default), 'cuda' (GPU 0) or 'cuda:N'. */
-  device?: DeviceName;
-  learningRate?: number;
-  momentum?: number;
-  weightDecay?: number;
-  /** Nesterov momentum (default) or plain heavy ball. */
-  nesterov?: boolean;
-  /** Gradient compressor used in the exchange between workers (default none). */
-  compressor?: CompressorName;
-  /** Initial level of every compressible (>1-D) parameter: PowerSGD rank or TopK ratio. */
-  level?: number;
-  /** PowerSGD keeps a matrix dense unless (n + m)·r·rate < n·m (default 1; 0 compresses all). */
-  minCompressionRate?: number;
-  /** Seed of PowerSGD's initial Q, shared by all workers (default 42). */
-  compressionSeed?: number;
-  /** Accumulate Σ g per parameter for gradientNorms() (default false). */
-  accumulateNorms?: boolean;
-  /** Exchange gradients with the other workers of this group (default: train alone). */
-  group?: ProcessGroup;
-  /**
-   * With a group, an image model on the CPU: buckets of at most this many MiB of gradients (as
-   * PyTorch DDP's bucket_cap_mb, default 25) are compressed and exchanged by a communication thread
-   * while backward still runs; 0 exchanges everything after backward.
-   */
-  bucketMb?: number;
-  /** OpenMP threads of this model's work (default: the last setThreads(), else OMP_NUM_THREADS or all cores), shared with the communication thread. */
-  threads?: number;
-  /** Batch norm normalises with its running statistics during training too (default false). */
-  frozenBatchNorm?: boolean;
-  /**
-   * With a group: every training step starts from rank 0's batch-norm running statistics, broadcast
-   * to every worker, which then updates its copy from its own batch; rank 0's are the model's
-   * (PyTorch DDP's broadcast_buffers; default true). Off, each worker keeps its own.
-   */
-  broadcastBuffers?: boolean;
-  /**
-   * Keep a copy of each step's local gradients (before the exchange and compression replace them)
-   * for gradients() (default false: no copies).
-   */
-  keepGradients?: boolean;
-}
-
-/** A batch of the caller's images for Model.trainStep. */
-export interface ImageBatch {
-  /** N images as float32 NCHW (N, 3, height, width), already normalised. */
-  images: Float32Array;
-  /** N class indices in [0, classes). */
-  labels: Int32Array | readonly number[];
-  /** Image size (default 32 × 32; VGG takes 32 × 32 only). */
-  height?: number;
-  width?: number;
-}
-
-/** A window of token ids for the language model's Model.trainStep: (steps, batch) time-major. */
-export interface TokenWindow {
-  /** steps × batch input token ids, time-major: tokens[t·batch + b]. */
-  tokens: Int32Array | readonly number[];
-  /** The token to predict at each position (usually the next one), same layout. */
-  targets: Int32Array | readonly number[];
-  steps: number;
-  batch: number;
-  /** Clip the local gradients to this global norm before the exchange (default 0: no clipping). */
-  clipNorm?: number;
-}
-
-/** Options of Model.forward. */
-export interface ForwardOptions {
-  /** Training mode (batch statistics, which batch norm folds into its running ones; dropout) or evaluation (default). */
-  train?: boolean;
-  /** Images: size of each image (default 32 × 32). */
-  height?: number;
-  width?: number;
-  /** Language model: the window's layout (tokens.length = steps × batch). */
-  steps?: number;
-  batch?: number;
-}
-
-/** The language model's carried state: per layer, h and c, each (batch, hidden) row-major. */
-export interface HiddenState {
-  batch: number;
-  h: Float32Array[];
-  c: Float32Array[];
-}
+export { ARCHITECTURES, type Architecture } from '../config/options.js';
+export type { ForwardOptions, HiddenState, ImageBatch, TokenWindow } from './inputs.js';
+export { DEFAULT_BUCKET_MB, type ModelOptions } from './model-options.js';
 
 export class Model {
   readonly architecture: Architecture;
@@ -144,33 +53,32 @@ export class Model {
     const classes = options.classes ?? 10;
     if (!Number.isInteger(classes) || classes < 2 || classes > MAX_CLASSES)
       throw new UsageError(`classes must be an integer ≥ 2 (at most ${MAX_CLASSES}), got ${describe(classes)}`);
-    if (options.dropout !== undefined && !(typeof options.dropout === 'number' && options.dropout >= 0 && options.dropout < 1))
-      throw new UsageError(`dropout must be a number in [0, 1), got ${options.dropout}`);
     checkOptions(options);
-    estimateMemory(options.architecture, classes, options.hidden ?? 650, options.layers ?? 2);
+    estimateMemory(options.architecture, classes, options.hidden ?? modelDefault('hidden', options), options.layers ?? modelDefault('layers', options));
     const device = parseDevice(options.device ?? 'cpu');
+    const compressor = options.compressor ?? modelDefault('compressor', options);
     const engine = new binding.Engine({
       model: options.architecture,
       classes,
-      seed: options.seed ?? 0,
+      seed: options.seed ?? modelDefault('seed', options),
       device,
-      learningRate: options.learningRate ?? 0.1,
-      momentum: options.momentum ?? 0.9,
-      weightDecay: options.weightDecay ?? 1e-4,
-      nesterov: options.nesterov ?? true,
-      compressor: options.compressor ?? 'none',
-      level: options.level,
-      minCompressionRate: options.minCompressionRate,
-      compressionSeed: options.compressionSeed,
+      learningRate: options.learningRate ?? modelDefault('lr', options),
+      momentum: options.momentum ?? modelDefault('momentum', options),
+      weightDecay: options.weightDecay ?? modelDefault('weightDecay', options),
+      nesterov: options.nesterov ?? modelDefault('nesterov', options),
+      compressor,
+      level: options.level ?? (compressor === 'none' ? undefined : compressionSpec({ ...DEFAULT_CONFIG, compressor }).reference),
+      minCompressionRate: options.minCompressionRate ?? modelDefault('minCompressionRate', options),
+      compressionSeed: options.compressionSeed ?? modelDefault('compressionSeed', options),
       accumulateNorms: options.accumulateNorms ?? false,
       group: options.group?.native,
       frozenBatchNorm: options.frozenBatchNorm ?? false,
       broadcastBuffers: options.broadcastBuffers ?? true,
-      hidden: options.hidden,
-      layers: options.layers,
-      dropout: options.dropout,
+      hidden: options.hidden ?? modelDefault('hidden', options),
+      layers: options.layers ?? modelDefault('layers', options),
+      dropout: options.dropout ?? modelDefault('dropout', options),
       keepGradients: options.keepGradients ?? false,
-      bucketBytes: Math.round((options.bucketMb ?? DEFAULT_BUCKET_MB) * 2 ** 20),
+      bucketBytes: Math.round((options.bucketMb ?? modelDefault('bucketMb', options)) * 2 ** 20),
       threads: options.threads ?? 0,
     });
     try {
@@ -220,7 +128,7 @@ export class Model {
       if (!('tokens' in source)) throw new UsageError("trainStep: model 'lstm' trains on token windows ({ tokens, targets, steps, batch })");
       if ('images' in source) throw new UsageError("trainStep: model 'lstm' trains on token windows ({ tokens, targets, steps, batch }), not images");
       const w = source as TokenWindow;
-      const { tokens, targets, steps, batch } = this.tokenWindow(w.tokens, w.targets, w.steps, w.batch, 'trainStep');
+      const { tokens, targets, steps, batch } = tokenWindow(this.classes, w.tokens, w.targets, w.steps, w.batch, 'trainStep');
       const clipNorm = w.clipNorm ?? 0;
       if (typeof clipNorm !== 'number' || !(clipNorm >= 0) || clipNorm === Infinity)
         throw new UsageError(`trainStep: clipNorm must be a finite number ≥ 0, got ${String(clipNorm)}`);
@@ -228,9 +136,9 @@ export class Model {
     }
     if ('tokens' in source) throw new UsageError(`trainStep: model '${this.architecture}' trains on images ({ images, labels }), not token windows`);
     const b = source as ImageBatch;
-    const labels = this.ids(b.labels, 'labels', 'trainStep', this.classes, 'classes');
-    const { height, width } = this.imageSize(b.height, b.width, 'trainStep');
-    const images = this.images(b.images, labels.length, height, width, 'trainStep');
+    const labels = ids(b.labels, 'labels', 'trainStep', this.classes, 'classes');
+    const { height, width } = imageSize(this.architecture, b.height, b.width, 'trainStep');
+    const images = checkImages(b.images, labels.length, height, width, 'trainStep');
     return call(this.native.trainOn(images, labels, height, width));
   }
 
@@ -246,7 +154,7 @@ export class Model {
   /** Language model: the loss over a window, without updating (evaluation mode, state carried). */
   async evaluateTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number): Promise<StepResult> {
     if (this.architecture !== 'lstm') throw new UsageError(`evaluateTokens: model '${this.architecture}' takes images, not token windows`);
-    const w = this.tokenWindow(inputs, targets, steps, batch, 'evaluateTokens');
+    const w = tokenWindow(this.classes, inputs, targets, steps, batch, 'evaluateTokens');
     return call(this.native.evaluateTokens(w.tokens, w.targets!, w.steps, w.batch));
   }
 
@@ -265,7 +173,7 @@ export class Model {
   async predict(images: Float32Array, count: number, height = 32, width = 32): Promise<Float32Array> {
     if (this.architecture === 'lstm') throw new UsageError("predict: model 'lstm' takes token windows; use forward(tokens, { steps, batch })");
     if (!Number.isInteger(count) || count < 1) throw new UsageError(`predict: count must be a positive integer, got ${count}`);
-    ({ height, width } = this.imageSize(height, width, 'predict'));
+    ({ height, width } = imageSize(this.architecture, height, width, 'predict'));
     if (!(images instanceof Float32Array)) throw new UsageError(`predict: images must be a Float32Array, got ${describe(images)}`);
     if (images.length !== count * 3 * height * width)
       throw new UsageError(`predict: ${images.length} floats do not make ${count} images of 3×${height}×${width}`);
@@ -284,10 +192,10 @@ export class Model {
     const train = options.train ?? false;
     if (typeof train !== 'boolean') throw new UsageError(`forward: train must be a boolean, got ${describe(train)}`);
     if (this.architecture === 'lstm') {
-      const { tokens, steps, batch } = this.tokenWindow(input as Int32Array, undefined, options.steps, options.batch, 'forward');
+      const { tokens, steps, batch } = tokenWindow(this.classes, input as Int32Array, undefined, options.steps, options.batch, 'forward');
       return call(this.native.forwardTokens(tokens, steps, batch, train));
     }
-    const { height, width } = this.imageSize(options.height, options.width, 'forward');
+    const { height, width } = imageSize(this.architecture, options.height, options.width, 'forward');
     if (!(input instanceof Float32Array)) throw new UsageError(`forward: images must be a Float32Array, got ${describe(input)}`);
     const per = 3 * height * width;
     if (input.length === 0 || input.length % per !== 0)
@@ -334,54 +242,6 @@ export class Model {
         states.push(t);
       }
     await call(this.native.setHiddenState(states, batch));
-  }
-
-  /** Height and width of caller images: positive integers (default 32), 32 × 32 for VGG. */
-  private imageSize(height: unknown = 32, width: unknown = 32, where: string): { height: number; width: number } {
-    for (const [name, v] of [['height', height], ['width', width]] as const)
-      if (!Number.isInteger(v) || (v as number) < 1) throw new UsageError(`${where}: ${name} must be a positive integer, got ${describe(v)}`);
-    if (this.architecture === 'vgg19bn' && (height !== 32 || width !== 32))
-      throw new UsageError(`${where}: model 'vgg19bn' takes 32×32 images, got height ${String(height)} and width ${String(width)}`);
-    return { height: height as number, width: width as number };
-  }
-
-  /** Checks that `images` is a Float32Array of n × 3 × height × width floats. */
-  private images(images: unknown, n: number, height: number, width: number, where: string): Float32Array {
-    if (!(images instanceof Float32Array)) throw new UsageError(`${where}: images must be a Float32Array (N, 3, H, W), got ${describe(images)}`);
-    if (images.length !== n * 3 * height * width)
-      throw new UsageError(`${where}: images hold ${images.length} floats, not ${n} images (one per label) of 3×${height}×${width} = ${n * 3 * height * width}`);
-    return images;
-  }
-
-  /** Integer ids (labels or tokens) in [0, limit) as an Int32Array, from an Int32Array or a number array. */
-  private ids(values: unknown, name: string, where: string, limit: number, what: string): Int32Array {
-    let out: Int32Array;
-    if (values instanceof Int32Array) out = values;
-    else if (Array.isArray(values)) {
-      for (let i = 0; i < values.length; i++)
-        if (!Number.isInteger(values[i])) throw new UsageError(`${where}: ${name}[${i}] is ${describe(values[i])}, not an integer`);
-      out = Int32Array.from(values as number[]);
-    } else throw new UsageError(`${where}: ${name} must be an Int32Array or an array of integers, got ${describe(values)}`);
-    if (out.length === 0) throw new UsageError(`${where}: ${name} is empty`);
-    for (let i = 0; i < out.length; i++)
-      if (out[i]! < 0 || out[i]! >= limit)
-        throw new UsageError(`${where}: ${name}[${i}] is ${out[i]}, outside the ${what} [0, ${limit})`);
-    return out;
-  }
-
-  /** A language-model window: token ids (and targets) of steps × batch entries in the vocabulary. */
-  private tokenWindow(tokens: unknown, targets: unknown, steps: unknown, batch: unknown, where: string) {
-    for (const [name, v] of [['steps', steps], ['batch', batch]] as const)
-      if (!Number.isInteger(v) || (v as number) < 1) throw new UsageError(`${where}: ${name} must be a positive integer, got ${describe(v)}`);
-    const n = (steps as number) * (batch as number);
-    const ids = this.ids(tokens, 'tokens', where, this.classes, 'vocabulary');
-    if (ids.length !== n) throw new UsageError(`${where}: tokens hold ${ids.length} ids, not steps × batch = ${n}`);
-    let out: Int32Array | undefined;
-    if (targets !== undefined) {
-      out = this.ids(targets, 'targets', where, this.classes, 'vocabulary');
-      if (out.length !== n) throw new UsageError(`${where}: targets hold ${out.length} ids, not steps × batch = ${n}`);
-    }
-    return { tokens: ids, targets: out, steps: steps as number, batch: batch as number };
   }
 
   /** The state_dict (optionally with optimiser and random-stream state) as named tensors. */
@@ -563,116 +423,4 @@ export class Model {
     this.engine = null;
     if (engine) await engine.dispose();
   }
-}
-
-/** PyTorch DDP's default bucket size. */
-export const DEFAULT_BUCKET_MB = 25;
-
-/** Class ids are int32; the language model's sizes are bounded as the addon bounds them. */
-const MAX_CLASSES = 2 ** 31 - 1;
-const MAX_HIDDEN = 2 ** 20;
-const MAX_LAYERS = 1024;
-const COMPRESSORS: readonly CompressorName[] = ['none', 'powersgd', 'topk'];
-
-/** The options of Model.create besides architecture, classes and dropout, checked by type and range. */
-function checkOptions(o: ModelOptions): void {
-  const integer = (key: keyof ModelOptions, min: number, max: number) => {
-    const v = o[key];
-    if (v !== undefined && !(Number.isSafeInteger(v) && (v as number) >= min && (v as number) <= max))
-      throw new UsageError(`${key} must be an integer from ${min} to ${max}, got ${describe(v)}`);
-  };
-  integer('hidden', 1, MAX_HIDDEN);
-  integer('layers', 1, MAX_LAYERS);
-  integer('seed', 0, Number.MAX_SAFE_INTEGER);
-  integer('compressionSeed', 0, Number.MAX_SAFE_INTEGER);
-  integer('threads', 1, 4096);
-  for (const key of ['learningRate', 'momentum', 'weightDecay', 'minCompressionRate', 'bucketMb'] as const) {
-    const v = o[key];
-    if (v !== undefined && !(typeof v === 'number' && Number.isFinite(v) && v >= 0)) throw new UsageError(`${key} must be a finite number ≥ 0, got ${describe(v)}`);
-  }
-  if (o.level !== undefined && !(typeof o.level === 'number' && Number.isFinite(o.level) && o.level > 0))
-    throw new UsageError(`level must be a positive number (a PowerSGD rank or a TopK ratio), got ${describe(o.level)}`);
-  for (const key of ['nesterov', 'accumulateNorms', 'frozenBatchNorm', 'broadcastBuffers', 'keepGradients'] as const)
-    if (o[key] !== undefined && typeof o[key] !== 'boolean') throw new UsageError(`${key} must be a boolean, got ${describe(o[key])}`);
-  if (o.compressor !== undefined && !COMPRESSORS.includes(o.compressor))
-    throw new UsageError(`unknown compressor ${describe(o.compressor)} (choose one of: ${COMPRESSORS.join(', ')})`);
-  if (o.group !== undefined && !(o.group instanceof ProcessGroup)) throw new UsageError(`group must be a ProcessGroup, got ${describe(o.group)}`);
-}
-
-/**
- * Refuses a model whose weights, gradients, momentum and compressor state (four float32 copies of
- * the parameters) would not fit in this machine's memory, before anything is allocated.
- */
-function estimateMemory(architecture: Architecture, classes: number, hidden: number, layers: number): void {
-  let parameters: number;
-  let sizes: string;
-  if (architecture === 'lstm') {
-    parameters = classes * hidden + classes + layers * (8 * hidden * hidden + 8 * hidden);
-    sizes = `vocabulary (classes) ${classes}, hidden ${hidden}, layers ${layers}`;
-  } else if (architecture === 'resnet18') {
-    parameters = 11_168_832 + 513 * classes;
-    sizes = `${classes} classes`;
-  } else {
-    const width = classes > 10 ? 4096 : 512;
-    parameters = 20_040_000 + 513 * width + (width + 1) * width + (width + 1) * classes;
-    sizes = `${classes} classes`;
-  }
-  const bytes = 16 * parameters;
-  const total = os.totalmem();
-  if (bytes > total)
-    throw new UsageError(
-      `model '${architecture}' with ${sizes} has ${parameters.toExponential(2)} parameters: its weights, gradients and optimiser state ` +
-        `(${(bytes / 2 ** 30).toFixed(1)} GiB) exceed this machine's memory (${(total / 2 ** 30).toFixed(1)} GiB)`,
-    );
-}
-
-/** A named tensor as loadStateDict reads it: name, dtype, shape and bytes. */
-function checkTensor(t: unknown): asserts t is NamedTensor {
-  const e = t as Partial<NamedTensor> | null;
-  if (typeof e !== 'object' || e === null) throw new UsageError(`loadStateDict: each tensor must be { name, dtype, shape, data }, got ${describe(t)}`);
-  if (typeof e.name !== 'string') throw new UsageError(`loadStateDict: a tensor's name must be a string, got ${describe(e.name)}`);
-  if (typeof e.dtype !== 'string') throw new UsageError(`loadStateDict: tensor '${e.name}' has no dtype`);
-  if (!Array.isArray(e.shape) || e.shape.some((d) => !Number.isSafeInteger(d) || d < 0))
-    throw new UsageError(`loadStateDict: tensor '${e.name}' must have a shape of non-negative integers, got ${describe(e.shape)}`);
-  if (!(e.data instanceof Uint8Array)) throw new UsageError(`loadStateDict: tensor '${e.name}' must hold its bytes in a Uint8Array, got ${describe(e.data)}`);
-}
-
-/** Entries of the engine's state that are float64 themselves (not cast). */
-const F64_ENTRIES = new Set(['compressor.levels']);
-
-/** Float64 little-endian bytes as float32 bytes (rounded to nearest). */
-function toFloat32(data: Uint8Array): Uint8Array {
-  const bytes = data.byteOffset % 8 === 0 ? data : data.slice();
-  const values = new Float64Array(bytes.buffer, bytes.byteOffset, Math.floor(bytes.byteLength / 8));
-  return new Uint8Array(Float32Array.from(values).buffer);
-}
-
-/** A short description of a value for error messages. */
-function describe(v: unknown): string {
-  if (v === null) return 'null';
-  if (Array.isArray(v)) return `an array of ${v.length}`;
-  if (ArrayBuffer.isView(v)) return `a ${v.constructor.name} of ${(v as unknown as { length?: number }).length ?? v.byteLength}`;
-  if (typeof v === 'object') return `a ${(v as object).constructor?.name ?? 'object'}`;
-  if (typeof v === 'string') return `'${v}'`;
-  return String(v);
-}
-
-/** The first NaN or infinity of a floating-point tensor (and how many there are), or undefined. */
-function firstNonFinite(t: NamedTensor): { index: number; value: number; count: number } | undefined {
-  if (t.dtype !== 'F32' && t.dtype !== 'F64') return undefined;
-  const size = t.dtype === 'F32' ? 4 : 8;
-  const n = Math.floor(t.data.byteLength / size);
-  // Safetensors data need not be aligned for a typed-array view: copy when it is not.
-  const bytes = t.data.byteOffset % size === 0 ? t.data : t.data.slice();
-  const values = t.dtype === 'F32' ? new Float32Array(bytes.buffer, bytes.byteOffset, n) : new Float64Array(bytes.buffer, bytes.byteOffset, n);
-  let first = -1;
-  let count = 0;
-  for (let i = 0; i < n; i++) {
-    const v = values[i]!;
-    if (v - v !== 0) {
-      if (first < 0) first = i;
-      count++;
-    }
-  }
-  return first < 0 ? undefined : { index: first, value: values[first]!, count };
 }

@@ -11,8 +11,8 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { CheckpointError } from './errors.js';
-import { writeFileAtomic, writeFileAtomicAsync } from './files.js';
+import { CheckpointError } from '../base/errors.js';
+import { writeFileAtomic, writeFileAtomicAsync } from '../base/files.js';
 
 export type Dtype = 'F32' | 'F64' | 'I64' | 'I32' | 'U8';
 

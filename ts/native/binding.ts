@@ -9,7 +9,7 @@
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
-import { AccordionError, NativeError } from './errors.js';
+import { AccordionError, NativeError } from '../base/errors.js';
 
 /**
  * What compressing one weight matrix's epoch gradient sum G at one level costs: the relative error
@@ -63,7 +63,7 @@ export interface StepResult {
   loss: number;
   correct: number;
   samples: number;
-  /** Floats this worker sent in the gradient exchange of this step (the paper's figure, ALGORITHMS.md 1.6). */
+  /** Floats this worker sent in the gradient exchange of this step (the paper's figure; docs/accounting.md §1). */
   floatsSent: number;
   /** Floats of the step's control traffic, not in floatsSent: the workers' agreement that every
    * gradient is finite, an all-reduce of W floats, and rank 0's batch-norm running statistics
@@ -301,7 +301,7 @@ export interface TestingBinding {
   orthogonalize(matrix: Float32Array, rows: number, cols: number, eps?: number): void;
 }
 
-const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 function load(): Binding & { testing: TestingBinding } {
   const require = createRequire(import.meta.url);

@@ -3,8 +3,8 @@
  * can run a model (driver, device, cuDNN, cuBLAS) is the addon's verdict, asked before a run loads
  * its data so that it fails at once, naming the cause.
  */
-import { binding, asNativeError } from './native.js';
-import { UsageError } from './errors.js';
+import { binding, asNativeError } from './binding.js';
+import { UsageError } from '../base/errors.js';
 
 export type DeviceName = 'cpu' | 'cuda' | `cuda:${number}`;
 

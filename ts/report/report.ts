@@ -11,9 +11,9 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { createRequire } from 'node:module';
-import { readMetricsLog, type MetricsEvent } from '../metrics.js';
-import { UsageError } from '../errors.js';
-import { writeFileAtomicAsync } from '../files.js';
+import { readMetricsLog, type MetricsEvent } from '../base/metrics.js';
+import { UsageError } from '../base/errors.js';
+import { writeFileAtomicAsync } from '../base/files.js';
 import { formatRate } from '../cluster/cluster.js';
 
 export interface RunSeries {

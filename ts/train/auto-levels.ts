@@ -24,9 +24,11 @@
  * factors, so a larger budget never costs more. The per-collective latency is the same for every
  * choice (the exchange runs the same collectives) and is left out of the costs.
  */
-import type { LevelCost } from './native.js';
+import type { LevelCost } from '../native/binding.js';
+import { collectiveAt } from '../config/compression.js';
+import type { CompressorName, ErrorMeasure } from '../config/options.js';
 import type { Regime } from './accordion.js';
-import type { ProcessGroup } from './cluster/group.js';
+import type { ProcessGroup } from '../comm/group.js';
 
 /** One candidate level of one layer, with its error and its cost (floats or seconds per step). */
 export interface LevelOption {
@@ -103,7 +105,7 @@ function totals(layers: LevelOption[][], choice: number[]): { error: number; cos
 }
 
 /** How a level's cost is counted: floats per step, or seconds per step over a measured link. */
-export type CostModel = { kind: 'floats' } | { kind: 'seconds'; bytesPerSecond: number; workers: number; compressor: 'powersgd' | 'topk' };
+export type CostModel = { kind: 'floats' } | { kind: 'seconds'; bytesPerSecond: number; workers: number; compressor: CompressorName };
 
 /**
  * A level's cost per step. In seconds: its kernel time plus the bytes one host sends over the link:
@@ -113,7 +115,7 @@ export type CostModel = { kind: 'floats' } | { kind: 'seconds'; bytesPerSecond: 
 export function levelCost(c: LevelCost, model: CostModel): number {
   if (model.kind === 'floats') return c.floats;
   const w = model.workers;
-  const share = c.level === 0 || model.compressor === 'powersgd' ? (2 * (w - 1)) / w : (w - 1) / w;
+  const share = collectiveAt(model.compressor, c.level) === 'all-reduce' ? (2 * (w - 1)) / w : (w - 1) / w;
   return c.seconds + (4 * c.floats * share) / model.bytesPerSecond;
 }
 
@@ -129,9 +131,6 @@ export interface AutoPlan {
   /** Per matrix (by parameter index), its candidates' levels, errors and costs. */
   candidates: { index: number; levels: number[]; errors: number[]; costs: number[] }[];
 }
-
-/** How a layer's compression error counts in the budget: squared (‖G − C(G)‖²) or relative (‖G − C(G)‖ / ‖G‖). */
-export type ErrorMeasure = 'squared' | 'relative';
 
 export interface AutoSettings {
   /** The reference level (--rank or --topk-ratio); it must be among the candidates. */
@@ -174,11 +173,6 @@ export function planLevels(costs: LevelCost[][], regimes: Regime[], norms: numbe
   const levels = costs.map(() => 0);
   candidates.forEach((c, l) => (levels[c.index] = c.levels[chosen.choice[l]!]!));
   return { levels, budget, referenceError, error: chosen.error, cost: chosen.cost, feasible: chosen.feasible, candidates };
-}
-
-/** The candidate levels of a compressor: the given ranks or ratios, the reference, and 0 (dense). */
-export function candidateLevels(levels: number[], reference: number): number[] {
-  return [...new Set([...levels, reference, 0])].sort((a, b) => a - b);
 }
 
 function median(values: number[]): number {

@@ -13,11 +13,11 @@
 import * as fs from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
-import { readSafetensors, writeSafetensorsAsync, type NamedTensor } from './safetensors.js';
-import { CheckpointError } from './errors.js';
-import { writeFileAtomicAsync } from './files.js';
-import type { Model } from './model.js';
-import type { ProcessGroup } from './cluster/group.js';
+import { readSafetensors, writeSafetensorsAsync, type NamedTensor } from '../engine/safetensors.js';
+import { CheckpointError } from '../base/errors.js';
+import { writeFileAtomicAsync } from '../base/files.js';
+import type { Model } from '../engine/model.js';
+import type { ProcessGroup } from '../comm/group.js';
 
 const TRAINER_PREFIXES = ['optimizer.', 'compressor.', 'rng.'];
 const KEEP = 2;

@@ -1,4 +1,9 @@
-import type { StepEvent } from './trainer.js';
+/**
+ * What a run prints while it trains (to stderr, when asked): a progress bar per epoch and a line
+ * after each epoch.
+ */
+import { showLevel } from '../config/compression.js';
+import type { EpochRecord, StepEvent } from './records.js';
 
 /**
  * A one-line progress bar for an epoch, drawn from the trainer's 'step' events: done/total, loss,
@@ -51,4 +56,24 @@ export function formatCount(n: number): string {
   const units: [number, string][] = [[1e12, 'T'], [1e9, 'G'], [1e6, 'M'], [1e3, 'k']];
   for (const [scale, unit] of units) if (Math.abs(n) >= scale) return `${(n / scale).toPrecision(3)}${unit}`;
   return String(n);
+}
+
+/** The line printed after an epoch: rate, losses, accuracies, floats sent, levels and time. */
+export function epochLine(record: EpochRecord, epochs: number, matrices: boolean[]): string {
+  return (
+    `epoch ${record.epoch}/${epochs}  lr ${record.lr.toPrecision(3)}  train loss ${record.trainLoss.toFixed(4)}` +
+    `  acc ${(100 * record.trainAccuracy).toFixed(2)}%  test loss ${record.testLoss.toFixed(4)}` +
+    `  acc ${(100 * record.testAccuracy).toFixed(2)}%` +
+    (record.validPerplexity !== undefined ? `  valid ppl ${record.validPerplexity.toFixed(2)}  test ppl ${record.testPerplexity!.toFixed(2)}` : '') +
+    `  floats sent ${formatCount(record.floatsSent)}` +
+    (record.levels ? `  levels ${describeLevels(record.levels, matrices)}` : '') +
+    `  (${formatDuration(record.seconds)})\n`
+  );
+}
+
+/** "18×2 3×1": how many weight matrices were at each level. */
+function describeLevels(levels: number[], matrices: boolean[]): string {
+  const counts = new Map<number, number>();
+  levels.forEach((l, i) => matrices[i] && counts.set(l, (counts.get(l) ?? 0) + 1));
+  return [...counts].sort((a, b) => b[0] - a[0]).map(([level, n]) => `${n}×${showLevel(level)}`).join(' ');
 }

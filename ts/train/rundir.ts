@@ -1,12 +1,15 @@
 /**
  * Run directories: what marks a directory as holding a run, the refusal to train into one (which
  * would overwrite its checkpoints, metrics and configuration), and the clearing that `overwrite`
- * asks for. Only the engine's own files are ever removed.
+ * asks for (only the engine's own files are ever removed), and the files a run writes at its start
+ * and end.
  */
 import * as fs from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
-import { UsageError } from './errors.js';
+import { CheckpointError, UsageError } from '../base/errors.js';
+import { writeFileAtomicAsync } from '../base/files.js';
+import { MetricsLog } from '../base/metrics.js';
 import { resolveCheckpointDir } from './checkpoint.js';
 
 /** Files a run writes at the top of its directory (`report.html` is the report's default place). */
@@ -83,4 +86,24 @@ function samePath(a: string, b: string): boolean {
     }
   };
   return real(a) === real(b);
+}
+
+/**
+ * Rank 0 at the start of a run: clears a replaced run (`overwrite`), writes config.json (the resolved
+ * configuration) and opens the metrics log.
+ */
+export async function openRunDir(dir: string, config: { overwrite: boolean }, saved: Record<string, unknown>): Promise<MetricsLog> {
+  if (config.overwrite) await clearRun(dir);
+  try {
+    await fsp.mkdir(dir, { recursive: true });
+  } catch (err) {
+    throw new CheckpointError(`cannot create the run directory ${dir}: ${(err as Error).message}`);
+  }
+  await writeFileAtomicAsync(path.join(dir, 'config.json'), [JSON.stringify(saved, null, 2) + '\n'], CheckpointError);
+  return new MetricsLog(path.join(dir, 'metrics.jsonl'));
+}
+
+/** Rank 0 at the end of a run: summary.json. */
+export async function writeSummary(dir: string, summary: unknown): Promise<void> {
+  await writeFileAtomicAsync(path.join(dir, 'summary.json'), [JSON.stringify(summary, null, 2) + '\n'], CheckpointError);
 }

@@ -4,12 +4,12 @@
  * VGG-19bn), or token windows of a text corpus by truncated backpropagation through time (LSTM).
  */
 import * as path from 'node:path';
-import type { Model } from './model.js';
-import type { StepResult } from './native.js';
-import { Batcher } from './batcher.js';
-import type { ImageDataset } from './data/datasets.js';
-import { DataError, UsageError } from './errors.js';
-import { WIKITEXT_FILES, batchify, bpttWindows, shardForRank, type Corpus } from './data/wikitext.js';
+import type { Model } from '../engine/model.js';
+import type { StepResult } from '../native/binding.js';
+import { Batcher } from '../engine/batcher.js';
+import type { ImageDataset } from '../data/datasets.js';
+import { DataError, UsageError } from '../base/errors.js';
+import { WIKITEXT_FILES, batchify, bpttWindows, shardForRank, type Corpus } from '../data/wikitext.js';
 
 export interface EvaluationSums {
   /** Summed over the samples (tokens for a language model) of this worker's shard. */

@@ -1,0 +1,36 @@
+// The TypeScript's layering (docs/architecture.md), checked over its imports by scripts/check-layers.js;
+// and the check itself, on a file that breaks each rule.
+import { expect } from 'chai';
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
+const SCRIPT = path.join(ROOT, 'scripts', 'check-layers.js');
+const run = () => spawnSync(process.execPath, [SCRIPT], { encoding: 'utf8' });
+
+describe('TypeScript layers', function () {
+  it('every import in ts/ points down the layers, with no cycle, and every file opens with its concern', function () {
+    const r = run();
+    expect(r.status, r.stderr).to.equal(0);
+  });
+
+  it('names a file that imports upward, an import cycle and a file without its opening comment', function () {
+    // Two files in base/ (the lowest layer) that break the rules, removed afterwards.
+    const up = path.join(ROOT, 'ts', 'base', 'zz-upward.ts');
+    const back = path.join(ROOT, 'ts', 'base', 'zz-back.ts');
+    try {
+      fs.writeFileSync(up, "/** breaks the layering, for the test */\nimport { Trainer } from '../train/trainer.js';\nimport { x } from './zz-back.js';\nexport const y = [Trainer, x];\n");
+      fs.writeFileSync(back, "import { y } from './zz-upward.js';\nexport const x = y;\n");
+      const r = run();
+      expect(r.status).to.equal(1);
+      expect(r.stderr).to.include("base/zz-upward.ts: imports '../train/trainer.js' (train/trainer.ts), a layer above its own");
+      expect(r.stderr).to.match(/import cycle: base\/zz-(upward|back)\.ts → base\/zz-(upward|back)\.ts → /);
+      expect(r.stderr).to.include('base/zz-back.ts: does not open with a comment naming its concern');
+    } finally {
+      fs.rmSync(up, { force: true });
+      fs.rmSync(back, { force: true });
+    }
+  });
+});

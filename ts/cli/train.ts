@@ -1,0 +1,174 @@
+/**
+ * `accordion train`: one run from the command line (or, with --workers N outside a launched job, N
+ * of them through the launcher), its signals, and what it prints at the start and the end.
+ */
+import * as path from 'node:path';
+import { DataError, UsageError, signalExitCode } from '../base/errors.js';
+import { ARCHITECTURES, type TrainConfig } from '../config/options.js';
+import { LAUNCHER_NAMES } from '../comm/environment.js';
+import { distributedEnv } from '../comm/group.js';
+import { watchLifeline } from '../comm/lifeline.js';
+import { splitTextFile } from '../data/wikitext.js';
+import { resolveCheckpointDir } from '../train/checkpoint.js';
+import type { TrainSummary } from '../train/records.js';
+import { Trainer } from '../train/trainer.js';
+import { parseTrainArgs, trainHelp, type TrainArgs } from './args.js';
+import { describeCompressor, describeSwitches } from './describe.js';
+import { defaultRunDir, runLaunch } from './launch.js';
+
+export async function train(argv: string[]): Promise<number> {
+  const args = parseTrainArgs(argv);
+  if (args.help) {
+    process.stdout.write(trainHelp() + '\n');
+    return 0;
+  }
+  if (!args.model) throw new UsageError(`option --model is required (one of: ${ARCHITECTURES.join(', ')})`);
+  const distributed = distributedEnv();
+  // A worker of `accordion launch` stops the moment its launcher is gone, even one killed outright,
+  // as if the launcher had stopped it with SIGTERM: leaving now keeps the last complete checkpoint.
+  watchLifeline(() => process.exit(signalExitCode('SIGTERM')));
+  // --workers N outside a launched job: become the launcher of N workers on this machine.
+  if (!distributed && typeof args.workers === 'number' && args.workers > 1) {
+    const masterPort = argv.includes('--master-port') ? undefined : 0;
+    return runLaunch({ nprocPerNode: args.workers, masterPort, trainArgs: argv });
+  }
+  // The default run directory is stamped with each process's own clock; `accordion launch` picks one.
+  if (distributed && distributed.launcher !== 'accordion' && distributed.worldSize > 1 && !args.outDir && !args.resume)
+    throw new UsageError(`under ${LAUNCHER_NAMES[distributed.launcher]} the ranks write one run directory: give every rank the same --out (or --resume)`);
+  if (args.dataDir && !args.dataset) args.dataset = args.model === 'lstm' ? 'wikitext2' : 'cifar10';
+  // The library prints nothing unless asked; the command line shows progress unless --quiet.
+  args.progress ??= true;
+  args.outDir ??= args.resume ? undefined : defaultRunDir(String(args.model));
+  if (args.text !== undefined) useTextFile(args);
+  // A signal while the data is read and the model built: nothing has been trained or written yet.
+  const onEarlySignal = (signal: NodeJS.Signals) => {
+    process.stderr.write(`\naccordion: interrupted by ${signal} before training started; no checkpoint was written\n`);
+    process.exit(signalExitCode(signal));
+  };
+  process.once('SIGINT', onEarlySignal);
+  process.once('SIGTERM', onEarlySignal);
+  let trainer: Trainer;
+  try {
+    trainer = await Trainer.create(args as Partial<TrainConfig> & { model: TrainConfig['model'] });
+  } finally {
+    process.off('SIGINT', onEarlySignal);
+    process.off('SIGTERM', onEarlySignal);
+  }
+  let stoppedBy: NodeJS.Signals | undefined;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (distributed) {
+      // The other workers are being stopped too; a checkpoint being written is a temporary
+      // directory, so leaving now keeps the last complete one.
+      process.exit(signalExitCode(signal));
+    }
+    stoppedBy = signal;
+    process.stderr.write(`\n${signal}: stopping after the current step; the last checkpoint is kept\n`);
+    trainer.stop();
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  const { config } = trainer;
+  const reporting = trainer.rank === 0;
+  if (reporting) process.stderr.write(
+    `accordion: ${config.model} (${trainer.model.parameterCount().toLocaleString('en-US')} parameters) on ${config.dataset}` +
+      ` (${trainer.task.trainSamples} train / ${trainer.task.testSamples} test ${trainer.task.kind === 'language' ? 'tokens' : 'images'}), ${config.epochs} epochs,` +
+      ` batch ${config.batchSize}${config.workers > 1 ? ` per worker × ${config.workers} workers` : ''}, device ${config.device}, compressor ${describeCompressor(config)}, run directory ${config.outDir}\n`,
+  );
+  try {
+    const summary = await trainer.fit();
+    if (stoppedBy && summary.interrupted) {
+      process.stderr.write(describeInterruption(stoppedBy, summary, config, argv));
+      return signalExitCode(stoppedBy);
+    }
+    const last = summary.epochs[summary.epochs.length - 1];
+    if (reporting) process.stdout.write(
+      [
+        `model ${summary.model}, ${summary.parameters.toLocaleString('en-US')} parameters, dataset ${summary.dataset}`,
+        `epochs ${summary.epochs.length}, time ${summary.seconds.toFixed(1)} s` +
+          (last ? `, ${last.samplesPerSecond.toFixed(1)} samples/s in the last epoch` : ''),
+        `final test accuracy ${(100 * summary.finalTestAccuracy).toFixed(2)}%, best ${(100 * summary.bestTestAccuracy).toFixed(2)}%` +
+          (last?.testPerplexity !== undefined ? `; perplexity: validation ${last.validPerplexity!.toFixed(2)}, test ${last.testPerplexity.toFixed(2)}` : ''),
+        `compressor ${describeCompressor(config)}: ${summary.floatsSentTotal.toLocaleString('en-US')} floats sent by this worker` +
+          (last ? ` (${last.floatsSent.toLocaleString('en-US')} in the last epoch)` : ''),
+        ...(config.adapt !== 'compression' && config.adapt !== 'auto' && summary.epochs.length
+          ? [`global batch ${summary.epochs[0]!.batchSize} → ${summary.epochs[summary.epochs.length - 1]!.batchSize} (${config.adapt === 'smith' ? 'grown at the LR milestones' : 'Accordion on the whole-model norm'})`]
+          : []),
+        ...(summary.accordion ? [`Accordion: ${summary.switches.length} level switch${summary.switches.length === 1 ? '' : 'es'}`, ...describeSwitches(summary)] : []),
+        `run directory ${summary.runDir}`,
+      ].join('\n') + '\n',
+    );
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await trainer.dispose();
+  }
+  return 0;
+}
+
+/**
+ * --text FILE: the lstm trains on a plain text file. Its lines are split 90/5/5 into the WikiText
+ * layout in the run directory's text-split/ folder (the split depends on the file only, so a resumed
+ * run makes the same one), which the run then reads as --data.
+ */
+function useTextFile(args: Record<string, unknown>): void {
+  const file = args.text as string;
+  delete args.text;
+  if (args.model !== 'lstm') throw new UsageError(`option --text is for --model lstm; ${String(args.model)} trains on images (--data DIR)`);
+  if (args.dataDir !== undefined)
+    throw new UsageError('options --text and --data exclude each other: --text FILE splits a plain text file, --data DIR reads a WikiText directory');
+  if (args.dataset !== undefined && args.dataset !== 'wikitext2')
+    throw new UsageError(`option --text trains the lstm on a text file, not on --dataset ${String(args.dataset)}`);
+  if (file === '') throw new UsageError('option --text needs a file name');
+  const runDir = typeof args.outDir === 'string' ? args.outDir : path.resolve(resolveCheckpointDir(String(args.resume)), '..', '..');
+  const dir = path.join(runDir, 'text-split');
+  try {
+    splitTextFile(file, dir);
+  } catch (err) {
+    if (err instanceof DataError) throw new DataError(`option --text: ${err.message}`);
+    throw err;
+  }
+  args.dataDir = dir;
+  args.dataset = 'wikitext2';
+}
+
+/** A word as a POSIX shell reads it back. */
+function shellQuote(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
+}
+
+/**
+ * What a run stopped by a signal tells its user: how far it got, the last complete checkpoint, and
+ * the command that resumes from it (the same options, with --resume RUN_DIR in place of --out).
+ */
+function describeInterruption(signal: NodeJS.Signals, summary: TrainSummary, config: TrainConfig, argv: string[]): string {
+  const done = summary.epochs.length ? summary.epochs[summary.epochs.length - 1]!.epoch : undefined;
+  const lines = [
+    `accordion: interrupted by ${signal}; this run did not finish` +
+      (done !== undefined ? ` (${done} of ${config.epochs} epochs completed)` : ` (${config.epochs} epochs were planned)`),
+  ];
+  let checkpoint: string | undefined;
+  try {
+    checkpoint = config.outDir ? resolveCheckpointDir(config.outDir) : undefined;
+  } catch {
+    checkpoint = undefined;
+  }
+  if (checkpoint && config.outDir) {
+    const kept: string[] = [];
+    for (let i = 0; i < argv.length; i++) {
+      const flag = argv[i]!.split('=')[0]!;
+      if (flag === '--out' || flag === '--resume') {
+        if (!argv[i]!.includes('=')) i++;
+        continue;
+      }
+      if (flag === '--overwrite') continue; // it would delete the run being resumed
+      kept.push(argv[i]!);
+    }
+    lines.push(
+      `the last checkpoint is ${checkpoint}; resume with:`,
+      `  accordion train ${[...kept, '--resume', config.outDir].map(shellQuote).join(' ')}`,
+    );
+  } else {
+    lines.push(`no checkpoint was written${config.outDir ? ` in ${config.outDir}` : ''}, so there is nothing to resume from`);
+  }
+  return lines.join('\n') + '\n';
+}

@@ -1,0 +1,83 @@
+/**
+ * The cluster command's options: parsing the link's values as written on the command line
+ * (--bandwidth, --latency, --loss, --subnet), writing a rate back as people read it, and the
+ * options runCluster takes.
+ */
+import { UsageError } from '../base/errors.js';
+import { formatAddress, type LinkShape, type Subnet } from './netns.js';
+
+/** A rate in tc's units: bit, kbit, mbit, gbit, tbit (powers of 1000 bits per second). */
+export function parseBandwidth(raw: string): number {
+  const m = /^(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit|tbit)(?:\/s)?$/i.exec(raw.trim());
+  const hint = /bps$/i.test(raw) ? " (tc's 'bps' means bytes per second; write the rate in bits, e.g. 100mbit)" : '';
+  if (!m) throw new UsageError(`option --bandwidth: expected a rate such as 100mbit or 1gbit (units bit, kbit, mbit, gbit, tbit), got '${raw}'${hint}`);
+  const scale = { bit: 1, kbit: 1e3, mbit: 1e6, gbit: 1e9, tbit: 1e12 }[m[2]!.toLowerCase() as 'bit'];
+  const bits = Number(m[1]) * scale;
+  if (!(bits >= 1000)) throw new UsageError(`option --bandwidth: at least 1kbit, got '${raw}'`);
+  return bits;
+}
+
+/** A delay in us, ms or s; 0 for none. */
+export function parseLatency(raw: string): number {
+  const m = /^(\d+(?:\.\d+)?)\s*(us|ms|s)$/.exec(raw.trim());
+  if (!m) throw new UsageError(`option --latency: expected a delay such as 1ms, 500us or 0ms (units us, ms, s), got '${raw}'`);
+  const seconds = Number(m[1]) * { us: 1e-6, ms: 1e-3, s: 1 }[m[2] as 'us'];
+  if (seconds > 10) throw new UsageError(`option --latency: at most 10s, got '${raw}'`);
+  return seconds;
+}
+
+/** A percentage of packets, e.g. 1% or 0.5%, below 100%; returned as a fraction. */
+export function parseLoss(raw: string): number {
+  const m = /^(\d+(?:\.\d+)?)\s*%$/.exec(raw.trim());
+  if (!m) throw new UsageError(`option --loss: expected a percentage such as 1% or 0.5%, got '${raw}'`);
+  const percent = Number(m[1]);
+  if (percent >= 100) throw new UsageError(`option --loss: must be below 100% (a host that loses everything cannot join the job), got '${raw}'`);
+  return percent / 100;
+}
+
+/** An IPv4 subnet in CIDR form with room for `hosts` addresses (network + 1 … network + hosts). */
+export function parseSubnet(raw: string, hosts: number): Subnet {
+  const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\/(\d{1,2})$/.exec(raw.trim());
+  const octets = m ? m.slice(1, 5).map(Number) : [];
+  const prefixLength = m ? Number(m[5]) : NaN;
+  if (!m || octets.some((o) => o > 255) || !(prefixLength >= 8 && prefixLength <= 30))
+    throw new UsageError(`option --subnet: expected an IPv4 subnet such as 10.87.0.0/24 (prefix length 8 to 30), got '${raw}'`);
+  const address = octets.reduce((a, o) => a * 256 + o, 0);
+  const size = 2 ** (32 - prefixLength);
+  const network = address - (address % size);
+  if (network !== address) throw new UsageError(`option --subnet: ${raw} is not a network address (did you mean ${formatAddress(network)}/${prefixLength}?)`);
+  if (hosts > size - 2) throw new UsageError(`option --subnet: ${raw} has room for ${size - 2} hosts, not ${hosts}`);
+  return { network, prefixLength };
+}
+
+/** "100 Mbit/s", "1 Gbit/s": a rate in bits per second as people write it. */
+export function formatRate(bits: number): string {
+  for (const [unit, scale] of [['Gbit/s', 1e9], ['Mbit/s', 1e6], ['kbit/s', 1e3]] as const) if (bits >= scale) return `${+(bits / scale).toPrecision(4)} ${unit}`;
+  return `${bits} bit/s`;
+}
+
+export interface ClusterOptions {
+  hosts: number;
+  nprocPerHost: number;
+  shape: LinkShape;
+  subnet: Subnet;
+  /** Training options; they name the run directory (--out) or a checkpoint (--resume). */
+  trainArgs: string[];
+  /** Where rank 0 writes metrics.jsonl, and network.jsonl goes. */
+  runDir: string;
+  /** The command-line program (lib/cli.js) that every host runs `launch` of. */
+  cli: string;
+  /** The store's port on host 0 (every cluster has its own addresses, so no port is taken). */
+  masterPort?: number;
+  /**
+   * The job's --timeout. When a host fails, the others find out as on real machines (a closed
+   * connection at once, a silent peer after the timeout) and end with their own errors; a host
+   * still running this long plus 10 s later is stopped.
+   */
+  timeoutMs: number;
+  /** Seconds between SIGTERM and SIGKILL for the hosts' launchers when the job is stopped. */
+  graceSeconds?: number;
+  env?: NodeJS.ProcessEnv;
+  out?: NodeJS.WritableStream;
+  err?: NodeJS.WritableStream;
+}

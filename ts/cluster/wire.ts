@@ -1,0 +1,127 @@
+/**
+ * What the wire should carry: the bytes a host puts on the wire, predicted from the engine's floats
+ * accounting and Gloo's algorithms (predictedWireBytes, broadcastWireBytes, topkExchange), and
+ * compared with the kernel's counters in network.jsonl (compareWire).
+ */
+import { UsageError } from '../base/errors.js';
+import type { NetworkRecord } from './network-log.js';
+
+/** Bytes of Ethernet (14), IPv4 (20) and TCP (32, with timestamps) headers in front of each packet's payload. */
+export const PACKET_HEADER_BYTES = 66;
+
+/** Floats one worker hands to the collectives: all-reduced buffers, and all-gather results. */
+export interface Exchange {
+  allReduceFloats: number;
+  allGatherFloats: number;
+}
+
+/**
+ * Payload bytes one host sends (and, by symmetry, receives) for an exchange, by Gloo's algorithms
+ * over n = hosts × procsPerHost workers, ranks placed host by host:
+ *  - all-reduce (gloo::allreduce, ring: reduce-scatter then all-gather of n chunks) sends
+ *    2(n−1)/n of the buffer to the ring's next rank. For n = 2 each rank sends the half it does not
+ *    own, receives the reduced other half back, and sends its reduced half: 2 × ½ = the whole buffer.
+ *  - all-gather (gloo::allgather, ring) forwards n−1 of the n contributions: (n−1)/n of the result.
+ * Only one edge of each ring leaves a host, so a host sends what one rank does; nothing with one host.
+ */
+export function predictedWireBytes(exchange: Exchange, hosts: number, procsPerHost: number): number {
+  if (hosts < 2) return 0;
+  const n = hosts * procsPerHost;
+  return 4 * ((exchange.allReduceFloats * 2 * (n - 1)) / n + (exchange.allGatherFloats * (n - 1)) / n);
+}
+
+/**
+ * Payload bytes each host sends and receives when rank 0 broadcasts `floats` floats, by Gloo's
+ * binomial tree (gloo::broadcast): rank r > 0 receives the buffer once, from r with its highest bit
+ * cleared, so the bytes leave a host only where that parent sits on another host (ranks placed host
+ * by host). Indexed by host.
+ */
+export function broadcastWireBytes(floats: number, hosts: number, procsPerHost: number): { sent: number[]; received: number[] } {
+  const sent = new Array<number>(hosts).fill(0);
+  const received = new Array<number>(hosts).fill(0);
+  const hostOf = (rank: number) => Math.floor(rank / procsPerHost);
+  for (let rank = 1; rank < hosts * procsPerHost; rank++) {
+    const parent = rank ^ (1 << Math.floor(Math.log2(rank)));
+    if (hostOf(parent) === hostOf(rank)) continue;
+    sent[hostOf(parent)]! += 4 * floats;
+    received[hostOf(rank)]! += 4 * floats;
+  }
+  return { sent, received };
+}
+
+/**
+ * The exchange of `floatsSent` floats of TopK steps: each step all-reduces the 1-D tensors and the
+ * matrices at level 0 (dense), and all-gathers, of every other matrix i, 2·max(1, ⌊ratios[i]·numel⌋)
+ * floats (indices and values) from each of the `workers`. Floats that are not whole steps are an
+ * error in the accounting.
+ */
+export function topkExchange(parameters: { numel: number; matrix: boolean }[], ratios: number[], workers: number, floatsSent: number): Exchange {
+  let dense = 0, gathered = 0;
+  parameters.forEach((p, i) => {
+    if (p.matrix && ratios[i]! > 0) gathered += 2 * Math.max(1, Math.floor(ratios[i]! * p.numel)) * workers;
+    else dense += p.numel;
+  });
+  const steps = floatsSent / (dense + gathered);
+  if (!Number.isInteger(steps)) throw new Error(`${floatsSent} floats are not whole TopK steps of ${dense} all-reduced + ${gathered} all-gathered floats`);
+  return { allReduceFloats: steps * dense, allGatherFloats: steps * gathered };
+}
+
+export interface WireComparison {
+  epoch: number;
+  host: number;
+  /** The exchange's bytes (the same sent and received) plus rank 0's broadcasts, as this host sends and receives them. */
+  predictedSentBytes: number;
+  predictedReceivedBytes: number;
+  /** The interface's bytes less PACKET_HEADER_BYTES per packet. */
+  sentPayloadBytes: number;
+  receivedPayloadBytes: number;
+  sentRatio: number;
+  receivedRatio: number;
+  /** Both ratios within 1 ± tolerance. */
+  ok: boolean;
+}
+
+/**
+ * Compares each epoch record of network.jsonl with the prediction from rank 0's floats: the
+ * gradient exchange and rank 0's broadcasts of its running statistics. With compressor none or
+ * powersgd every float sent is all-reduced; topk all-reduces the 1-D tensors and all-gathers the
+ * rest, so `exchange` must split its floats. The small collectives (the finite agreement, the
+ * replica digests) are not predicted.
+ */
+export function compareWire(records: NetworkRecord[], options: { exchange?: (r: NetworkRecord) => Exchange; tolerance?: number } = {}): WireComparison[] {
+  const tolerance = options.tolerance ?? 0.1;
+  let start: NetworkRecord | undefined;
+  const rows: WireComparison[] = [];
+  for (const r of records) {
+    if (r.event === 'start') {
+      start = r;
+      continue;
+    }
+    if (!start) throw new UsageError('network.jsonl: an epoch record comes before any start record');
+    let exchange: Exchange;
+    if (options.exchange) exchange = options.exchange(r);
+    else if (start.compressor === 'none' || start.compressor === 'powersgd') exchange = { allReduceFloats: r.floatsSent ?? 0, allGatherFloats: 0 };
+    else throw new UsageError(`compareWire: the ${start.compressor} exchange mixes all-reduce and all-gather; give options.exchange`);
+    const hosts = start.hosts ?? 1, procsPerHost = start.procsPerHost ?? 1;
+    const exchanged = predictedWireBytes(exchange, hosts, procsPerHost);
+    const broadcast = broadcastWireBytes(r.broadcastFloats ?? 0, hosts, procsPerHost);
+    const predictedSentBytes = exchanged + broadcast.sent[r.host]!;
+    const predictedReceivedBytes = exchanged + broadcast.received[r.host]!;
+    const sentPayloadBytes = r.txBytes! - PACKET_HEADER_BYTES * r.txPackets!;
+    const receivedPayloadBytes = r.rxBytes! - PACKET_HEADER_BYTES * r.rxPackets!;
+    const sentRatio = sentPayloadBytes / predictedSentBytes;
+    const receivedRatio = receivedPayloadBytes / predictedReceivedBytes;
+    rows.push({
+      epoch: r.epoch!,
+      host: r.host,
+      predictedSentBytes,
+      predictedReceivedBytes,
+      sentPayloadBytes,
+      receivedPayloadBytes,
+      sentRatio,
+      receivedRatio,
+      ok: Math.abs(sentRatio - 1) <= tolerance && Math.abs(receivedRatio - 1) <= tolerance,
+    });
+  }
+  return rows;
+}

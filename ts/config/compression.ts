@@ -1,0 +1,119 @@
+/**
+ * A run's compression as one typed value: the compressor, its static (or reference) level, Accordion's
+ * low- and high-compression levels and automatic levels' candidates, with the arithmetic of a level
+ * (how it reads, the floats one worker sends for a tensor at it, which collective carries it).
+ * A level is a PowerSGD rank or a TopK ratio; level 0 is dense.
+ */
+import { UsageError } from '../base/errors.js';
+import type { CompressorName, TrainConfig } from './options.js';
+
+export interface CompressionSpec {
+  kind: CompressorName;
+  /** The static level, and with automatic levels the reference of the error budget. */
+  reference: number;
+  /** Accordion's levels: in critical regimes (low compression) and otherwise (high compression). */
+  low: number;
+  high: number;
+  /** Automatic levels' candidates, ascending: the given ranks or ratios, the reference and dense (0). */
+  candidates: number[];
+  /** PowerSGD keeps a matrix dense unless (n + m)·r·rate < n·m. */
+  minCompressionRate: number;
+}
+
+/** What differs between the compressors. */
+interface Kind {
+  /** How a level is named: "rank 2", "ratio 0.1". */
+  unit: 'rank' | 'ratio';
+  /** Floats one of `workers` sends in one step for a matrix of `rows` × `columns` at a level > 0. */
+  floats(rows: number, columns: number, level: number, workers: number, minCompressionRate: number): number;
+  /** The collective that carries a compressed matrix: its bytes on a worker's link are share × floats × 4. */
+  collective: 'all-reduce' | 'all-gather';
+}
+
+const KINDS: Record<Exclude<CompressorName, 'none'>, Kind> = {
+  powersgd: {
+    unit: 'rank',
+    // P (n × r) and Q (m × r), the rank clipped to min(n, m); dense where that saves too little.
+    floats: (n, m, level, _workers, rate) => {
+      const r = Math.min(level, n, m);
+      return (n + m) * r * rate < n * m ? (n + m) * r : n * m;
+    },
+    collective: 'all-reduce',
+  },
+  topk: {
+    unit: 'ratio',
+    // s = max(1, ⌊K·numel⌋) indices and values from each of the W workers (all-gathered).
+    floats: (n, m, level, workers) => 2 * Math.max(1, Math.floor(level * n * m)) * workers,
+    collective: 'all-gather',
+  },
+};
+
+/** The compression a configuration describes. */
+export function compressionSpec(c: Pick<
+  TrainConfig,
+  'compressor' | 'rank' | 'topkRatio' | 'lowRank' | 'highRank' | 'lowRatio' | 'highRatio' | 'autoRanks' | 'autoRatios' | 'minCompressionRate'
+>): CompressionSpec {
+  const topk = c.compressor === 'topk';
+  const reference = topk ? c.topkRatio : c.rank;
+  const spec: CompressionSpec = {
+    kind: c.compressor,
+    reference,
+    low: topk ? c.lowRatio : c.lowRank,
+    high: topk ? c.highRatio : c.highRank,
+    candidates: candidateLevels(topk ? c.autoRatios : c.autoRanks, reference),
+    minCompressionRate: c.minCompressionRate,
+  };
+  checkSpec(spec);
+  return spec;
+}
+
+/** Automatic levels' candidates: the given ranks or ratios, the reference and 0 (dense), ascending, without repeats. */
+export function candidateLevels(levels: number[], reference: number): number[] {
+  return [...new Set([...levels, reference, 0])].sort((a, b) => a - b);
+}
+
+/** Refuses levels a compressor cannot take: ranks are positive integers, ratios lie in (0, 1]. */
+export function checkSpec(spec: CompressionSpec): void {
+  if (spec.kind === 'none') return;
+  const unit = KINDS[spec.kind].unit;
+  const ok = (level: number) => (unit === 'rank' ? Number.isInteger(level) && level >= 1 : level > 0 && level <= 1);
+  for (const [what, levels] of [['reference', [spec.reference]], ['low', [spec.low]], ['high', [spec.high]], ['candidate', spec.candidates.filter((l) => l !== 0)]] as const)
+    for (const level of levels)
+      if (!ok(level)) throw new UsageError(`${spec.kind}: the ${what} ${unit} ${level} is not ${unit === 'rank' ? 'a positive integer' : 'in (0, 1]'}`);
+}
+
+/** The unit a compressor's levels count in. */
+export function levelUnit(kind: CompressorName): 'rank' | 'ratio' | undefined {
+  return kind === 'none' ? undefined : KINDS[kind].unit;
+}
+
+/** "dense", "2" (a rank) or "0.1" (a ratio): a level as logs and summaries show it. */
+export function showLevel(level: number): string {
+  return level === 0 ? 'dense' : String(level);
+}
+
+/** "rank 2", "ratio 0.1" or "dense". */
+export function describeLevel(kind: CompressorName, level: number): string {
+  return level === 0 || kind === 'none' ? 'dense' : `${KINDS[kind].unit} ${level}`;
+}
+
+/** The compressor's name with its unit: "PowerSGD rank", "TopK ratio". */
+export function levelTitle(kind: CompressorName): string {
+  return kind === 'topk' ? 'TopK ratio' : kind === 'powersgd' ? 'PowerSGD rank' : 'dense';
+}
+
+/**
+ * Floats one of `workers` sends in one step for a tensor of `shape` at `level`: dense (level 0, a 1-D
+ * tensor or no compressor) its size; PowerSGD (n + m)·r with the weight viewed as n = shape[0] rows
+ * of m = the rest; TopK 2·s·W.
+ */
+export function floatsAtLevel(spec: CompressionSpec, shape: readonly number[], level: number, workers: number): number {
+  const numel = shape.reduce((a, b) => a * b, 1);
+  if (spec.kind === 'none' || level === 0 || shape.length < 2) return numel;
+  return KINDS[spec.kind].floats(shape[0]!, numel / shape[0]!, level, workers, spec.minCompressionRate);
+}
+
+/** The collective that carries a tensor at `level`: dense tensors are all-reduced. */
+export function collectiveAt(kind: CompressorName, level: number): 'all-reduce' | 'all-gather' {
+  return kind === 'none' || level === 0 ? 'all-reduce' : KINDS[kind].collective;
+}

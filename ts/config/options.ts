@@ -1,0 +1,313 @@
+/**
+ * Every training option, written once: its name in the library and in config files, its command-line
+ * flag, type, default, the presets' values, bounds and help text. The command line's parser and help,
+ * the config-file reader, Trainer.create's and Model.create's defaults and checks, and a run's
+ * config.json all come from this table.
+ */
+export type Architecture = 'resnet18' | 'vgg19bn' | 'lstm';
+export const ARCHITECTURES: readonly Architecture[] = ['resnet18', 'vgg19bn', 'lstm'];
+export type CompressorName = 'none' | 'powersgd' | 'topk';
+export type DatasetName = 'synthetic' | 'cifar10' | 'cifar100' | 'wikitext2';
+export type AdaptMode = 'compression' | 'batch' | 'smith' | 'auto' | 'batch+compression';
+/** A layer's error in automatic levels' budget: squared ‖G − C(G)‖², or relative ‖G − C(G)‖ / ‖G‖. */
+export type ErrorMeasure = 'squared' | 'relative';
+/** 'cpu', 'cuda' (GPU 0) or 'cuda:N'. */
+export type DeviceName = 'cpu' | 'cuda' | `cuda:${number}`;
+
+/** A run's configuration: every option of the table below (see each one's help for its meaning). */
+export interface TrainConfig {
+  model: Architecture;
+  device: DeviceName;
+  dataset: DatasetName;
+  dataDir?: string;
+  epochs: number;
+  batchSize: number;
+  evalBatchSize: number;
+  lr: number;
+  momentum: number;
+  weightDecay: number;
+  nesterov: boolean;
+  warmupEpochs: number;
+  milestones: number[];
+  lrDecay: number;
+  seed: number;
+  workers: number;
+  compressor: CompressorName;
+  rank: number;
+  topkRatio: number;
+  minCompressionRate: number;
+  compressionSeed: number;
+  accordion: 'auto' | 'on' | 'off';
+  eta: number;
+  accordionInterval: number;
+  lowRank: number;
+  highRank: number;
+  lowRatio: number;
+  highRatio: number;
+  adapt: AdaptMode;
+  batchLow: number;
+  batchHigh: number;
+  autoRanks: number[];
+  autoRatios: number[];
+  errorBudget: number;
+  criticalBudget: number;
+  errorMeasure: ErrorMeasure;
+  autoCost: 'floats' | 'seconds';
+  outDir?: string;
+  overwrite: boolean;
+  checkpointEvery: number;
+  resume?: string;
+  syntheticTrain: number;
+  syntheticTest: number;
+  hidden: number;
+  layers: number;
+  dropout: number;
+  bptt: number;
+  clip: number;
+  threads?: number;
+  bucketMb: number;
+  broadcastBuffers: boolean;
+  timeoutMs: number;
+  progress: boolean;
+}
+
+/** Sets of values that replace defaults: the LSTM's recipe, and a short demonstration on synthetic data. */
+export type PresetName = 'lstm' | 'synthetic';
+
+/**
+ * How a value is read: 'int' and 'number' one number; 'ints' and 'numbers' a comma-separated list
+ * (a JSON array in a config file); 'string' text, one of `choices` when given; 'flag' a boolean that
+ * its flag turns on (or off, with `negate`).
+ */
+export type OptionType = 'int' | 'number' | 'ints' | 'numbers' | 'string' | 'flag';
+
+export interface OptionSpec {
+  flag: string;
+  type: OptionType;
+  help: string;
+  /** Undefined: the option has no default (required, or absent unless given). */
+  default?: unknown;
+  presets?: Partial<Record<PresetName, unknown>>;
+  choices?: readonly string[];
+  /** Bounds of a number or of every list element: `min`/`max` inclusive, `above` exclusive, `below` exclusive. */
+  min?: number;
+  max?: number;
+  above?: number;
+  below?: number;
+  /** A list must hold at least one value. */
+  nonEmpty?: boolean;
+  /** The flag sets the option to false (--no-nesterov, --quiet). */
+  negate?: boolean;
+  /** The option's name in Model.create, where it is one of the model's options there too. */
+  modelKey?: string;
+}
+
+/** Node's timers (and so every deadline of the rendezvous and collectives) hold at most 2^31 − 1 ms. */
+export const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+export const MAX_THREADS = 4096;
+export const MAX_HIDDEN = 2 ** 20;
+export const MAX_LAYERS = 1024;
+
+const positive = { min: 1 } as const;
+const ratio = { above: 0, max: 1 } as const;
+
+/** The table, in the order of the help text. */
+export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
+  model: { flag: '--model', type: 'string', choices: ARCHITECTURES, help: 'model architecture (required)' },
+  device: { flag: '--device', type: 'string', default: 'cpu', help: 'where the model trains: cpu, cuda (GPU 0) or cuda:N' },
+  dataset: {
+    flag: '--dataset', type: 'string', default: 'synthetic', presets: { lstm: 'wikitext2' },
+    choices: ['synthetic', 'cifar10', 'cifar100', 'wikitext2'], help: 'dataset; cifar10 when --data is given (wikitext2 for lstm)',
+  },
+  dataDir: { flag: '--data', type: 'string', help: 'directory of the CIFAR binary files, or of wiki.{train,valid,test}.tokens for lstm' },
+  epochs: { flag: '--epochs', type: 'int', default: 300, presets: { synthetic: 6, lstm: 90 }, ...positive, help: 'epochs to train' },
+  batchSize: { flag: '--batch-size', type: 'int', default: 64, presets: { lstm: 20 }, ...positive, help: 'batch size per worker' },
+  evalBatchSize: { flag: '--eval-batch-size', type: 'int', default: 256, presets: { lstm: 10 }, ...positive, help: 'batch size for evaluation' },
+  lr: {
+    flag: '--lr', type: 'number', default: 0.05, presets: { synthetic: 0.02, lstm: 2.5 }, min: 0, modelKey: 'learningRate',
+    help: 'base learning rate for one worker (× workers after the warm-up)',
+  },
+  momentum: { flag: '--momentum', type: 'number', default: 0.9, min: 0, modelKey: 'momentum', help: 'SGD momentum' },
+  weightDecay: { flag: '--weight-decay', type: 'number', default: 1e-4, presets: { lstm: 0 }, min: 0, modelKey: 'weightDecay', help: 'weight decay' },
+  nesterov: { flag: '--no-nesterov', type: 'flag', default: true, negate: true, modelKey: 'nesterov', help: 'plain heavy-ball momentum instead of Nesterov' },
+  warmupEpochs: { flag: '--warmup-epochs', type: 'number', default: 5, min: 0, help: 'linear warm-up to lr × workers over this many epochs' },
+  milestones: {
+    flag: '--milestones', type: 'ints', default: [150, 250], presets: { lstm: [60, 80] }, min: 0,
+    help: 'comma-separated milestones m: the lr is multiplied by --lr-decay from epoch m + 3 on (counting from 1)',
+  },
+  lrDecay: { flag: '--lr-decay', type: 'number', default: 0.1, min: 0, help: 'factor applied to the lr at each milestone' },
+  seed: { flag: '--seed', type: 'int', default: 42, min: 0, max: Number.MAX_SAFE_INTEGER, modelKey: 'seed', help: 'seed of initialisation, shuffling and augmentation' },
+  workers: { flag: '--workers', type: 'int', default: 1, ...positive, help: 'number of worker processes' },
+  compressor: { flag: '--compressor', type: 'string', default: 'none', choices: ['none', 'powersgd', 'topk'], modelKey: 'compressor', help: 'gradient compressor' },
+  rank: { flag: '--rank', type: 'int', default: 2, ...positive, help: 'PowerSGD rank' },
+  topkRatio: { flag: '--topk-ratio', type: 'number', default: 0.1, ...ratio, help: 'fraction of entries TopK sends' },
+  minCompressionRate: {
+    flag: '--min-compression-rate', type: 'number', default: 1, min: 0, modelKey: 'minCompressionRate',
+    help: 'PowerSGD sends a matrix dense unless (n+m)·r·rate < n·m; 0 compresses all',
+  },
+  compressionSeed: {
+    flag: '--compression-seed', type: 'int', default: 42, min: 0, max: Number.MAX_SAFE_INTEGER, modelKey: 'compressionSeed',
+    help: "seed of PowerSGD's initial Q, the same on every worker",
+  },
+  accordion: {
+    flag: '--accordion', type: 'string', default: 'auto', choices: ['auto', 'on', 'off'],
+    help: 'adaptive compression; auto: on with a compressor unless --rank/--topk-ratio fix the level',
+  },
+  eta: { flag: '--eta', type: 'number', default: 0.5, above: 0, help: "Accordion's threshold on the relative change of a layer's gradient norm" },
+  accordionInterval: { flag: '--accordion-interval', type: 'int', default: 10, presets: { synthetic: 2, lstm: 5 }, ...positive, help: 'epochs between Accordion checks' },
+  lowRank: { flag: '--low-rank', type: 'int', default: 2, ...positive, help: 'PowerSGD rank in critical regimes (low compression)' },
+  highRank: { flag: '--high-rank', type: 'int', default: 1, ...positive, help: 'PowerSGD rank otherwise (high compression)' },
+  lowRatio: { flag: '--low-ratio', type: 'number', default: 0.99, ...ratio, help: 'TopK ratio in critical regimes (low compression)' },
+  highRatio: { flag: '--high-ratio', type: 'number', default: 0.1, presets: { lstm: 0.02 }, ...ratio, help: 'TopK ratio otherwise (high compression)' },
+  adapt: {
+    flag: '--adapt', type: 'string', default: 'compression', choices: ['compression', 'batch', 'smith', 'auto', 'batch+compression'],
+    help:
+      "what Accordion adapts: per-layer compression (compression: low/high levels; auto: each layer's level from candidates under an error budget), " +
+      "the global batch (batch: B_low → B_high; smith: Smith et al.'s baseline), or batch and levels together",
+  },
+  batchLow: { flag: '--batch-low', type: 'int', default: 512, ...positive, help: 'global batch in critical regimes (batch-size mode)' },
+  batchHigh: { flag: '--batch-high', type: 'int', default: 4096, ...positive, help: 'global batch afterwards (batch-size mode)' },
+  autoRanks: { flag: '--auto-ranks', type: 'ints', default: [1, 2, 4, 8], min: 1, nonEmpty: true, help: 'adapt auto: candidate PowerSGD ranks (with dense and --rank, the reference)' },
+  autoRatios: {
+    flag: '--auto-ratios', type: 'numbers', default: [0.01, 0.02, 0.05, 0.1, 0.2], ...ratio, nonEmpty: true,
+    help: 'adapt auto: candidate TopK ratios (with dense and --topk-ratio, the reference)',
+  },
+  errorBudget: {
+    flag: '--error-budget', type: 'number', default: 1, above: 0,
+    help: "adapt auto: the layers' summed compression error may reach this multiple of the reference level's",
+  },
+  criticalBudget: {
+    flag: '--critical-budget', type: 'number', default: 0.5, above: 0,
+    help: "adapt auto: factor on a layer's share of the budget where Accordion detects a critical regime (a norm change of η or more, or a learning-rate decay; < 1: tighter)",
+  },
+  errorMeasure: {
+    flag: '--error-measure', type: 'string', default: 'squared', choices: ['squared', 'relative'],
+    help: "adapt auto: a layer's error in the budget: squared ‖G − C(G)‖² (large layers weigh more) or relative ‖G − C(G)‖ / ‖G‖ (every layer alike)",
+  },
+  autoCost: {
+    flag: '--auto-cost', type: 'string', default: 'floats', choices: ['floats', 'seconds'],
+    help: 'adapt auto: what a level costs: floats per step, or seconds (kernel time + bytes over the link measured at start)',
+  },
+  outDir: { flag: '--out', type: 'string', help: 'run directory (default runs/<model>-<time>); one that holds a run needs --resume or --overwrite' },
+  overwrite: {
+    flag: '--overwrite', type: 'flag', default: false,
+    help: 'replace the run in --out: removes its config.json, metrics.jsonl, summary.json, report.html and checkpoints',
+  },
+  checkpointEvery: { flag: '--checkpoint-every', type: 'int', default: 1, ...positive, help: 'epochs between checkpoints' },
+  resume: { flag: '--resume', type: 'string', help: 'continue from a run or checkpoint directory' },
+  syntheticTrain: { flag: '--synthetic-train', type: 'int', default: 2560, ...positive, help: 'training images of the synthetic dataset' },
+  syntheticTest: { flag: '--synthetic-test', type: 'int', default: 1000, ...positive, help: 'test images of the synthetic dataset' },
+  hidden: { flag: '--hidden', type: 'int', default: 650, min: 1, max: MAX_HIDDEN, modelKey: 'hidden', help: 'lstm: hidden and embedding size' },
+  layers: { flag: '--layers', type: 'int', default: 2, min: 1, max: MAX_LAYERS, modelKey: 'layers', help: 'lstm: layers' },
+  dropout: {
+    flag: '--dropout', type: 'number', default: 0.5, presets: { lstm: 0.4 }, min: 0, below: 1, modelKey: 'dropout',
+    help: "dropout of VGG's classifier, and of the lstm's embedding, layers and output; 0: none",
+  },
+  bptt: { flag: '--bptt', type: 'int', default: 35, ...positive, help: 'lstm: steps of truncated backpropagation through time' },
+  clip: { flag: '--clip', type: 'number', default: 0.25, min: 0, help: 'lstm: global gradient-norm clip (0: none)' },
+  threads: {
+    flag: '--threads', type: 'int', min: 1, max: MAX_THREADS, modelKey: 'threads',
+    help: 'native threads (default: OMP_NUM_THREADS or all cores); an overlapped exchange takes one for its communication thread',
+  },
+  bucketMb: {
+    flag: '--bucket-mb', type: 'number', default: 25, min: 0, modelKey: 'bucketMb',
+    help: 'overlap the exchange with backward in buckets of this many MiB of gradients (as PyTorch DDP; 0: exchange after backward)',
+  },
+  broadcastBuffers: {
+    flag: '--no-broadcast-buffers', type: 'flag', default: true, negate: true, modelKey: 'broadcastBuffers',
+    help: "each worker keeps its own batch-norm statistics instead of starting every step from rank 0's (PyTorch DDP's broadcast_buffers=False)",
+  },
+  timeoutMs: { flag: '--timeout', type: 'int', default: 60_000, min: 1, max: MAX_TIMEOUT_MS, help: 'milliseconds before a rendezvous or collective gives up (at most 2^31 − 1, about 24.8 days: the longest a Node.js timer waits)' },
+  progress: { flag: '--quiet', type: 'flag', default: false, negate: true, help: 'no progress bar or per-epoch lines (the library prints nothing unless progress is true)' },
+};
+
+export const OPTION_KEYS = Object.keys(OPTIONS) as (keyof TrainConfig)[];
+
+/** The defaults of every option that has one (the options without a preset). */
+export const DEFAULT_CONFIG = Object.fromEntries(
+  OPTION_KEYS.filter((k) => OPTIONS[k].default !== undefined).map((k) => [k, structuredClone(OPTIONS[k].default)]),
+) as Omit<TrainConfig, 'model' | 'dataDir' | 'outDir' | 'resume' | 'threads'>;
+
+/** A preset's values, as a partial configuration. */
+export function presetValues(name: PresetName): Partial<TrainConfig> {
+  return Object.fromEntries(
+    OPTION_KEYS.filter((k) => OPTIONS[k].presets?.[name] !== undefined).map((k) => [k, structuredClone(OPTIONS[k].presets![name])]),
+  ) as Partial<TrainConfig>;
+}
+
+/** The preset a run takes: the LSTM's recipe, the synthetic demonstration, or none (CIFAR: the paper's schedule). */
+export function presetFor(model: Architecture, dataset: DatasetName | undefined): PresetName | undefined {
+  if (model === 'lstm') return 'lstm';
+  return (dataset ?? OPTIONS.dataset.default) === 'synthetic' ? 'synthetic' : undefined;
+}
+
+/** An option's default under a preset (or without one). */
+export function defaultFor<K extends keyof TrainConfig>(key: K, preset?: PresetName): TrainConfig[K] | undefined {
+  const spec = OPTIONS[key];
+  const value = preset !== undefined && spec.presets?.[preset] !== undefined ? spec.presets[preset] : spec.default;
+  return structuredClone(value) as TrainConfig[K] | undefined;
+}
+
+/** The bound an option's value must meet, in words ("a positive integer", "a number in (0, 1]"). */
+export function describeBound(spec: OptionSpec): string {
+  if (spec.type === 'flag') return 'true or false';
+  if (spec.type === 'string') return spec.choices ? `one of ${spec.choices.join(', ')}` : 'a string';
+  const integer = spec.type === 'int' || spec.type === 'ints';
+  const list = spec.type === 'ints' || spec.type === 'numbers';
+  let one: string;
+  if (integer)
+    one =
+      spec.max !== undefined && spec.max < Number.MAX_SAFE_INTEGER
+        ? `an integer from ${spec.min ?? 0} to ${spec.max}`
+        : spec.min === 1
+          ? 'a positive integer'
+          : spec.min === 0
+            ? 'a non-negative integer'
+            : 'an integer';
+  else if (spec.above !== undefined && spec.max !== undefined) one = `a number in (${spec.above}, ${spec.max}]`;
+  else if (spec.min !== undefined && spec.below !== undefined) one = `a number in [${spec.min}, ${spec.below})`;
+  else if (spec.above !== undefined) one = `a number > ${spec.above}`;
+  else if (spec.min !== undefined) one = `a number ≥ ${spec.min}`;
+  else one = 'a number';
+  if (!list) return one;
+  return `${spec.nonEmpty ? 'a non-empty ' : 'a '}list of ${one.replace(/^an? /, '').replace(/\b(integer|number)\b/, '$1s')}`;
+}
+
+/** Whether `value` meets the option's type and bounds. */
+export function meetsBound(spec: OptionSpec, value: unknown): boolean {
+  switch (spec.type) {
+    case 'flag':
+      return typeof value === 'boolean';
+    case 'string':
+      return typeof value === 'string' && (!spec.choices || spec.choices.includes(value));
+    case 'ints':
+    case 'numbers':
+      return Array.isArray(value) && (!spec.nonEmpty || value.length > 0) && value.every((v) => inBounds(spec, v));
+    default:
+      return inBounds(spec, value);
+  }
+}
+
+function inBounds(spec: OptionSpec, v: unknown): boolean {
+  if (typeof v !== 'number' || !Number.isFinite(v)) return false;
+  if ((spec.type === 'int' || spec.type === 'ints') && !Number.isSafeInteger(v)) return false;
+  return (
+    (spec.min === undefined || v >= spec.min) &&
+    (spec.max === undefined || v <= spec.max) &&
+    (spec.above === undefined || v > spec.above) &&
+    (spec.below === undefined || v < spec.below)
+  );
+}
+
+/** A value as messages show it. */
+export function showValue(v: unknown): string {
+  if (typeof v === 'string') return `'${v}'`;
+  if (Array.isArray(v)) return v.map(showValue).join(',');
+  if (v === null || typeof v !== 'object') return String(v);
+  return JSON.stringify(v);
+}
+
+/** The message for a value out of bounds; `label` names the option ("option --lr", "learningRate"). */
+export function boundMessage(label: string, spec: OptionSpec, value: unknown): string {
+  return `${label}: expected ${describeBound(spec)}, got ${showValue(value)}`;
+}

@@ -1,0 +1,128 @@
+/**
+ * What a run tells its caller: the record of every epoch, the 'step', 'checkpoint' and level-switch
+ * events, and the summary of the whole run. Epochs are counted from 1 everywhere a user reads them
+ * (the console, metrics.jsonl, summary.json, the events, checkpoint directories): epoch 1 is the
+ * first; "after epoch 3" is after 3 epochs.
+ */
+import type { Architecture, CompressorName, DatasetName } from '../config/options.js';
+import type { AutoPlan } from './auto-levels.js';
+
+export interface EpochRecord {
+  /** The epoch, from 1. */
+  epoch: number;
+  lr: number;
+  trainLoss: number;
+  trainAccuracy: number;
+  testLoss: number;
+  testAccuracy: number;
+  /** Training samples this worker saw (tokens for a language model) in its `steps` optimiser steps. */
+  samples: number;
+  steps: number;
+  seconds: number;
+  samplesPerSecond: number;
+  /** Language model: validation loss and perplexity, and test perplexity (exp of the mean loss). */
+  validLoss?: number;
+  validPerplexity?: number;
+  testPerplexity?: number;
+  /** Floats this worker sent in gradient exchanges during the epoch, and since the run began. */
+  floatsSent: number;
+  floatsSentTotal: number;
+  /** Floats of the epoch's steps' control traffic, not in floatsSent: each step's agreement that
+   * every gradient is finite (W floats) and rank 0's running statistics broadcast before it, with
+   * W ≥ 2 workers (0 alone). */
+  overheadFloats: number;
+  /** Floats rank 0 broadcast during the epoch: its running statistics before each step and once
+   * more before evaluation (0 alone, or without batch norm). */
+  broadcastFloats: number;
+  /** Seconds of the epoch's steps spent in compute, compression and communication. */
+  computeSeconds: number;
+  compressionSeconds: number;
+  communicationSeconds: number;
+  /** Seconds the epoch's steps waited for the exchange after backward (all of it without overlap). */
+  exchangeWaitSeconds: number;
+  /** With Accordion: per parameter, its level in this epoch (0: dense), the norm of its summed
+   * gradient, and the norm-change ratio when this epoch was a check. */
+  levels?: number[];
+  norms?: number[];
+  ratios?: (number | null)[];
+  /** The global batch size of the epoch (workers × per-worker batch × micro-batches). */
+  batchSize: number;
+  /** Seconds of Accordion's end-of-epoch bookkeeping: reading norms, deciding, broadcasting, setting levels. */
+  bookkeepingSeconds: number;
+  /** Seconds of the end-of-epoch replica check: rank 0's running statistics broadcast, every state_dict entry's digest compared (0 alone). */
+  syncSeconds: number;
+  /** --adapt auto, on rank 0 at the epochs where levels were chosen: the budget, the plan and every matrix's candidates. */
+  auto?: AutoRecord;
+}
+
+/** The plan of automatic levels in an epoch record; costs are floats or seconds per step (`costUnit`). */
+export type AutoRecord = AutoPlan & { costUnit: 'floats' | 'seconds' };
+
+/**
+ * The 'step' event, after every training step: the step's own figures and the epoch's running
+ * ones, which are what the progress bar shows (step of steps, loss, accuracy, samples/s, ETA).
+ */
+export interface StepEvent {
+  /** The epoch, from 1. */
+  epoch: number;
+  /** The step within the epoch, from 1 to `steps`. */
+  step: number;
+  steps: number;
+  lr: number;
+  /** This step: mean loss, correct predictions, samples (tokens for a language model), floats sent. */
+  loss: number;
+  correct: number;
+  samples: number;
+  floatsSent: number;
+  /** The epoch so far: mean loss and accuracy over its samples, samples, floats sent. */
+  epochLoss: number;
+  epochAccuracy: number;
+  epochSamples: number;
+  epochFloatsSent: number;
+  /** Seconds since the epoch's first step began, samples per second, and the estimated seconds left. */
+  seconds: number;
+  samplesPerSecond: number;
+  etaSeconds: number;
+}
+
+/** The 'checkpoint' event: the epoch it follows (from 1), its directory, and the seconds it took to write. */
+export interface CheckpointEvent {
+  epoch: number;
+  path: string;
+  seconds: number;
+}
+
+export interface LevelSwitch {
+  /** The epoch (from 1) at whose end the decision was taken; the new level applies from the next one. */
+  epoch: number;
+  parameter: string;
+  from: number;
+  to: number;
+  reason: 'norm-change' | 'lr-decay' | 'auto';
+}
+
+export interface TrainSummary {
+  model: Architecture;
+  dataset: DatasetName;
+  parameters: number;
+  epochs: EpochRecord[];
+  finalTestAccuracy: number;
+  bestTestAccuracy: number;
+  compressor: CompressorName;
+  accordion: boolean;
+  switches: LevelSwitch[];
+  floatsSentTotal: number;
+  seconds: number;
+  runDir?: string;
+  /** Set when stop() ended the run before its last epoch was completed. */
+  interrupted?: boolean;
+}
+
+/** The record of an epoch cut short by stop(): not evaluated, and never logged. */
+export function partialRecord(epoch: number, lr: number, batchSize: number, seconds: number): EpochRecord {
+  return {
+    epoch: epoch + 1, lr, batchSize, seconds,
+    trainLoss: NaN, trainAccuracy: NaN, testLoss: NaN, testAccuracy: NaN, samples: 0, steps: 0, samplesPerSecond: 0,
+    floatsSent: 0, floatsSentTotal: 0, overheadFloats: 0, broadcastFloats: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, exchangeWaitSeconds: 0, bookkeepingSeconds: 0, syncSeconds: 0,
+  };
+}
