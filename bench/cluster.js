@@ -22,7 +22,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { ROOT, fmt, formatTable } from './common.js';
-import { readMetrics } from '../lib/metrics.js';
+import { readMetrics } from '../lib/base/metrics.js';
 import { compareWire, formatRate, parseBandwidth, readNetworkLog, topkExchange } from '../lib/cluster/cluster.js';
 import { missingCapabilities } from '../lib/cluster/netns.js';
 

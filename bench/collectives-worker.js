@@ -1,7 +1,7 @@
 // One worker of the collectives benchmark (started by bench/collectives.js with RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT set). Times all-reduce (sum) and all-gather per message size; rank 0
 // prints one JSON line: { sizes: [{ op, bytes, ms }] } with the median over the timed iterations.
-import { ProcessGroup, distributedEnv } from '../lib/cluster/group.js';
+import { ProcessGroup, distributedEnv } from '../lib/comm/group.js';
 
 const { sizes, warmup, budgetBytes, minIterations, maxIterations } = JSON.parse(process.argv[2]);
 // Fewer iterations for large messages: about `budgetBytes` moved per size, between `minIterations` and `maxIterations`.

@@ -1,10 +1,11 @@
-// Helpers shared by the bench suites: statistics, table output, machine facts, the PyTorch peer and
-// simulated hosts.
+// Helpers shared by the bench suites: a suite's command line, engine and exit, statistics, table
+// output, machine facts, the PyTorch peer and simulated hosts.
 import { execFile, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { basename, dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
 import { parseSubnet } from '../lib/cluster/cluster.js';
 import { createNetwork, removeNetwork } from '../lib/cluster/netns.js';
 
@@ -22,6 +23,103 @@ export function peerEnv(threads) {
   const env = { ...process.env, OMP_NUM_THREADS: String(threads) };
   if (process.env.ACCORDION_SYSTEM_LD_LIBRARY_PATH !== undefined) env.LD_LIBRARY_PATH = process.env.ACCORDION_SYSTEM_LD_LIBRARY_PATH;
   return env;
+}
+
+/** The options every suite with a report takes: --json FILE, --markdown and -h/--help. */
+const REPORT_OPTIONS = {
+  json: { type: 'string' },
+  markdown: { type: 'boolean', default: false },
+  help: { type: 'boolean', short: 'h', default: false },
+};
+
+/**
+ * A suite's options from its command line: `spec` (node:util parseArgs options) and REPORT_OPTIONS,
+ * turned into the suite's options by `build(values)`, which throws on a bad value. --help prints
+ * `usage` and exits 0; a bad option prints what is wrong and `usage`, and exits 2.
+ */
+export function suiteOptions(script, usage, spec, build) {
+  try {
+    const { values } = parseArgs({ args: process.argv.slice(2), options: { ...spec, ...REPORT_OPTIONS } });
+    if (values.help) {
+      console.log(usage);
+      process.exit(0);
+    }
+    return build(values);
+  } catch (err) {
+    console.error(`${script}: ${err.message}\n${usage}`);
+    process.exit(2);
+  }
+}
+
+/**
+ * The library's index (this checkout's lib/, or `dir`), imported late because OpenMP sizes its pool
+ * from the environment when the addon loads; exits 1 saying how to build it when it does not load.
+ */
+export async function loadEngine(script, dir = join(ROOT, 'lib')) {
+  try {
+    return await import(pathToFileURL(join(dir, 'index.js')).href);
+  } catch (err) {
+    console.error(`${script}: cannot load the engine from ${dir} (${err.message.split('\n')[0]}).\n` +
+      'Build it first: npm run build (or npx tsc -p tsconfig.json if the addon is already built).');
+    process.exit(1);
+  }
+}
+
+/** Runs a suite's `main()` and exits with the code it resolves to (0 for none), or 1 with the error. */
+export function runMain(script, main) {
+  main().then(
+    (code) => process.exit(code ?? 0),
+    (err) => {
+      console.error(`${script}: ${err.stack ?? err}`);
+      process.exit(1);
+    },
+  );
+}
+
+/** What a suite's report (--json FILE) says first: the suite, its start, command line and options, the machine, and why PyTorch is missing. */
+export function reportHead(suite, started, opts, machine, torch) {
+  return {
+    suite,
+    date: started.toISOString(),
+    command: `node bench/${suite}.js ${process.argv.slice(2).join(' ')}`.trim(),
+    options: { ...opts, json: undefined, markdown: undefined },
+    machine,
+    torchNote: torch.ok ? undefined : torch.reason,
+  };
+}
+
+/** Writes a suite's report (--json FILE) and says so. */
+export function writeReport(file, report) {
+  writeFileSync(file, `${JSON.stringify(report, null, 2)}\n`);
+  console.log(`wrote ${file}`);
+}
+
+/** Says so when a row's rounds (ours or PyTorch's) spread over 25%: the machine was busy and the ratio is soft. */
+export function noteBusyRounds(what, spreads) {
+  const worst = Math.max(...spreads.filter(Number.isFinite));
+  if (worst > 25) {
+    console.log(`note: ${what}rounds differ by up to ${worst.toFixed(0)}%: the machine was busy; ` +
+      'rerun with more --rounds before quoting the ratio');
+  }
+}
+
+/**
+ * Times `step(i)` for i = 0 … warmup + steps − 1, the first `warmup` calls untimed. Returns the timed
+ * calls' milliseconds and results.
+ */
+export async function timeSteps(warmup, steps, step) {
+  const ms = [];
+  const results = [];
+  for (let i = 0; i < warmup + steps; i++) {
+    const t0 = performance.now();
+    const result = await step(i);
+    const elapsed = performance.now() - t0;
+    if (i >= warmup) {
+      ms.push(elapsed);
+      results.push(result);
+    }
+  }
+  return { ms, results };
 }
 
 export function median(values) {

@@ -38,6 +38,7 @@ import { parseArgs } from 'node:util';
 import { Bench } from 'tinybench';
 import { Model, parseDevice, requireDevice, setThreads } from '../lib/index.js';
 import { ReducerProbe, orthogonalize } from '../lib/testing.js';
+import { mulberry32, normals } from '../lib/base/random.js';
 import { BENCH_DIR, PYTHON, ROOT, defaultThreads, exitUnlessDevice, fmt, formatTable, median, peerEnv, positiveInt, probeTorch } from './common.js';
 
 const { values: opts } = parseArgs({
@@ -122,22 +123,11 @@ for (const c of cases) c.floats = c.gs ? c.gs[0] * c.gs[1] : total(c.shapes);
 
 // ---- The input: one pool of normal floats, the same bytes on both sides ------------------------------
 
-/** `n` standard normal floats from a seeded stream (mulberry32 and Box-Muller). */
+/** `n` standard normal floats from a seeded stream (mulberry32 and Box-Muller, ../lib/base/random.js). */
 function normalPool(n, seed) {
-  let a = seed >>> 0;
-  const uniform = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (((t ^ (t >>> 14)) >>> 0) + 0.5) / 2 ** 32; // in (0, 1)
-  };
+  const normal = normals(mulberry32(seed));
   const out = new Float32Array(n);
-  for (let i = 0; i < n; i += 2) {
-    const r = Math.sqrt(-2 * Math.log(uniform())), phi = 2 * Math.PI * uniform();
-    out[i] = r * Math.cos(phi);
-    if (i + 1 < n) out[i + 1] = r * Math.sin(phi);
-  }
+  for (let i = 0; i < n; i++) out[i] = normal();
   return out;
 }
 

@@ -11,13 +11,11 @@
 //
 // --lib points at another build's lib/ (e.g. /work/main/lib) to measure it with the same script.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
-import { ROOT, defaultThreads, exitUnlessDevice, fmt, formatTable, machineInfo, positiveInt } from './common.js';
+import { ROOT, defaultThreads, exitUnlessDevice, fmt, formatTable, loadEngine, machineInfo, positiveInt, runMain, suiteOptions, writeReport } from './common.js';
 
 const USAGE = `usage: node bench/event-loop.js [options]
   --lib DIR              the library build to measure (default: this checkout's lib/)
@@ -33,29 +31,20 @@ const USAGE = `usage: node bench/event-loop.js [options]
   --json FILE            also write the figures and the machine facts to FILE
   --markdown             print the result table as Markdown (for BENCHMARKS.md)`;
 
-function options(argv) {
-  const { values } = parseArgs({
-    args: argv,
-    options: {
-      lib: { type: 'string', default: join(ROOT, 'lib') },
-      model: { type: 'string', default: 'resnet18' },
-      epochs: { type: 'string' },
-      'synthetic-train': { type: 'string' },
-      'synthetic-test': { type: 'string' },
-      'batch-size': { type: 'string', default: '64' },
-      threads: { type: 'string' },
-      device: { type: 'string', default: 'cpu' },
-      data: { type: 'string', default: join(os.tmpdir(), 'accordion-bench-event-loop-data') },
-      quick: { type: 'boolean', default: false },
-      json: { type: 'string' },
-      markdown: { type: 'boolean', default: false },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  });
-  if (values.help) {
-    console.log(USAGE);
-    process.exit(0);
-  }
+const OPTIONS = {
+  lib: { type: 'string', default: join(ROOT, 'lib') },
+  model: { type: 'string', default: 'resnet18' },
+  epochs: { type: 'string' },
+  'synthetic-train': { type: 'string' },
+  'synthetic-test': { type: 'string' },
+  'batch-size': { type: 'string', default: '64' },
+  threads: { type: 'string' },
+  device: { type: 'string', default: 'cpu' },
+  data: { type: 'string', default: join(os.tmpdir(), 'accordion-bench-event-loop-data') },
+  quick: { type: 'boolean', default: false },
+};
+
+function options(values) {
   const quick = values.quick;
   return {
     lib: resolve(values.lib),
@@ -147,15 +136,8 @@ function controlProbe() {
 }
 
 async function main() {
-  const opts = options(process.argv.slice(2));
-  let lib;
-  try {
-    lib = await import(pathToFileURL(join(opts.lib, 'index.js')).href);
-  } catch (err) {
-    console.error(`bench/event-loop.js: cannot load the library from ${opts.lib}: ${err.message}\n` +
-      'Build it first: npm run build (or npx tsc -p tsconfig.json if the addon is already built).');
-    return 1;
-  }
+  const opts = suiteOptions('bench/event-loop.js', USAGE, OPTIONS, options);
+  const lib = await loadEngine('bench/event-loop.js', opts.lib);
   exitUnlessDevice('bench/event-loop.js', opts.device, lib.requireDevice);
   lib.setThreads(opts.threads);
   const machine = machineInfo(lib.buildInfo());
@@ -244,8 +226,7 @@ async function main() {
     if (opts.quick) console.log('(quick run: smoke figures only)');
     if (opts.json) {
       const report = { date: new Date().toISOString(), machine, options: { ...opts, json: undefined, markdown: undefined }, result };
-      writeFileSync(opts.json, `${JSON.stringify(report, null, 2)}\n`);
-      console.log(`wrote ${opts.json}`);
+      writeReport(opts.json, report);
     }
   } finally {
     rmSync(outDir, { recursive: true, force: true });
@@ -253,10 +234,4 @@ async function main() {
   return 0;
 }
 
-main().then(
-  (code) => process.exit(code),
-  (err) => {
-    console.error(`bench/event-loop.js: ${err.stack ?? err.message}`);
-    process.exit(1);
-  },
-);
+runMain('bench/event-loop.js', main);

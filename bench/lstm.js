@@ -10,11 +10,11 @@
 //
 //   node bench/lstm.js [--threads N] [--steps 5] [--warmup 2] [--rounds 2] [--vocab 33278] [--device cpu|cuda]
 //                      [--omp-wait-policy passive|active|inherit] [--quick] [--json FILE] [--markdown]
-import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
+import { Mulberry32 } from '../lib/base/random.js';
 import {
-  BENCH_DIR, defaultThreads, exitUnlessDevice, fastest, fmt, formatTable, machineInfo, median, pct, positiveInt, probeTorch, round3, runTorchPeer, spread,
+  BENCH_DIR, defaultThreads, exitUnlessDevice, fastest, fmt, formatTable, loadEngine, machineInfo, median, pct, positiveInt, probeTorch, round3,
+  noteBusyRounds, reportHead, runMain, runTorchPeer, spread, suiteOptions, timeSteps, writeReport,
 } from './common.js';
 
 const TORCH_LSTM = join(BENCH_DIR, 'peers', 'torch_lstm.py');
@@ -37,31 +37,22 @@ const USAGE = `usage: node bench/lstm.js [options]
   --json FILE    also write every timing and the machine facts to FILE
   --markdown     print the result table as Markdown (for BENCHMARKS.md)`;
 
-function options(argv) {
-  const { values } = parseArgs({
-    args: argv,
-    options: {
-      threads: { type: 'string' },
-      steps: { type: 'string' },
-      warmup: { type: 'string' },
-      rounds: { type: 'string' },
-      vocab: { type: 'string', default: '33278' },
-      hidden: { type: 'string', default: '650' },
-      layers: { type: 'string', default: '2' },
-      bptt: { type: 'string', default: '35' },
-      batch: { type: 'string', default: '20' },
-      device: { type: 'string', default: 'cpu' },
-      'omp-wait-policy': { type: 'string', default: 'passive' },
-      quick: { type: 'boolean', default: false },
-      json: { type: 'string' },
-      markdown: { type: 'boolean', default: false },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  });
-  if (values.help) {
-    console.log(USAGE);
-    process.exit(0);
-  }
+const OPTIONS = {
+  threads: { type: 'string' },
+  steps: { type: 'string' },
+  warmup: { type: 'string' },
+  rounds: { type: 'string' },
+  vocab: { type: 'string', default: '33278' },
+  hidden: { type: 'string', default: '650' },
+  layers: { type: 'string', default: '2' },
+  bptt: { type: 'string', default: '35' },
+  batch: { type: 'string', default: '20' },
+  device: { type: 'string', default: 'cpu' },
+  'omp-wait-policy': { type: 'string', default: 'passive' },
+  quick: { type: 'boolean', default: false },
+};
+
+function options(values) {
   if (!['cpu', 'cuda'].includes(values.device)) throw new Error(`--device must be cpu or cuda, got '${values.device}'`);
   const waitPolicy = values['omp-wait-policy'];
   if (!['passive', 'active', 'inherit'].includes(waitPolicy))
@@ -101,15 +92,9 @@ function expectedParameters({ vocab, hidden, layers }) {
 // every step reads a fresh window and the embedding rows it touches change as in real training.
 // Fixed seed: the same windows in every round and run.
 function randomStream(rows, columns, vocab, seed) {
-  let s = seed >>> 0 || 1;
-  const next = () => {
-    s ^= s << 13; s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5; s >>>= 0;
-    return s;
-  };
+  const words = new Mulberry32(seed);
   const tokens = new Int32Array(rows * columns);
-  for (let i = 0; i < tokens.length; i++) tokens[i] = next() % vocab;
+  for (let i = 0; i < tokens.length; i++) tokens[i] = words.u32() % vocab;
   return tokens;
 }
 
@@ -120,40 +105,25 @@ async function timeOurs(lib, opts, stream, windows) {
     seed: 0, learningRate: opts.learningRate, momentum: 0.9, nesterov: true, weightDecay: 0, device: opts.device,
   });
   const perWindow = opts.bptt * opts.batch;
-  // Views, not copies, as the trainer passes them: targets are the inputs one row later.
-  const window = (i) => {
-    const start = (i % windows) * perWindow;
+  // Views, not copies, as the trainer passes them: targets are the inputs one row later. Made before
+  // the timing starts.
+  const views = Array.from({ length: windows }, (_, i) => {
+    const start = i * perWindow;
     return [stream.subarray(start, start + perWindow), stream.subarray(start + opts.batch, start + opts.batch + perWindow)];
-  };
+  });
+  const window = (i) => views[i % windows];
   try {
     const parameters = model.parameterCount();
-    const times = [];
-    const computeMs = [];
-    const reduceMs = [];
-    let last;
-    for (let i = 0; i < opts.warmup + opts.steps; i++) {
-      const [inputs, targets] = window(i);
-      const t0 = performance.now();
-      last = await model.trainTokens(inputs, targets, opts.bptt, opts.batch, opts.clip);
-      const ms = performance.now() - t0;
-      if (i >= opts.warmup) {
-        times.push(ms);
-        // computeSeconds covers forward, backward, clip and the SGD update; compressionSeconds the
-        // (identity) gradient exchange's NaN/Inf check. What is left is the addon's call overhead.
-        computeMs.push(last.computeSeconds * 1e3);
-        reduceMs.push(last.compressionSeconds * 1e3);
-      }
-    }
+    const { ms: times, results } = await timeSteps(opts.warmup, opts.steps, (i) => model.trainTokens(...window(i), opts.bptt, opts.batch, opts.clip));
+    // computeSeconds covers forward, backward, clip and the SGD update; compressionSeconds the
+    // (identity) gradient exchange's NaN/Inf check. What is left is the addon's call overhead.
+    const computeMs = results.map((r) => r.computeSeconds * 1e3);
+    const reduceMs = results.map((r) => r.compressionSeconds * 1e3);
+    const last = results.at(-1);
     if (!Number.isFinite(last.loss)) console.warn(`  warning: LSTM loss is ${last.loss}`);
     // On a GPU a step returns once its loss and gradient norm are read; its update runs on while
     // the next step is prepared, so each timed step also pays for the update before it.
-    const forward = [];
-    for (let i = 0; i < opts.steps; i++) {
-      const [inputs, targets] = window(opts.warmup + i);
-      const t0 = performance.now();
-      await model.evaluateTokens(inputs, targets, opts.bptt, opts.batch);
-      forward.push(performance.now() - t0);
-    }
+    const { ms: forward } = await timeSteps(0, opts.steps, (i) => model.evaluateTokens(...window(opts.warmup + i), opts.bptt, opts.batch));
     const { peak } = await model.memoryStats();
     return {
       parameters,
@@ -181,13 +151,7 @@ function runTorchLstm(opts) {
 
 async function main() {
   const started = new Date();
-  let opts;
-  try {
-    opts = options(process.argv.slice(2));
-  } catch (err) {
-    console.error(`bench/lstm.js: ${err.message}\n${USAGE}`);
-    process.exit(2);
-  }
+  const opts = suiteOptions('bench/lstm.js', USAGE, OPTIONS, options);
   // OpenMP sizes its pool from the environment when the addon loads, hence the late import.
   process.env.OMP_NUM_THREADS = String(opts.threads);
   // Debian's torch runs its element-wise ops on libgomp threads and its matrix products on
@@ -197,14 +161,7 @@ async function main() {
   // 1.0 s passive). Passive is therefore PyTorch's best setting here; the engine's time does not
   // depend on it, and both processes get the same value so neither is favoured.
   if (opts.waitPolicy !== 'inherit') process.env.OMP_WAIT_POLICY = opts.waitPolicy;
-  let lib;
-  try {
-    lib = await import('../lib/index.js');
-  } catch (err) {
-    console.error(`bench/lstm.js: cannot load the engine (${err.message.split('\n')[0]}).\n` +
-      'Build it first: npm run build (or npx tsc -p tsconfig.json if the addon is already built).');
-    process.exit(1);
-  }
+  const lib = await loadEngine('bench/lstm.js');
   lib.setThreads(opts.threads);
   exitUnlessDevice('bench/lstm.js', opts.device, lib.requireDevice);
 
@@ -322,21 +279,12 @@ async function main() {
     `expected V·(H+1) + L·(8H² + 8H) = ${expected.toLocaleString('en-US')}: ${countsAgree ? 'identical' : 'MISMATCH'}`);
 
   if (!torch.ok) console.log(`note: no PyTorch figures: ${torch.reason}`);
-  const worst = Math.max(...[rows[0].ours_spread_pct, rows[0].torch_spread_pct].filter(Number.isFinite));
-  if (worst > 25) {
-    console.log(`note: rounds differ by up to ${worst.toFixed(0)}%: the machine was busy; ` +
-      'rerun with more --rounds before quoting the ratio');
-  }
+  noteBusyRounds('', [rows[0].ours_spread_pct, rows[0].torch_spread_pct]);
   if (torchErrors.length) console.log(`note: PyTorch failed in ${torchErrors.length} round(s)`);
 
   if (opts.json) {
     const report = {
-      suite: 'lstm',
-      date: started.toISOString(),
-      command: `node bench/lstm.js ${process.argv.slice(2).join(' ')}`.trim(),
-      options: { ...opts, json: undefined, markdown: undefined },
-      machine,
-      torchNote: torch.ok ? undefined : torch.reason,
+      ...reportHead('lstm', started, opts, machine, torch),
       parameters: { ours: oursCount, torch: torchCounts, expected, identical: countsAgree },
       results: rows,
       ours_rounds: ours.map((r) => ({
@@ -345,8 +293,7 @@ async function main() {
       torch_rounds: peer,
       torch_errors: torchErrors,
     };
-    writeFileSync(opts.json, `${JSON.stringify(report, null, 2)}\n`);
-    console.log(`wrote ${opts.json}`);
+    writeReport(opts.json, report);
   }
   if (!countsAgree) {
     console.error('bench/lstm.js: the two models differ in size, so their times are not comparable');
@@ -355,10 +302,4 @@ async function main() {
   return 0;
 }
 
-main().then(
-  (code) => process.exit(code),
-  (err) => {
-    console.error(`bench/lstm.js: ${err.stack ?? err}`);
-    process.exit(1);
-  },
-);
+runMain('bench/lstm.js', main);

@@ -22,7 +22,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { PYTHON, ROOT, fmt, formatTable, median, onShapedHosts } from './common.js';
-import { readMetrics } from '../lib/metrics.js';
+import { readMetrics } from '../lib/base/metrics.js';
 import { Model } from '../lib/index.js';
 import { parseBandwidth } from '../lib/cluster/cluster.js';
 import { HOST_DEVICE, missingCapabilities } from '../lib/cluster/netns.js';

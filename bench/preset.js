@@ -14,16 +14,16 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Model, writeSafetensors } from '../lib/index.js';
-import { DEFAULT_CONFIG, SYNTHETIC_PRESET } from '../lib/trainer.js';
-import { readMetrics } from '../lib/metrics.js';
+import { defaultFor } from '../lib/config/options.js';
+import { readMetrics } from '../lib/base/metrics.js';
 import { BENCH_DIR, PYTHON, ROOT, fmt, formatTable, peerEnv } from './common.js';
 
 const { values: o } = parseArgs({
   options: {
     // The synthetic preset's recipe unless given.
-    epochs: { type: 'string', default: String(SYNTHETIC_PRESET.epochs) },
-    lr: { type: 'string', default: String(SYNTHETIC_PRESET.lr) },
-    'warmup-epochs': { type: 'string', default: String(SYNTHETIC_PRESET.warmupEpochs ?? DEFAULT_CONFIG.warmupEpochs) },
+    epochs: { type: 'string', default: String(defaultFor('epochs', 'synthetic')) },
+    lr: { type: 'string', default: String(defaultFor('lr', 'synthetic')) },
+    'warmup-epochs': { type: 'string', default: String(defaultFor('warmupEpochs', 'synthetic')) },
     compressor: { type: 'string', default: 'none' },
     rank: { type: 'string', default: '2' },
     seed: { type: 'string', default: '42' },
@@ -62,7 +62,7 @@ try {
   const peer = path.join(BENCH_DIR, 'peers', 'torch_train.py');
   const outputs = await Promise.all(
     Array.from({ length: W }, (_, rank) =>
-      run(PYTHON, [peer, '--rank', String(rank), '--world', String(W), '--master', `127.0.0.1:${port}`, '--data', data, '--batch', String(SYNTHETIC_PRESET.batchSize), '--state', init,
+      run(PYTHON, [peer, '--rank', String(rank), '--world', String(W), '--master', `127.0.0.1:${port}`, '--data', data, '--batch', String(defaultFor('batchSize', 'synthetic')), '--state', init,
         ...recipe, ...(o.compressor === 'powersgd' ? ['--powersgd-rank', o.rank] : [])], peerEnv(1)),
     ),
   );
@@ -75,7 +75,7 @@ try {
     ddpLoss: fmt(ddp[i]?.testLoss, 2),
     ddpAcc: fmt(100 * (ddp[i]?.testAccuracy ?? NaN), 1),
   }));
-  console.log(`resnet18 on the synthetic set, ${W} worker${W > 1 ? 's' : ''} × batch ${SYNTHETIC_PRESET.batchSize}, lr ${o.lr}, warm-up ${o['warmup-epochs']} epochs, ${o.compressor === 'powersgd' ? `PowerSGD rank ${o.rank}` : 'dense'}, seed ${o.seed}`);
+  console.log(`resnet18 on the synthetic set, ${W} worker${W > 1 ? 's' : ''} × batch ${defaultFor('batchSize', 'synthetic')}, lr ${o.lr}, warm-up ${o['warmup-epochs']} epochs, ${o.compressor === 'powersgd' ? `PowerSGD rank ${o.rank}` : 'dense'}, seed ${o.seed}`);
   console.log(
     formatTable(
       [

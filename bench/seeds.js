@@ -10,7 +10,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { readMetrics } from '../lib/metrics.js';
+import { readMetrics } from '../lib/base/metrics.js';
 import { fmt, formatTable } from './common.js';
 
 const { values: o } = parseArgs({

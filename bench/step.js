@@ -5,10 +5,10 @@
 //
 //   node bench/step.js [--models resnet18,vgg19bn] [--batch 32] [--threads N] [--steps 10]
 //                      [--warmup 3] [--rounds 2] [--device cpu|cuda] [--torch-channels-last] [--json out.json]
-import { writeFileSync } from 'node:fs';
-import { parseArgs } from 'node:util';
+import { Mulberry32 } from '../lib/base/random.js';
 import {
-  defaultThreads, exitUnlessDevice, fastest, fmt, formatTable, machineInfo, median, pct, positiveInt, probeTorch, round3, runTorchStep, spread,
+  defaultThreads, exitUnlessDevice, fastest, fmt, formatTable, loadEngine, machineInfo, median, pct, positiveInt, probeTorch, round3, runMain,
+  noteBusyRounds, reportHead, runTorchStep, spread, suiteOptions, timeSteps, writeReport,
 } from './common.js';
 
 const USAGE = `usage: node bench/step.js [options]
@@ -24,28 +24,19 @@ const USAGE = `usage: node bench/step.js [options]
   --json FILE            also write every timing and the machine facts to FILE
   --markdown             print the result table as Markdown (for BENCHMARKS.md)`;
 
-function options(argv) {
-  const { values } = parseArgs({
-    args: argv,
-    options: {
-      models: { type: 'string', default: 'resnet18,vgg19bn' },
-      batch: { type: 'string', default: '32' },
-      threads: { type: 'string' },
-      steps: { type: 'string', default: '10' },
-      warmup: { type: 'string', default: '3' },
-      rounds: { type: 'string', default: '2' },
-      classes: { type: 'string', default: '10' },
-      device: { type: 'string', default: 'cpu' },
-      'torch-channels-last': { type: 'boolean', default: false },
-      json: { type: 'string' },
-      markdown: { type: 'boolean', default: false },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  });
-  if (values.help) {
-    console.log(USAGE);
-    process.exit(0);
-  }
+const OPTIONS = {
+  models: { type: 'string', default: 'resnet18,vgg19bn' },
+  batch: { type: 'string', default: '32' },
+  threads: { type: 'string' },
+  steps: { type: 'string', default: '10' },
+  warmup: { type: 'string', default: '3' },
+  rounds: { type: 'string', default: '2' },
+  classes: { type: 'string', default: '10' },
+  device: { type: 'string', default: 'cpu' },
+  'torch-channels-last': { type: 'boolean', default: false },
+};
+
+function options(values) {
   return {
     models: values.models.split(',').map((s) => s.trim()).filter(Boolean),
     batch: positiveInt('--batch', values.batch),
@@ -63,17 +54,11 @@ function options(argv) {
 
 // A fixed seed keeps the input identical between rounds and runs, so differences are the machine's.
 function randomDataset(count, classes, seed) {
-  let s = seed >>> 0 || 1;
-  const next = () => {
-    s ^= s << 13; s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5; s >>>= 0;
-    return s;
-  };
+  const words = new Mulberry32(seed);
   const images = new Uint8Array(count * 3 * 32 * 32);
-  for (let i = 0; i < images.length; i++) images[i] = next() & 0xff;
+  for (let i = 0; i < images.length; i++) images[i] = words.u32() & 0xff;
   const labels = new Int32Array(count);
-  for (let i = 0; i < count; i++) labels[i] = next() % classes;
+  for (let i = 0; i < count; i++) labels[i] = words.u32() % classes;
   return { images, labels };
 }
 
@@ -90,15 +75,12 @@ async function timeOurs(lib, opts, architecture, data) {
       mean: [0.4914, 0.4822, 0.4465], std: [0.2470, 0.2435, 0.2616], device: opts.device,
     });
     batcher.startEpoch(0);
-    const times = [];
-    let last;
-    for (let i = 0; i < opts.warmup + opts.steps; i++) {
-      const t0 = performance.now();
-      last = await model.native.trainStep(batcher);
-      const ms = performance.now() - t0;
-      if (last === null) throw new Error(`the batcher ran out after ${i} batches`);
-      if (i >= opts.warmup) times.push(ms);
-    }
+    const { ms: times, results } = await timeSteps(opts.warmup, opts.steps, async (i) => {
+      const result = await model.native.trainStep(batcher);
+      if (result === null) throw new Error(`the batcher ran out after ${i} batches`);
+      return result;
+    });
+    const last = results.at(-1);
     if (!Number.isFinite(last.loss)) console.warn(`  warning: ${architecture} loss is ${last.loss}`);
     // A step returns once its loss is read; its update runs on while the next step is prepared, so
     // each timed step also pays for the update before it.
@@ -112,26 +94,11 @@ async function timeOurs(lib, opts, architecture, data) {
 
 async function main() {
   const started = new Date();
-  let opts;
-  try {
-    opts = options(process.argv.slice(2));
-  } catch (err) {
-    console.error(`bench/step.js: ${err.message}\n${USAGE}`);
-    process.exit(2);
-  }
+  const opts = suiteOptions('bench/step.js', USAGE, OPTIONS, options);
   // OpenMP sizes its pool from the environment when the addon loads, hence the late import;
   // the child PyTorch process inherits the same value.
   process.env.OMP_NUM_THREADS = String(opts.threads);
-  let lib;
-  try {
-    const index = await import('../lib/index.js');
-    const { binding } = await import('../lib/native.js');
-    lib = { ...index, binding };
-  } catch (err) {
-    console.error(`bench/step.js: cannot load the engine (${err.message.split('\n')[0]}).\n` +
-      'Build it first: npm run build (or npx tsc -p tsconfig.json if the addon is already built).');
-    process.exit(1);
-  }
+  const lib = { ...(await loadEngine('bench/step.js')), binding: (await import('../lib/native/binding.js')).binding };
   const unknown = opts.models.filter((m) => !lib.ARCHITECTURES.includes(m));
   if (unknown.length) {
     console.error(`bench/step.js: unknown model(s) ${unknown.join(', ')} (choose from ${lib.ARCHITECTURES.join(', ')})`);
@@ -219,25 +186,14 @@ async function main() {
   console.log('(best-round ratio: fastest round of ours / fastest round of PyTorch; ' +
     'round spread: (max - min) / median of the rounds\' medians)');
   if (!torch.ok) console.log(`note: no PyTorch figures: ${torch.reason}`);
-  for (const r of rows) {
-    const worst = Math.max(...[r.ours_spread_pct, r.torch_spread_pct].filter(Number.isFinite));
-    if (worst > 25) {
-      console.log(`note: ${r.model} rounds differ by up to ${worst.toFixed(0)}%: the machine was busy; ` +
-        'rerun with more --rounds before quoting the ratio');
-    }
-  }
+  for (const r of rows) noteBusyRounds(`${r.model} `, [r.ours_spread_pct, r.torch_spread_pct]);
   for (const model of opts.models) {
     if (runs[model].torchErrors.length) console.log(`note: PyTorch ${model} failed in ${runs[model].torchErrors.length} round(s)`);
   }
 
   if (opts.json) {
     const report = {
-      suite: 'step',
-      date: started.toISOString(),
-      command: `node bench/step.js ${process.argv.slice(2).join(' ')}`.trim(),
-      options: { ...opts, json: undefined, markdown: undefined },
-      machine,
-      torchNote: torch.ok ? undefined : torch.reason,
+      ...reportHead('step', started, opts, machine, torch),
       results: rows.map((r) => ({
         ...r,
         ours_rounds: runs[r.model].ours.map((x) => ({ ...x, step_ms_all: x.step_ms_all.map(round3) })),
@@ -245,15 +201,8 @@ async function main() {
         torch_errors: runs[r.model].torchErrors,
       })),
     };
-    writeFileSync(opts.json, `${JSON.stringify(report, null, 2)}\n`);
-    console.log(`wrote ${opts.json}`);
+    writeReport(opts.json, report);
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (err) => {
-    console.error(`bench/step.js: ${err.stack ?? err}`);
-    process.exit(1);
-  },
-);
+runMain('bench/step.js', main);

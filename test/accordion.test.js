@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { endOfEpoch, initialState, isCritical, normChangeRatio, wholeModelNorm } from '../lib/accordion.js';
+import { endOfEpoch, initialState, isCritical, normChangeRatio, wholeModelNorm } from '../lib/train/accordion.js';
 
 const rule = { eta: 0.5, interval: 10 };
 
@@ -11,7 +11,7 @@ function regimeAfter(old, curr) {
   return endOfEpoch(state, { epoch: 10, norms: [curr], lrCurrent: 0.1, lrNext: 0.1 }, rule).state.regimes[0];
 }
 
-describe('Accordion rule (ALGORITHMS.md 5.5)', function () {
+describe('Accordion rule (docs/algorithms.md §4.2–§4.4)', function () {
   const cases = [
     [10, 5, 'critical', 'ratio 0.5: the boundary is critical'],
     [10, 5.1, 'stable', 'ratio 0.49'],

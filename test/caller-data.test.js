@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 
 import { Model, Batcher } from '../lib/index.js';
-import { writeSafetensors } from '../lib/safetensors.js';
+import { writeSafetensors } from '../lib/engine/safetensors.js';
 import { assertGradientsClose } from './helpers/gradcheck.js';
 import { tinyImageSet } from './helpers/images.js';
 

@@ -10,10 +10,10 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { loadCheckpoint } from '../lib/index.js';
-import { readMetrics } from '../lib/metrics.js';
+import { readMetrics } from '../lib/base/metrics.js';
 import * as netns from '../lib/cluster/netns.js';
 import { broadcastWireBytes, compareWire, parseSubnet, predictedWireBytes, readNetworkLog, topkExchange } from '../lib/cluster/cluster.js';
-import { exitWithin, waitFor } from './helpers/processes.js';
+import { exitWithin, startNode, waitFor } from './helpers/processes.js';
 
 const CLI = fileURLToPath(new URL('../lib/cli.js', import.meta.url));
 
@@ -22,26 +22,15 @@ const CLI = fileURLToPath(new URL('../lib/cli.js', import.meta.url));
 
 const live = new Set();
 
-/** Starts the CLI in its own process group; stderr lines are kept with the time they arrived. */
+/** Starts the CLI in its own process group (startNode); its stderr lines are also kept, in `lines`, with the time they arrived. */
 function start(args, env = {}) {
-  const started = Date.now();
-  const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, OMP_NUM_THREADS: '1', ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-  const entry = { child, stdout: '', stderr: '', lines: [], done: false, pending: '' };
-  live.add(entry);
-  child.stdout.setEncoding('utf8').on('data', (s) => (entry.stdout += s));
-  child.stderr.setEncoding('utf8').on('data', (s) => {
-    entry.stderr += s;
-    const parts = (entry.pending + s).split('\n');
-    entry.pending = parts.pop();
+  const entry = startNode(live, [CLI, ...args], env, { detached: true });
+  entry.lines = [];
+  let pending = '';
+  entry.child.stderr.on('data', (s) => {
+    const parts = (pending + s).split('\n');
+    pending = parts.pop();
     for (const text of parts) entry.lines.push({ at: Date.now(), text });
-  });
-  entry.exited = new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code, signal) => {
-      entry.done = true;
-      live.delete(entry);
-      resolve({ code, signal, stdout: entry.stdout, stderr: entry.stderr, ms: Date.now() - started });
-    });
   });
   return entry;
 }

@@ -1,5 +1,5 @@
 // Gradient compression (PowerSGD, TopK, dense) through ReducerProbe (accordion-engine/testing), checked against the
-// oracles of ../shared/ALGORITHMS.md sections 2.1, 3, 4.3 and 5, on the CPU and on a GPU (pending
+// oracles of docs/oracles.md §2 (formulas: docs/algorithms.md §3), on the CPU and on a GPU (pending
 // without one). Reference arithmetic here is float64; the engine computes in float32, hence the
 // tolerances.
 import { expect } from 'chai';
@@ -8,30 +8,15 @@ import { fileURLToPath } from 'node:url';
 import { Model } from '../lib/index.js';
 import { ReducerProbe } from '../lib/testing.js';
 import { DEVICES, requireDevice } from './helpers/devices.js';
+import { makeRng } from './helpers/gradcheck.js';
+import { thrownBy } from './helpers/throws.js';
 
 const testingUrl = new URL('../lib/testing.js', import.meta.url).href;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-// Seeded generator so that failures reproduce; mulberry32 + Box-Muller.
-function makeRng(seed) {
-  let a = seed >>> 0;
-  const uniform = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const normal = () => {
-    let u = uniform();
-    while (u === 0) u = uniform();
-    return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * uniform());
-  };
-  return { uniform, normal };
-}
-
+/** `n` standard normal floats from a seeded stream (makeRng), so that failures reproduce. */
 function randn(rng, n) {
   return Float32Array.from({ length: n }, () => rng.normal());
 }
@@ -165,12 +150,7 @@ function step1(p, g) {
 }
 
 function expectThrowsCode(fn, code, messagePart) {
-  let caught;
-  try {
-    fn();
-  } catch (err) {
-    caught = err;
-  }
+  const caught = thrownBy(fn);
   expect(caught, 'expected a throw').to.be.instanceOf(Error);
   expect(caught.code, caught.message).to.equal(code);
   if (messagePart) expect(caught.message).to.include(messagePart);
@@ -189,7 +169,7 @@ for (const target of DEVICES) {
       device = 'cpu';
     });
 
-    describe('PowerSGD orthogonalisation (5.1)', function () {
+    describe('PowerSGD orthogonalisation (docs/oracles.md §2.1)', function () {
       it('turns A = [[3,1],[4,1],[0,1]] into the documented P̂ (M = A, Q = I₂)', function () {
         // P = M·Q = A. P̂ is not returned directly; with one worker it is recovered exactly from out and Q'.
         const p = probe([[3, 2]], { compressor: 'powersgd', level: 2, minCompressionRate: 0 });
@@ -245,7 +225,7 @@ for (const target of DEVICES) {
       });
     });
 
-    describe('PowerSGD compression (5.2)', function () {
+    describe('PowerSGD compression (docs/oracles.md §2.2)', function () {
       const M = [[1, 2], [3, 4], [5, 6]];
 
       it('reconstructs M exactly when the rank reaches min(n, m), clipping larger ranks', function () {
@@ -414,7 +394,7 @@ for (const target of DEVICES) {
       });
     });
 
-    describe('error feedback (5.3)', function () {
+    describe('error feedback (docs/oracles.md §2.3)', function () {
       it('TopK s = 1 on g = [1, 0.5, 0.25, −0.75]: indices 0,3,0,1,3,0,2,3 and e₈ = [2, 2, 0.25, 0]', function () {
         const p = probe([[1, 4]], { compressor: 'topk', level: 0.25 });
         const g = f32([1, 0.5, 0.25, -0.75]);
@@ -464,7 +444,7 @@ for (const target of DEVICES) {
       });
     });
 
-    describe('TopK (5.4)', function () {
+    describe('TopK (docs/oracles.md §2.4)', function () {
       it('keeps the two largest |x| of [0.1, −3, 2, −0.5, 4] and remembers the rest', function () {
         const p = probe([[1, 5]], { compressor: 'topk', level: 0.4 });
         const r = p.step([[f32([0.1, -3, 2, -0.5, 4])]]);
@@ -506,10 +486,10 @@ for (const target of DEVICES) {
         // A random permutation of distinct magnitudes with random signs, so that no two |x| tie.
         const order = Array.from({ length: n }, (_, i) => i);
         for (let i = n - 1; i > 0; i--) {
-          const j = Math.floor(rng.uniform() * (i + 1));
+          const j = rng.int(i + 1);
           [order[i], order[j]] = [order[j], order[i]];
         }
-        return Float32Array.from(order, (o) => magnitude(o) * (rng.uniform() < 0.5 ? -1 : 1));
+        return Float32Array.from(order, (o) => magnitude(o) * (rng.next() < 0.5 ? -1 : 1));
       }
 
       it('keeps exactly s = max(1, ⌊K·numel⌋) entries of largest |a| on 1,000 and 100,000 elements', function () {
@@ -572,7 +552,7 @@ for (const target of DEVICES) {
       });
     });
 
-    describe('floats accounting (1.6, 5.6)', function () {
+    describe('floats accounting (docs/accounting.md §1, §2)', function () {
       let shapes;
       before(async function () {
         const model = await Model.create({ architecture: 'resnet18' });
@@ -653,7 +633,7 @@ for (const target of DEVICES) {
       });
     });
 
-    describe('levels (1.3, 5.5)', function () {
+    describe('levels (docs/algorithms.md §4.6)', function () {
       it('rejects invalid levels with ERR_INVALID_ARGUMENT, and levels of 1-D parameters', function () {
         const p = probe([[4, 3], [4]], { compressor: 'powersgd', level: 1 });
         for (const bad of [-1, 1.5, NaN, Infinity]) expectThrowsCode(() => p.setLevel(0, bad), 'ERR_INVALID_ARGUMENT');
@@ -779,7 +759,7 @@ for (const target of DEVICES) {
       });
     });
 
-    describe('gradient norms for Accordion (1.1, 5.5)', function () {
+    describe('gradient norms for Accordion (docs/algorithms.md §4.1)', function () {
       it('accumulates the norm of the summed raw local gradients, and restarts on reading', function () {
         const shapes = [[5, 4], [4]];
         const W = 2;

@@ -13,7 +13,7 @@ import { ReducerProbe } from '../lib/testing.js';
 import { Model, Trainer, loadCheckpoint } from '../lib/index.js';
 import { decode, gradientFor, numel } from './helpers/reducer-worker.js';
 import { train } from './helpers/train-worker.js';
-import { exitWithin, startNode, waitFor } from './helpers/processes.js';
+import { exitWithin, processesWithEnv, startNode, waitFor } from './helpers/processes.js';
 
 const REDUCER_WORKER = fileURLToPath(new URL('./helpers/reducer-worker.js', import.meta.url));
 const TRAIN_WORKER = fileURLToPath(new URL('./helpers/train-worker.js', import.meta.url));
@@ -36,25 +36,10 @@ function newToken() {
 
 /** Processes whose environment carries `token`, as { pid, ppid, rank } (rank undefined for the launcher). */
 function jobProcesses(token) {
-  const found = [];
-  for (const name of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    let environ;
-    let stat;
-    try {
-      environ = fs.readFileSync(`/proc/${name}/environ`, 'utf8').split('\0');
-      stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8');
-    } catch {
-      continue; // gone meanwhile, or not ours
-    }
-    if (!environ.includes(`ACCORDION_JOB_TOKEN=${token}`)) continue;
-    // The command name in field 2 may contain spaces; the fields after its closing parenthesis do not.
-    const after = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (after[0] === 'Z') continue; // exited, only waiting for its parent to reap it
+  return processesWithEnv('ACCORDION_JOB_TOKEN', token).map(({ pid, ppid, state, environ }) => {
     const rank = environ.find((e) => e.startsWith('RANK='));
-    found.push({ pid: Number(name), ppid: Number(after[1]), state: after[0], rank: rank ? Number(rank.slice(5)) : undefined });
-  }
-  return found;
+    return { pid, ppid, state, rank: rank ? Number(rank.slice(5)) : undefined };
+  });
 }
 
 /** A Node process of a test (see startNode), killed by afterEach if still running. */
@@ -194,7 +179,7 @@ describe('data parallel: gradient exchange between worker processes', function (
 });
 
 describe('data parallel: floats accounting against what the collectives carried', function () {
-  // The paper's figure (ALGORITHMS.md 1.6, per worker per step): dense numel, PowerSGD (n + m)·r,
+  // The paper's figure (docs/accounting.md §1, per worker per step): dense numel, PowerSGD (n + m)·r,
   // TopK 2·s·W. Besides it, each step's agreement that every gradient is finite is an all-reduce of
   // W floats, reported as overheadFloats. The group counts what its collectives carried where they
   // run (an all-gather counts its gathered result), so the two must add up exactly.
@@ -279,7 +264,7 @@ describe('data parallel: floats accounting against what the collectives carried'
         if (c.name.includes('mixed')) expect(new Set(got.levels.filter((l) => l > 0)).size, `${c.name}: levels in use`).to.be.at.least(2);
         got.steps.forEach((step, s) => {
           const what = `${label} ${c.name} step ${s + 1}`;
-          expect(step.floatsSent, `${what}: floats sent (1.6)`).to.equal(want.floats);
+          expect(step.floatsSent, `${what}: floats sent (docs/accounting.md §1)`).to.equal(want.floats);
           // The finite agreement (W floats) and rank 0's running statistics, broadcast before the step.
           expect(step.overheadFloats, `${what}: overhead`).to.equal(W + got.bufferFloats);
           expect(step.broadcastFloats, `${what}: of it, broadcast`).to.equal(got.bufferFloats);

@@ -5,7 +5,8 @@ import path from 'node:path';
 
 import { readCifar } from '../lib/data/cifar.js';
 import { writeSyntheticCifar10, ensureSyntheticCifar10 } from '../lib/data/synthetic.js';
-import { DataError, UsageError, AccordionError } from '../lib/errors.js';
+import { DataError, UsageError } from '../lib/base/errors.js';
+import { engineError } from './helpers/throws.js';
 
 const IMG = 3072;
 
@@ -41,17 +42,7 @@ function cifar100File(records) {
 
 /** Runs fn, asserts it throws a DataError, and returns the error for message checks. */
 function dataError(fn) {
-  let caught;
-  try {
-    fn();
-  } catch (err) {
-    caught = err;
-  }
-  expect(caught, 'expected a DataError to be thrown').to.be.instanceOf(DataError);
-  expect(caught).to.be.instanceOf(AccordionError);
-  expect(caught.code).to.equal('ERR_DATA');
-  expect(caught.name).to.equal('DataError');
-  return caught;
+  return engineError(fn, DataError, 'ERR_DATA');
 }
 
 describe('CIFAR readers', () => {

@@ -14,7 +14,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { Batcher, Model, Trainer, loadCheckpoint, loadImageDataset, readSafetensors, writeSafetensors } from '../lib/index.js';
-import { ProcessGroup } from '../lib/cluster/group.js';
+import { ProcessGroup } from '../lib/comm/group.js';
 import { distance, makeRng, norm, randomUniform, relativeNorm as relative } from './helpers/gradcheck.js';
 import { tinyImageSet } from './helpers/images.js';
 import { PYTHON, bytesOf as bytes, float32Of as f32, float64Of as f64, requireTorch } from './helpers/outside.js';

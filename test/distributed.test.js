@@ -5,7 +5,7 @@ import * as net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { freePort } from './helpers/ports.js';
-import { RendezvousError, StoreClient, StoreServer } from '../lib/cluster/store.js';
+import { RendezvousError, StoreClient, StoreServer } from '../lib/comm/store.js';
 import { dataFor } from './helpers/collective-worker.js';
 
 const WORKER = fileURLToPath(new URL('./helpers/collective-worker.js', import.meta.url));

@@ -10,10 +10,10 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Batcher, Model, Trainer, loadCheckpoint, loadImageDataset, parseDevice, writeSyntheticCifar10 } from '../lib/index.js';
-import { binding } from '../lib/native.js';
+import { binding } from '../lib/native/binding.js';
 import { ReducerProbe } from '../lib/testing.js';
-import { workerDevice } from '../lib/device.js';
-import { UsageError } from '../lib/errors.js';
+import { workerDevice } from '../lib/native/device.js';
+import { UsageError } from '../lib/base/errors.js';
 import { freePort } from './helpers/ports.js';
 import { gpuUnavailable, requireDevice } from './helpers/devices.js';
 

@@ -11,9 +11,9 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { freePort } from './helpers/ports.js';
-import { detectLauncher, firstSlurmHost } from '../lib/cluster/environment.js';
+import { detectLauncher, firstSlurmHost } from '../lib/comm/environment.js';
 import { loadCheckpoint } from '../lib/index.js';
-import { exitWithin, waitFor } from './helpers/processes.js';
+import { exitWithin, processesWithEnv, waitFor } from './helpers/processes.js';
 
 const CLI = fileURLToPath(new URL('../lib/cli.js', import.meta.url));
 
@@ -188,22 +188,7 @@ const live = new Set();
 
 /** Processes (not zombies) whose environment holds `name`=`value`, as { pid, ppid }. */
 function markedProcesses(name, value) {
-  const found = [];
-  for (const entry of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    let environ;
-    let stat;
-    try {
-      environ = fs.readFileSync(`/proc/${entry}/environ`, 'utf8').split('\0');
-      stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
-    } catch {
-      continue; // gone meanwhile
-    }
-    if (!environ.includes(`${name}=${value}`)) continue;
-    const after = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (after[0] !== 'Z') found.push({ pid: Number(entry), ppid: Number(after[1]) });
-  }
-  return found;
+  return processesWithEnv(name, value).map(({ pid, ppid }) => ({ pid, ppid }));
 }
 
 /** The test's environment without any launcher's variables, plus the marker. */

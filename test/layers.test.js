@@ -1,7 +1,7 @@
 import { expect, assert } from 'chai';
 import os from 'node:os';
 
-import { binding } from '../lib/native.js';
+import { binding } from '../lib/native/binding.js';
 import { LayerProbe, crossEntropy } from '../lib/testing.js';
 import {
   makeRng,

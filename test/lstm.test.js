@@ -10,7 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { Model, Trainer } from '../lib/index.js';
-import { DataError } from '../lib/errors.js';
+import { DataError } from '../lib/base/errors.js';
 import { readWikiText, splitTextIntoWikiText, unigramPerplexity } from '../lib/data/wikitext.js';
 import { assertGradientsClose, compareGradients, makeRng } from './helpers/gradcheck.js';
 import { readShakespeare } from './helpers/outside.js';

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { Model, Batcher } from '../lib/index.js';
 import { tinyImageSet } from './helpers/images.js';
 
-// Parameter counts from ALGORITHMS.md section 0 (paper Tables 8-10).
+// Parameter counts from docs/algorithms.md §1.4 (the Accordion paper's Tables 8-10).
 const COUNTS = [
   ['resnet18', 10, 11_173_962],
   ['resnet18', 100, 11_220_132],

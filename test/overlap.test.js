@@ -8,7 +8,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { ReducerProbe } from '../lib/testing.js';
-import { readSafetensors } from '../lib/safetensors.js';
+import { readSafetensors } from '../lib/engine/safetensors.js';
 import { makeRng, randomNormal } from './helpers/gradcheck.js';
 import { freePort } from './helpers/ports.js';
 import { exitWithin, startNode, waitFor } from './helpers/processes.js';

@@ -4,8 +4,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 
-import { writeSafetensors, readSafetensors, f32, tensorFrom } from '../lib/safetensors.js';
-import { CheckpointError, AccordionError } from '../lib/errors.js';
+import { writeSafetensors, readSafetensors, f32, tensorFrom } from '../lib/engine/safetensors.js';
+import { CheckpointError } from '../lib/base/errors.js';
+import { engineError } from './helpers/throws.js';
 
 function bytesOf(typed) {
   return new Uint8Array(typed.buffer, typed.byteOffset, typed.byteLength);
@@ -19,18 +20,9 @@ function craft(file, header, data = new Uint8Array(0), lengthField) {
   fs.writeFileSync(file, Buffer.concat([len, json, data]));
 }
 
+/** Runs fn, asserts it throws a CheckpointError, and returns the error for message checks. */
 function checkpointError(fn) {
-  let caught;
-  try {
-    fn();
-  } catch (err) {
-    caught = err;
-  }
-  expect(caught, 'expected a CheckpointError to be thrown').to.be.instanceOf(CheckpointError);
-  expect(caught).to.be.instanceOf(AccordionError);
-  expect(caught.code).to.equal('ERR_CHECKPOINT');
-  expect(caught.name).to.equal('CheckpointError');
-  return caught;
+  return engineError(fn, CheckpointError, 'ERR_CHECKPOINT');
 }
 
 /**
@@ -38,7 +30,7 @@ function checkpointError(fn) {
  * its stdout is { wrote: true } or the error's { name, code, message }.
  */
 function writeUnprivileged(file) {
-  const module = new URL('../lib/safetensors.js', import.meta.url).href;
+  const module = new URL('../lib/engine/safetensors.js', import.meta.url).href;
   const script = `import(${JSON.stringify(module)}).then((m) => {
     try {
       m.writeSafetensors(process.argv[1], [m.tensorFrom('y', [1], new Float32Array([9]))]);

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { learningRateForEpoch } from '../lib/index.js';
 
 describe('learning-rate schedule', function () {
-  // ALGORITHMS.md 5.6: CIFAR, W = 4, base 0.1, warm-up 5, milestones 150 and 250.
+  // docs/algorithms.md §2.2: CIFAR, W = 4, base 0.1, warm-up 5, milestones 150 and 250.
   const cifar = { base: 0.1, workers: 4, warmupEpochs: 5, milestones: [150, 250], decay: 0.1 };
   const expected = [
     [0, 0.1], [1, 0.1], [2, 0.16], [3, 0.22], [4, 0.28], [5, 0.34], [6, 0.4], [100, 0.4], [151, 0.4],

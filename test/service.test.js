@@ -6,8 +6,8 @@ import * as path from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { Trainer, buildInfo, loadCheckpoint, readMetrics, readSafetensors, setThreads, writeSafetensors } from '../lib/index.js';
-import { writeFileAtomicAsync } from '../lib/files.js';
-import { formatCount } from '../lib/progress.js';
+import { writeFileAtomicAsync } from '../lib/base/files.js';
+import { formatCount } from '../lib/train/progress.js';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
 const CLI = path.join(ROOT, 'lib', 'cli.js');

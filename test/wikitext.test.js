@@ -14,9 +14,10 @@ import {
   splitTextIntoWikiText,
   unigramPerplexity,
 } from '../lib/data/wikitext.js';
-import { DataError, UsageError } from '../lib/errors.js';
-import { LanguageTask } from '../lib/tasks.js';
+import { DataError, UsageError } from '../lib/base/errors.js';
+import { LanguageTask } from '../lib/train/tasks.js';
 import { readShakespeare } from './helpers/outside.js';
+import { thrownBy } from './helpers/throws.js';
 
 const made = [];
 function tmpDir() {
@@ -37,12 +38,7 @@ function corpus(files) {
 }
 
 function expectDataError(fn, ...fragments) {
-  let caught;
-  try {
-    fn();
-  } catch (err) {
-    caught = err;
-  }
+  const caught = thrownBy(fn);
   expect(caught, 'expected a DataError').to.be.instanceOf(DataError);
   expect(caught.code).to.equal('ERR_DATA');
   for (const f of fragments) expect(caught.message).to.include(f);
@@ -50,12 +46,7 @@ function expectDataError(fn, ...fragments) {
 }
 
 function expectUsageError(fn, fragment) {
-  let caught;
-  try {
-    fn();
-  } catch (err) {
-    caught = err;
-  }
+  const caught = thrownBy(fn);
   expect(caught, 'expected a UsageError').to.be.instanceOf(UsageError);
   expect(caught.code).to.equal('ERR_USAGE');
   if (fragment) expect(caught.message).to.include(fragment);

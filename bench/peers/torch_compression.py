@@ -128,6 +128,17 @@ def input_sum(case, pool, qs):
     return total
 
 
+def powersgd_reset(state, q0s):
+    """The reset of PowerSGD's (gradient, memory, Q) entries: zero memories and every Q its first draw."""
+
+    def reset():
+        for (_, memory, q), q0 in zip(state, q0s):
+            memory.zero_()
+            q.copy_(q0)
+
+    return reset
+
+
 def prepare(case, pool, qs, device):
     """(reset, round): reset restores the first round's state (untimed), round is timed."""
     kind = case["kind"]
@@ -145,13 +156,7 @@ def prepare(case, pool, qs, device):
             q0 = torch.stack([e[1] for e in entries]).to(device)
             groups.append((g, torch.zeros_like(g), q0.clone()))
             q0s.append(q0)
-
-        def reset():
-            for (_, memory, q), q0 in zip(groups, q0s):
-                memory.zero_()
-                q.copy_(q0)
-
-        return reset, lambda: powersgd_round_batched(groups)
+        return powersgd_reset(groups, q0s), lambda: powersgd_round_batched(groups)
     if kind == "powersgd":
         state, q0s = [], []
         for i, (shape, g) in enumerate(zip(case["shapes"], slices(pool, case["shapes"]))):
@@ -163,13 +168,7 @@ def prepare(case, pool, qs, device):
             q0 = initial_q(qs, case["q"][i], m, r)
             state.append((g, torch.zeros_like(g), q0.clone()))
             q0s.append(q0)
-
-        def reset():
-            for (_, memory, q), q0 in zip(state, q0s):
-                memory.zero_()
-                q.copy_(q0)
-
-        return reset, lambda: powersgd_round(state)
+        return powersgd_reset(state, q0s), lambda: powersgd_round(state)
     if kind == "topk":
         state = []
         for g in slices(pool, case["shapes"]):

@@ -18,10 +18,11 @@ import json
 import os
 import statistics
 import sys
-import time
 
-if not os.environ.get('OMP_NUM_THREADS'):
-    sys.exit('torch_ddp.py: OMP_NUM_THREADS must be set (e.g. OMP_NUM_THREADS=1)')
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import timing  # noqa: E402
+
+timing.require_omp('torch_ddp.py', 1)
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -29,15 +30,12 @@ import torch.nn.functional as F  # noqa: E402
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description='Time PyTorch DDP steps of ResNet-18 on the CPU over Gloo.')
-    p.add_argument('--rank', type=int, required=True)
-    p.add_argument('--world', type=int, required=True)
-    p.add_argument('--master', required=True, help='address:port of rank 0')
+    timing.add_group_args(p)
     p.add_argument('--bucket-mb', type=float, default=25.0)
     p.add_argument('--hook', choices=['none', 'powersgd'], default='none')
     p.add_argument('--powersgd-rank', type=int, default=2)
@@ -49,9 +47,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
     torch.manual_seed(0)
-    dist.init_process_group('gloo', init_method=f'tcp://{args.master}', rank=args.rank, world_size=args.world)
+    timing.join_group(args)
     model = DistributedDataParallel(models.resnet18(10), bucket_cap_mb=args.bucket_mb, broadcast_buffers=True)
     if args.hook == 'powersgd':
         # Error feedback and warm start as the engine's PowerSGD; every matrix compressed (rate 0).
@@ -63,15 +60,14 @@ def main(argv=None):
     generator = torch.Generator().manual_seed(args.rank)
     images = torch.randn(args.batch, 3, 32, 32, generator=generator)
     labels = torch.randint(0, 10, (args.batch,), generator=generator)
-    seconds = []
-    for step in range(args.warmup + args.steps):
-        dist.barrier()  # every worker starts the step together, as the engine's steps do
-        start = time.perf_counter()
+
+    def step(_):
         optimizer.zero_grad(set_to_none=True)
         F.cross_entropy(model(images), labels).backward()
         optimizer.step()
-        if step >= args.warmup:
-            seconds.append(time.perf_counter() - start)
+
+    # Every worker starts each step together (the barrier, untimed), as the engine's steps do.
+    seconds, _ = timing.time_steps(step, args.warmup, args.steps, before=dist.barrier)
     if args.rank == 0:
         print(json.dumps({
             'peer': 'pytorch-ddp', 'torch': torch.__version__, 'hook': args.hook, 'bucketMb': args.bucket_mb,

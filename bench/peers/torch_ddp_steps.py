@@ -23,15 +23,16 @@ import argparse
 import os
 import sys
 
-if not os.environ.get('OMP_NUM_THREADS'):
-    sys.exit('torch_ddp_steps.py: OMP_NUM_THREADS must be set (e.g. OMP_NUM_THREADS=1)')
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import timing  # noqa: E402
+
+timing.require_omp('torch_ddp_steps.py', 1)
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 import safetensors_io  # noqa: E402
 from torch_gradients import Margins  # noqa: E402
@@ -39,9 +40,7 @@ from torch_gradients import Margins  # noqa: E402
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description='Train given steps under PyTorch DDP (Gloo) and save the state after each.')
-    p.add_argument('--rank', type=int, required=True)
-    p.add_argument('--world', type=int, required=True)
-    p.add_argument('--master', required=True, help='address:port of rank 0')
+    timing.add_group_args(p)
     p.add_argument('--model', choices=sorted(models.MODELS), default='resnet18')
     p.add_argument('--classes', type=int, default=10)
     p.add_argument('--state', required=True, help='safetensors state_dict every rank starts from')
@@ -57,8 +56,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
-    dist.init_process_group('gloo', init_method=f'tcp://{args.master}', rank=args.rank, world_size=args.world)
+    timing.join_group(args)
     dtype = getattr(torch, args.dtype)
     model = models.build(args.model, args.classes).to(dtype)
     model.load_state_dict(safetensors_io.load_state_dict(args.state))

@@ -27,11 +27,11 @@ import statistics
 import sys
 import time
 
-# OpenMP reads OMP_NUM_THREADS when torch is loaded, so it must be set before
-# the import: set_num_threads alone would leave the pool sized by the shell.
-_OMP = os.environ.get('OMP_NUM_THREADS')
-if not _OMP:
-    sys.exit('torch_lstm.py: OMP_NUM_THREADS must be set (e.g. OMP_NUM_THREADS=2)')
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import timing  # noqa: E402
+
+# Checked before torch loads (see timing.require_omp).
+_OMP = timing.require_omp('torch_lstm.py', 2)
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
@@ -73,8 +73,7 @@ def parse_args(argv=None):
     p.add_argument('--batch', type=int, default=20)
     p.add_argument('--clip', type=float, default=0.25)
     p.add_argument('--lr', type=float, default=2.5)
-    p.add_argument('--threads', type=int, default=None,
-                   help='torch.set_num_threads value (default: OMP_NUM_THREADS)')
+    timing.add_threads_arg(p)
     p.add_argument('--warmup', type=int, default=2)
     p.add_argument('--steps', type=int, default=5)
     p.add_argument('--forward-steps', type=int, default=None,
@@ -82,11 +81,7 @@ def parse_args(argv=None):
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
     args = p.parse_args(argv)
-    if args.threads is None:
-        try:
-            args.threads = int(_OMP)
-        except ValueError:
-            p.error(f'OMP_NUM_THREADS={_OMP!r} is not an integer; pass --threads')
+    timing.resolve_threads(p, args, _OMP)
     if args.forward_steps is None:
         args.forward_steps = args.steps
     if min(args.threads, args.batch, args.steps, args.bptt, args.hidden, args.layers) < 1 \
@@ -98,16 +93,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if _OMP != str(args.threads):
-        print(f'warning: OMP_NUM_THREADS={_OMP} but --threads={args.threads}; '
-              'the OpenMP pool and torch may disagree', file=sys.stderr)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
+    timing.set_threads(args.threads, _OMP, args.seed)
 
-    gpu = args.device == 'cuda'
-    if gpu:
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+    gpu = timing.on_gpu(args.device)
     model = RNNModel(args.vocab, args.hidden, args.layers, args.dropout).to(args.device)
     # parameters() yields the tied weight once, which is what the engine counts.
     params = list(model.parameters())
@@ -142,18 +130,8 @@ def main(argv=None):
         return loss
 
     model.train()
-    for i in range(args.warmup):
-        train_step(i)
-    if gpu:
-        torch.cuda.reset_peak_memory_stats()
-    times = []
-    for i in range(args.steps):
-        t0 = time.perf_counter()
-        loss = train_step(args.warmup + i)
-        times.append((time.perf_counter() - t0) * 1e3)
-    # A diverging run would mean the step is not doing what the engine does.
-    if not torch.isfinite(loss):
-        print(f'warning: non-finite loss {loss.item()}', file=sys.stderr)
+    seconds, loss = timing.time_steps(train_step, args.warmup, args.steps, gpu=gpu)
+    timing.warn_if_diverged(loss)
 
     forward_times = []
     model.eval()
@@ -179,9 +157,7 @@ def main(argv=None):
         'steps': args.steps,
         'parameters': param_count,
         'loss': round(loss.item(), 4),
-        'step_ms_median': round(statistics.median(times), 3),
-        'step_ms_min': round(min(times), 3),
-        'step_ms_all': [round(t, 3) for t in times],
+        **timing.step_figures(seconds),
         'forward_ms_median': round(statistics.median(forward_times), 3) if forward_times else None,
         'forward_ms_all': [round(t, 3) for t in forward_times],
         'mkldnn': torch.backends.mkldnn.is_available(),

@@ -15,21 +15,17 @@ synchronisation, and the peak of allocated GPU memory is reported.
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
-# OpenMP reads OMP_NUM_THREADS when torch is loaded, so this must be checked
-# before the import: set_num_threads alone would leave the OpenMP pool sized
-# from the environment/default and make results depend on the caller's shell.
-_OMP = os.environ.get('OMP_NUM_THREADS')
-if not _OMP:
-    sys.exit('torch_step.py: OMP_NUM_THREADS must be set (e.g. OMP_NUM_THREADS=2)')
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import timing  # noqa: E402
+
+# Checked before torch loads (see timing.require_omp).
+_OMP = timing.require_omp('torch_step.py', 2)
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 
 
@@ -37,8 +33,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description='Time a PyTorch CIFAR training step.')
     p.add_argument('--model', choices=sorted(models.MODELS), default='resnet18')
     p.add_argument('--batch', type=int, default=32)
-    p.add_argument('--threads', type=int, default=None,
-                   help='torch.set_num_threads value (default: OMP_NUM_THREADS)')
+    timing.add_threads_arg(p)
     p.add_argument('--warmup', type=int, default=3)
     p.add_argument('--steps', type=int, default=10)
     p.add_argument('--classes', type=int, default=10)
@@ -46,11 +41,7 @@ def parse_args(argv=None):
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
     args = p.parse_args(argv)
-    if args.threads is None:
-        try:
-            args.threads = int(_OMP)
-        except ValueError:
-            p.error(f'OMP_NUM_THREADS={_OMP!r} is not an integer; pass --threads')
+    timing.resolve_threads(p, args, _OMP)
     if args.threads < 1 or args.batch < 1 or args.steps < 1 or args.warmup < 0:
         p.error('--threads, --batch and --steps must be >= 1, --warmup >= 0')
     return args
@@ -58,17 +49,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if _OMP != str(args.threads):
-        print(f'warning: OMP_NUM_THREADS={_OMP} but --threads={args.threads}; '
-              'the OpenMP pool and torch may disagree', file=sys.stderr)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
+    timing.set_threads(args.threads, _OMP, args.seed)
 
-    gpu = args.device == 'cuda'
-    if gpu:
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cudnn.benchmark = True
+    gpu = timing.on_gpu(args.device, benchmark=True)
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     model = models.build(args.model, args.classes).to(device=args.device, memory_format=fmt)
     model.train()
@@ -79,7 +62,7 @@ def main(argv=None):
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9,
                           nesterov=True, weight_decay=1e-4)
 
-    def step():
+    def step(_):
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(x), y)
         loss.backward()
@@ -88,18 +71,8 @@ def main(argv=None):
             torch.cuda.synchronize()
         return loss
 
-    for _ in range(args.warmup):
-        step()
-    if gpu:
-        torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        loss = step()
-        times.append((time.perf_counter() - t0) * 1e3)
-    # A diverging run would mean the step is not doing what the engine does.
-    if not torch.isfinite(loss):
-        print(f'warning: non-finite loss {loss.item()}', file=sys.stderr)
+    seconds, loss = timing.time_steps(step, args.warmup, args.steps, gpu=gpu)
+    timing.warn_if_diverged(loss)
 
     print(json.dumps({
         'peer': 'pytorch',
@@ -111,9 +84,7 @@ def main(argv=None):
         'channels_last': args.channels_last,
         'warmup': args.warmup,
         'steps': args.steps,
-        'step_ms_median': round(statistics.median(times), 3),
-        'step_ms_min': round(min(times), 3),
-        'step_ms_all': [round(t, 3) for t in times],
+        **timing.step_figures(seconds),
         'mkldnn': torch.backends.mkldnn.is_available(),
         'device': torch.cuda.get_device_name() if gpu else 'cpu',
         'peak_memory_bytes': torch.cuda.max_memory_allocated() if gpu else None,

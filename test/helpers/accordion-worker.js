@@ -6,8 +6,8 @@
 //
 // The scripts are exported so that the test derives its expected timeline from the very same
 // inputs the workers feed to the trainer.
-import { pathToFileURL } from 'node:url';
 import { Trainer } from '../../lib/index.js';
+import { runAsWorker } from './worker.js';
 
 /**
  * Per-matrix norm patterns over epochs 0‥6 for a check every 2 epochs (η = 0.5). Only the values
@@ -133,9 +133,4 @@ async function main(spec) {
   process.stdout.write(JSON.stringify(result) + '\n');
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main(JSON.parse(process.argv[2])).catch((err) => {
-    process.stderr.write(`error: ${err.code ?? ''} ${err.stack ?? err.message}\n`);
-    process.exit(1);
-  });
-}
+runAsWorker(import.meta.url, main);

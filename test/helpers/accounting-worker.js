@@ -9,17 +9,13 @@
 // Spec: { timeoutMs, cases: [{ name, model: { architecture, classes, hidden?, layers?, compressor,
 //   level?, minCompressionRate?, bucketMb? }, levels?: number[] (per parameter, set before the first step),
 //   steps }] }.
-import { pathToFileURL } from 'node:url';
 import { Model, setThreads } from '../../lib/index.js';
-import { ProcessGroup, distributedEnv } from '../../lib/cluster/group.js';
-import { makeRng } from './gradcheck.js';
+import { mulberry32 } from '../../lib/base/random.js';
+import { printFromGroup, runAsWorker } from './worker.js';
 
-/** A deterministic stream in [0, 1) (mulberry32), the same on every rank for a given seed. */
-const stream = (seed) => makeRng(seed).next;
-
-/** The step's input on this rank: a token window for the language model, else a few images. */
+/** The step's input on this rank, from a seeded stream in [0, 1): a token window for the language model, else a few images. */
 function input(model, rank, step) {
-  const next = stream(1000 * rank + step + 1);
+  const next = mulberry32(1000 * rank + step + 1);
   if (model.architecture === 'lstm') {
     const steps = 6, batch = 3;
     const tokens = Int32Array.from({ length: steps * batch }, () => Math.floor(next() * model.classes));
@@ -65,9 +61,7 @@ async function runCase(c, group) {
 
 async function main(spec) {
   if (process.env.OMP_NUM_THREADS) setThreads(Number(process.env.OMP_NUM_THREADS));
-  const env = distributedEnv();
-  const group = await ProcessGroup.fromEnv(env, spec.timeoutMs ?? 60000);
-  try {
+  await printFromGroup(spec.timeoutMs ?? 60000, async (group, env) => {
     const cases = [];
     for (const c of spec.cases) cases.push(await runCase(c, group));
     // The JS-level collectives count by the same convention: an all-gather counts its whole result.
@@ -78,15 +72,8 @@ async function main(spec) {
     await group.broadcast(new Float32Array(7), 0);
     await group.barrier();
     const direct = difference(await group.native.collectiveCounts(), before);
-    process.stdout.write(JSON.stringify({ rank: env.rank, cases, direct }) + '\n');
-  } finally {
-    await group.dispose();
-  }
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main(JSON.parse(process.argv[2])).catch((err) => {
-    process.stderr.write(`error: ${err.code ?? ''} ${err.stack ?? err.message}\n`);
-    process.exit(1);
+    return { cases, direct };
   });
 }
+
+runAsWorker(import.meta.url, main);

@@ -5,7 +5,7 @@
 import { pathToFileURL } from 'node:url';
 import { AccordionError, Batcher, Model, setThreads } from 'accordion-engine';
 import { LayerProbe, ReducerProbe, crossEntropy, orthogonalize } from 'accordion-engine/testing';
-import { binding } from '../../lib/native.js';
+import { binding } from '../../lib/native/binding.js';
 
 const images = (count, labels = Array.from({ length: count }, (_, i) => i % 10)) => ({
   images: new Uint8Array(count * 3072),

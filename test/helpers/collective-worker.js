@@ -10,7 +10,7 @@
 // The output also has `times`: [entered, left] (Date.now()) per case.
 // Any failure prints `error: CODE message` on stderr, disposes the group and exits 1.
 import { pathToFileURL } from 'node:url';
-import { ProcessGroup, distributedEnv } from '../../lib/cluster/group.js';
+import { ProcessGroup, distributedEnv } from '../../lib/comm/group.js';
 
 /** Rank r's data for case c: values anyone can recompute. */
 export function dataFor(rank, length, salt) {

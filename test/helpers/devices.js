@@ -1,7 +1,7 @@
 // The devices of the device-parametrised suites: the CPU always; cuda:0 when it can train, else its
 // half of a suite is pending, unless ACCORDION_REQUIRE_GPU=1 (scripts/gpu-check.sh) makes a missing
 // GPU a failure.
-import { binding } from '../../lib/native.js';
+import { binding } from '../../lib/native/binding.js';
 
 export const DEVICES = ['cpu', 'cuda'];
 

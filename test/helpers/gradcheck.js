@@ -1,36 +1,19 @@
 // Finite-difference gradient checks for float32 layers, plus float64 reference implementations
 // used as forward oracles. Everything random here is seeded so a failure reproduces exactly.
 import { assert } from 'chai';
+import { mulberry32, normals } from '../../lib/base/random.js';
 
 // ---------------------------------------------------------------------------------------------
-// Seeded randomness (mulberry32): tests must not depend on Math.random.
+// Seeded randomness (the engine's mulberry32 and Box-Muller): tests must not depend on Math.random.
 
+/** One seeded stream: next() in [0, 1), uniform(lo, hi), int(n) in [0, n) and normal(), all drawing from it. */
 export function makeRng(seed) {
-  let s = seed >>> 0;
-  const next = () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  let spare = null;
+  const next = mulberry32(seed);
   return {
     next,
     uniform: (lo, hi) => lo + (hi - lo) * next(),
     int: (n) => Math.floor(next() * n),
-    normal() {
-      if (spare !== null) {
-        const v = spare;
-        spare = null;
-        return v;
-      }
-      // 1 − u keeps the log argument in (0, 1].
-      const r = Math.sqrt(-2 * Math.log(1 - next()));
-      const a = 2 * Math.PI * next();
-      spare = r * Math.sin(a);
-      return r * Math.cos(a);
-    },
+    normal: normals(next),
   };
 }
 
@@ -277,19 +260,23 @@ export function checkLayerGradients(probe, x, shape, opts = {}) {
 // Float64 references (PyTorch semantics, NCHW row-major). Independent of the engine: they only
 // read their Float32Array arguments.
 
-/** Returns { data, shape, magnitude } where magnitude[i] = Σ|terms| of output i (its conditioning). */
-export function conv2dRef(x, [n, c, h, w], weight, [o, ci, kh, kw], bias, stride, padding) {
-  assert.equal(ci, c, 'conv2dRef: channel mismatch');
-  const oh = Math.floor((h + 2 * padding - kh) / stride) + 1;
-  const ow = Math.floor((w + 2 * padding - kw) / stride) + 1;
-  const data = new Float64Array(n * o * oh * ow);
-  const magnitude = new Float64Array(data.length);
+/** Output size along one axis of a convolution or pooling window. */
+const outSize = (size, kernel, stride, padding) => Math.floor((size + 2 * padding - kernel) / stride) + 1;
+
+/**
+ * Walks a convolution's terms for the references below: for each output element (k its NCHW index,
+ * oc its channel) start(k, oc), then term(k, xi, wi) for each input element xi of its window inside
+ * the image and the weight element wi it meets.
+ */
+function convTerms([n, c, h, w], [o, , kh, kw], stride, padding, start, term) {
+  const oh = outSize(h, kh, stride, padding);
+  const ow = outSize(w, kw, stride, padding);
   for (let b = 0; b < n; b++)
     for (let oc = 0; oc < o; oc++)
       for (let y = 0; y < oh; y++)
         for (let xo = 0; xo < ow; xo++) {
-          let s = bias ? bias[oc] : 0;
-          let m = Math.abs(s);
+          const k = ((b * o + oc) * oh + y) * ow + xo;
+          start(k, oc);
           for (let ic = 0; ic < c; ic++)
             for (let i = 0; i < kh; i++) {
               const iy = y * stride - padding + i;
@@ -297,52 +284,55 @@ export function conv2dRef(x, [n, c, h, w], weight, [o, ci, kh, kw], bias, stride
               for (let j = 0; j < kw; j++) {
                 const ix = xo * stride - padding + j;
                 if (ix < 0 || ix >= w) continue;
-                const t = weight[((oc * c + ic) * kh + i) * kw + j] * x[((b * c + ic) * h + iy) * w + ix];
-                s += t;
-                m += Math.abs(t);
+                term(k, ((b * c + ic) * h + iy) * w + ix, ((oc * c + ic) * kh + i) * kw + j);
               }
             }
-          const k = ((b * o + oc) * oh + y) * ow + xo;
-          data[k] = s;
-          magnitude[k] = m;
         }
-  return { data, shape: [n, o, oh, ow], magnitude };
+}
+
+/** Returns { data, shape, magnitude } where magnitude[i] = Σ|terms| of output i (its conditioning). */
+export function conv2dRef(x, xShape, weight, wShape, bias, stride, padding) {
+  const [n, c, h, w] = xShape;
+  const [o, ci, kh, kw] = wShape;
+  assert.equal(ci, c, 'conv2dRef: channel mismatch');
+  const shape = [n, o, outSize(h, kh, stride, padding), outSize(w, kw, stride, padding)];
+  const data = new Float64Array(n * o * shape[2] * shape[3]);
+  const magnitude = new Float64Array(data.length);
+  const start = (k, oc) => {
+    data[k] = bias ? bias[oc] : 0;
+    magnitude[k] = Math.abs(data[k]);
+  };
+  const term = (k, xi, wi) => {
+    const t = weight[wi] * x[xi];
+    data[k] += t;
+    magnitude[k] += Math.abs(t);
+  };
+  convTerms(xShape, wShape, stride, padding, start, term);
+  return { data, shape, magnitude };
 }
 
 /** Gradients of conv2dRef's output against dy: { dx, dw, db } in PyTorch layouts. */
-export function conv2dBackwardRef(x, [n, c, h, w], weight, [o, , kh, kw], dy, stride, padding) {
-  const oh = Math.floor((h + 2 * padding - kh) / stride) + 1;
-  const ow = Math.floor((w + 2 * padding - kw) / stride) + 1;
+export function conv2dBackwardRef(x, xShape, weight, wShape, dy, stride, padding) {
   const dx = new Float64Array(x.length);
   const dw = new Float64Array(weight.length);
-  const db = new Float64Array(o);
-  for (let b = 0; b < n; b++)
-    for (let oc = 0; oc < o; oc++)
-      for (let y = 0; y < oh; y++)
-        for (let xo = 0; xo < ow; xo++) {
-          const g = dy[((b * o + oc) * oh + y) * ow + xo];
-          db[oc] += g;
-          for (let ic = 0; ic < c; ic++)
-            for (let i = 0; i < kh; i++) {
-              const iy = y * stride - padding + i;
-              if (iy < 0 || iy >= h) continue;
-              for (let j = 0; j < kw; j++) {
-                const ix = xo * stride - padding + j;
-                if (ix < 0 || ix >= w) continue;
-                const wi = ((oc * c + ic) * kh + i) * kw + j;
-                const xi = ((b * c + ic) * h + iy) * w + ix;
-                dw[wi] += g * x[xi];
-                dx[xi] += g * weight[wi];
-              }
-            }
-        }
+  const db = new Float64Array(wShape[0]);
+  let g = 0; // dy of the output element being walked
+  const start = (k, oc) => {
+    g = dy[k];
+    db[oc] += g;
+  };
+  const term = (k, xi, wi) => {
+    dw[wi] += g * x[xi];
+    dx[xi] += g * weight[wi];
+  };
+  convTerms(xShape, wShape, stride, padding, start, term);
   return { dx, dw, db };
 }
 
 /** Max pooling with implicit −∞ padding, as PyTorch pads max pooling. */
 export function maxPool2dRef(x, [n, c, h, w], kernel, stride, padding) {
-  const oh = Math.floor((h + 2 * padding - kernel) / stride) + 1;
-  const ow = Math.floor((w + 2 * padding - kernel) / stride) + 1;
+  const oh = outSize(h, kernel, stride, padding);
+  const ow = outSize(w, kernel, stride, padding);
   const data = new Float64Array(n * c * oh * ow);
   for (let p = 0; p < n * c; p++)
     for (let y = 0; y < oh; y++)

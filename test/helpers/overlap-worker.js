@@ -6,11 +6,10 @@
 // argv[2] is the spec: { compressor, level, mixedLevels, bucketMb, threads, steps, seed, count, batchSize, out }.
 // With `announce`, it prints "step N" before each step (for tests that stop a worker mid-exchange).
 import * as fs from 'node:fs';
-import { pathToFileURL } from 'node:url';
 import { Batcher, Model } from '../../lib/index.js';
-import { ProcessGroup, distributedEnv } from '../../lib/cluster/group.js';
-import { writeSafetensors } from '../../lib/safetensors.js';
+import { writeSafetensors } from '../../lib/engine/safetensors.js';
 import { syntheticImages } from './train-worker.js';
+import { printFromGroup, runAsWorker } from './worker.js';
 
 /** Mixed levels: every third matrix dense, the others at 1, 2 or 4 (PowerSGD) or 5%, 20% (TopK). */
 function mixedLevels(compressor, parameters) {
@@ -19,9 +18,8 @@ function mixedLevels(compressor, parameters) {
   return parameters.map((p) => (p.shape.length > 1 ? options[matrix++ % options.length] : 0));
 }
 
-async function main(spec) {
-  const env = distributedEnv();
-  const group = await ProcessGroup.fromEnv(env, 60000);
+/** Trains `spec.steps` steps on the job's group, writes the state and returns what the worker prints. */
+async function trainAndSave(spec, group, env) {
   const model = await Model.create({
     architecture: 'resnet18',
     classes: 10,
@@ -56,10 +54,9 @@ async function main(spec) {
     }
     writeSafetensors(`${spec.out}.rank${env.rank}.safetensors`, await model.stateDict(true));
     const plan = await model.exchangePlan();
-    process.stdout.write(JSON.stringify({ rank: env.rank, steps, plan, levels: Array.from(await model.levels()), batchThreads: batchThreads() }) + '\n');
+    return { steps, plan, levels: Array.from(await model.levels()), batchThreads: batchThreads() };
   } finally {
     await model.dispose();
-    await group.dispose();
   }
 }
 
@@ -69,9 +66,4 @@ function batchThreads() {
   return fs.readdirSync(dir).filter((tid) => fs.readFileSync(`${dir}/${tid}/stat`, 'utf8').split(') ')[1].split(' ')[38] === '3').map(Number);
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main(JSON.parse(process.argv[2])).catch((err) => {
-    process.stderr.write(`error: ${err.code ?? ''} ${err.stack ?? err.message}\n`);
-    process.exit(1);
-  });
-}
+runAsWorker(import.meta.url, (spec) => printFromGroup(60000, (group, env) => trainAndSave(spec, group, env)));

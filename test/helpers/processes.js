@@ -1,5 +1,7 @@
-// Starting child processes in tests, and waiting on them and on conditions, with deadlines.
+// Starting child processes in tests, finding a job's processes by their environment, and waiting on them and on
+// conditions, with deadlines.
 import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
 
 /**
  * Starts a Node script (`args`: the script and its arguments) with OMP_NUM_THREADS=1 and `env` on top of
@@ -23,6 +25,32 @@ export function startNode(live, args, env = {}, { detached = false } = {}) {
     });
   });
   return entry;
+}
+
+/**
+ * Live processes (not zombies) whose environment holds `name`=`value`, as { pid, ppid, state, environ }
+ * (`environ`: its NAME=value strings). Reads /proc; processes that end meanwhile, or that this user
+ * may not read, are left out.
+ */
+export function processesWithEnv(name, value) {
+  const found = [];
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let environ;
+    let stat;
+    try {
+      environ = fs.readFileSync(`/proc/${entry}/environ`, 'utf8').split('\0');
+      stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+    } catch {
+      continue; // gone meanwhile, or not ours
+    }
+    if (!environ.includes(`${name}=${value}`)) continue;
+    // The command name in field 2 may contain spaces; the fields after its closing parenthesis do not.
+    const after = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (after[0] === 'Z') continue; // exited, only waiting for its parent to reap it
+    found.push({ pid: Number(entry), ppid: Number(after[1]), state: after[0], environ });
+  }
+  return found;
 }
 
 /** Resolves with a started process's exit (`entry.exited`), or with { timedOut: true } after `ms`. */

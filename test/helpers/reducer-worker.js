@@ -5,9 +5,8 @@
 // minCompressionRate, steps, timeoutMs }.
 //
 // Arrays travel as base64 of their float32 bytes so that the test sees the exact values.
-import { pathToFileURL } from 'node:url';
 import { ReducerProbe } from '../../lib/testing.js';
-import { ProcessGroup, distributedEnv } from '../../lib/cluster/group.js';
+import { printFromGroup, runAsWorker } from './worker.js';
 
 /**
  * Rank `rank`'s gradient of parameter `param` at step `step`. Smooth in the index but different for
@@ -35,9 +34,7 @@ export function decode(text) {
 }
 
 async function main(spec) {
-  const env = distributedEnv();
-  const group = await ProcessGroup.fromEnv(env, spec.timeoutMs ?? 30000);
-  try {
+  await printFromGroup(spec.timeoutMs ?? 30000, async (group, env) => {
     // step() is synchronous and blocks this event loop, which on rank 0 serves the job's store:
     // ranks still connecting to each other through the store would wait on it while rank 0 waits
     // on them in the first collective. Past an (asynchronous) barrier every rank is connected.
@@ -60,15 +57,8 @@ async function main(spec) {
         qs: spec.shapes.map((_, p) => encode(probe.q(0, p))),
       });
     }
-    process.stdout.write(JSON.stringify({ rank: env.rank, steps }) + '\n');
-  } finally {
-    await group.dispose();
-  }
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main(JSON.parse(process.argv[2])).catch((err) => {
-    process.stderr.write(`error: ${err.code ?? ''} ${err.stack ?? err.message}\n`);
-    process.exit(1);
+    return { steps };
   });
 }
+
+runAsWorker(import.meta.url, main);

@@ -6,26 +6,19 @@
 //
 // The same `train` runs in the test's own process without a group, as the single-worker reference.
 import { createHash } from 'node:crypto';
-import { pathToFileURL } from 'node:url';
 import { Batcher, Model, setThreads } from '../../lib/index.js';
-import { ProcessGroup, distributedEnv } from '../../lib/cluster/group.js';
+import { Mulberry32 } from '../../lib/base/random.js';
+import { printFromGroup, runAsWorker } from './worker.js';
 
 const MEAN = [0.49, 0.48, 0.45];
 const STD = [0.25, 0.24, 0.26];
 
 /** `count` CIFAR-layout images (planar RGB bytes) with labels, from a mulberry32 stream. */
 export function syntheticImages(seed, count, classes) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (t ^ (t >>> 14)) >>> 0;
-  };
+  const words = new Mulberry32(seed);
   const images = new Uint8Array(count * 3072);
-  for (let i = 0; i < images.length; i++) images[i] = next() & 0xff;
-  const labels = Int32Array.from({ length: count }, () => next() % classes);
+  for (let i = 0; i < images.length; i++) images[i] = words.u32() & 0xff;
+  const labels = Int32Array.from({ length: count }, () => words.u32() % classes);
   return { images, labels, count, classes, height: 32, width: 32, channels: 3 };
 }
 
@@ -96,20 +89,4 @@ export async function train(spec, group) {
   }
 }
 
-async function main(spec) {
-  const env = distributedEnv();
-  const group = await ProcessGroup.fromEnv(env, spec.timeoutMs ?? 60000);
-  try {
-    const result = await train(spec, group);
-    process.stdout.write(JSON.stringify({ rank: env.rank, ...result }) + '\n');
-  } finally {
-    await group.dispose();
-  }
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main(JSON.parse(process.argv[2])).catch((err) => {
-    process.stderr.write(`error: ${err.code ?? ''} ${err.stack ?? err.message}\n`);
-    process.exit(1);
-  });
-}
+runAsWorker(import.meta.url, (spec) => printFromGroup(spec.timeoutMs ?? 60000, (group) => train(spec, group)));
