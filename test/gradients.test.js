@@ -23,6 +23,7 @@ import { expect } from 'chai';
 import { Model, readSafetensors, writeSafetensors } from '../lib/index.js';
 import { makeRng, norm, randomUniform, relativeNorm as relative } from './helpers/gradcheck.js';
 import { PYTHON, bytesOf as bytes, float64Of as floats, requireTorch } from './helpers/outside.js';
+import { DEVICES, requireDevice } from './helpers/devices.js';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
 const ORACLE = path.join(ROOT, 'bench/peers/torch_gradients.py');
@@ -63,19 +64,26 @@ const CASES = [
   },
 ];
 
-describe('gradients against PyTorch in float64, three steps from a standard initialisation', function () {
+for (const device of DEVICES)
+describe(`gradients on ${device} against PyTorch in float64, three steps from a standard initialisation`, function () {
   this.timeout(300000);
   let tmp;
   before(function () {
+    requireDevice(this, device);
     requireTorch();
     tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'accordion-gradients-'));
   });
-  after(() => fs.rmSync(tmp, { recursive: true, force: true }));
+  after(() => tmp && fs.rmSync(tmp, { recursive: true, force: true }));
 
   for (const c of CASES) {
     it(`${c.name}: every gradient tensor within ${TOLERANCE} of float64 at every step`, async function () {
       // Two threads: the engine's rounding, and so the trajectory's states, are the same on every machine.
-      const model = await Model.create({ ...c.options, learningRate: c.learningRate ?? 0.05, momentum: 0.9, weightDecay: 1e-4, keepGradients: true, threads: 2 });
+      // The trajectory is the CPU's (its states are the well-conditioned ones); on a GPU, each step's
+      // gradient is the GPU model's, from the CPU's state at that step.
+      const options = { ...c.options, learningRate: c.learningRate ?? 0.05, momentum: 0.9, weightDecay: 1e-4, keepGradients: true, threads: 2 };
+      const model = await Model.create(options);
+      // On a GPU, accurate convolutions: the transform algorithms' rounding is not within TOLERANCE.
+      const onDevice = device === 'cpu' ? null : await Model.create({ ...options, device, convAlgorithms: 'accurate' });
       const rng = makeRng(c.batchSeed);
       const engine = [];
       const pairs = [];
@@ -105,11 +113,18 @@ describe('gradients against PyTorch in float64, three steps from a standard init
           const target = path.join(tmp, `${c.options.architecture}-out${step}.safetensors`);
           writeSafetensors(source, inputs);
           pairs.push(`${source}:${target}`);
+          if (onDevice) {
+            await onDevice.loadStateDict(await model.stateDict(true));
+            const carried = c.options.architecture === 'lstm' ? await model.hiddenState() : null;
+            if (carried) await onDevice.setHiddenState(carried);
+          }
           const result = await model.trainStep(batch);
-          engine.push({ loss: result.loss, gradients: await model.gradients() });
+          const stepped = onDevice ? await onDevice.trainStep(batch) : result;
+          engine.push({ loss: stepped.loss, gradients: await (onDevice ?? model).gradients() });
         }
       } finally {
         await model.dispose();
+        await onDevice?.dispose();
       }
       const r = spawnSync(PYTHON, [ORACLE, ...c.oracle, ...pairs], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '2' }, timeout: 240000 });
       expect(r.status, `the oracle failed: ${r.stderr}`).to.equal(0);

@@ -62,7 +62,7 @@ static cuda::NcclOptions ncclOptions(const GlooGroup& gloo, const Device& device
 
 // new Engine({ model, classes, seed, device, learningRate, momentum, weightDecay, nesterov,
 //              compressor, level, compressionSeed, minCompressionRate, accumulateNorms, group,
-//              broadcastBuffers, … })
+//              broadcastBuffers, convAlgorithms, … })
 // With `group` (a ProcessGroup) gradients are exchanged with the other workers and the engine's work
 // runs on the group's thread.
 EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineWrap>(info) {
@@ -89,6 +89,11 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
   const bool frozenBatchNorm = boolOption(o, "frozenBatchNorm", false);
   const bool keepGradients = boolOption(o, "keepGradients", false);
   const bool broadcastBuffers = boolOption(o, "broadcastBuffers", true);
+  BackendOptions backendOptions;
+  const std::string convAlgorithms = stringOption(o, "convAlgorithms", "fastest");
+  if (convAlgorithms != "fastest" && convAlgorithms != "accurate")
+    throw rangeError(env, "option 'convAlgorithms' must be 'fastest' or 'accurate', got '" + convAlgorithms + "'");
+  backendOptions.accurateConvolutions = convAlgorithms == "accurate";
   ProcessGroupWrap* groupWrap = nullptr;
   Napi::Value group = o.Get("group");
   if (!group.IsUndefined() && !group.IsNull()) {
@@ -108,7 +113,8 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
   ready_ = std::make_unique<Napi::ObjectReference>(Napi::Persistent(
       schedule<std::vector<std::pair<std::string, Shape>>>(
           env, *worker_,
-          [self, spec, sgd, reducer, groupWrap, frozenBatchNorm, keepGradients, broadcastBuffers, device, communicator, threads] {
+          [self, spec, sgd, reducer, groupWrap, frozenBatchNorm, keepGradients, broadcastBuffers, device, communicator, threads,
+           backendOptions] {
             std::shared_ptr<ProcessGroup> group;
             if (groupWrap) {
               std::shared_ptr<GlooGroup> gloo = groupWrap->group();  // connected by the earlier job on this thread, if it succeeded
@@ -117,7 +123,7 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
               // On GPUs the gradients travel over NCCL, between the same workers (even a single one).
               if (device.isCuda()) group = cuda::makeNcclGroup(gloo->store(), ncclOptions(*gloo, device, communicator));
             }
-            self->session_ = std::make_unique<Session>(spec, sgd, reducer, group, device, threads);
+            self->session_ = std::make_unique<Session>(spec, sgd, reducer, group, device, threads, backendOptions);
             if (frozenBatchNorm) self->session_->model().freezeBatchNorm(true);
             if (keepGradients) self->session_->keepGradients(true);
             self->session_->setBroadcastBuffers(broadcastBuffers);

@@ -39,8 +39,19 @@ struct SgdHyper {
   bool nesterov;
 };
 
+// Choices a backend applies to every op it prepares; set before the first op is made.
+struct BackendOptions {
+  // GPU convolutions: false, the FMA algorithm cuDNN times fastest for each shape, transforms
+  // included (as PyTorch's cudnn.benchmark); true, only those without a transform (FFT, non-fused
+  // Winograd), whose weight gradients stay within 1e-4 of float64 where a transform's came 2e-3
+  // away. The CPU has one kind.
+  bool accurateConvolutions = false;
+};
+
 class Backend : public Allocator {
  public:
+  BackendOptions options;
+
   // ---- Memory and order -------------------------------------------------------------------
   // Activations (N, C, H, W) are stored channels-last (NHWC) or channels-first (NCHW).
   virtual bool channelsLast() const = 0;
@@ -167,7 +178,7 @@ class Backend : public Allocator {
   }
 };
 
-// The CPU backend; cuda::makeBackend (core/cuda.h) makes a GPU one.
-std::unique_ptr<Backend> makeBackend(const Device& device);
+// The backend of `device`: the CPU's, or a GPU's (cuda::makeBackend, core/cuda.h).
+std::unique_ptr<Backend> makeBackend(const Device& device, const BackendOptions& options = {});
 
 }  // namespace accordion

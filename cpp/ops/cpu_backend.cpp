@@ -50,9 +50,10 @@ void nhwcToNchw(const float* src, float* dst, int64_t n, int64_t c, int64_t h, i
       for (int64_t p = 0; p < hw; ++p) dst[(b * c + ch) * hw + p] = src[(b * hw + p) * c + ch];
 }
 
-std::unique_ptr<Backend> makeBackend(const Device& device) {
-  if (device.isCpu()) return std::make_unique<CpuBackend>();
-  return cuda::makeBackend(device.index);
+std::unique_ptr<Backend> makeBackend(const Device& device, const BackendOptions& options) {
+  std::unique_ptr<Backend> backend = device.isCpu() ? std::make_unique<CpuBackend>() : cuda::makeBackend(device.index);
+  backend->options = options;
+  return backend;
 }
 
 }  // namespace accordion

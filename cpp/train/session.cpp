@@ -10,8 +10,8 @@
 namespace accordion {
 
 Session::Session(const ModelSpec& model, const SgdOptions& optimizer, const ReducerOptions& reducer,
-                 std::shared_ptr<ProcessGroup> group, const Device& device, int threads)
-    : backend_(makeBackend(device)),
+                 std::shared_ptr<ProcessGroup> group, const Device& device, int threads, const BackendOptions& backend)
+    : backend_(makeBackend(device, backend)),
       model_(model, *backend_),
       optimizer_(model_.parameters(), optimizer, *backend_),
       group_(group ? std::move(group) : std::make_shared<LocalGroup>()) {

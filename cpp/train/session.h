@@ -49,8 +49,10 @@ class Session {
   // `threads`: the OpenMP threads of this session's work (0: OpenMP's default). With an overlapped
   // exchange (reducer.bucketBytes > 0, a vision model on the CPU, two or more workers) the
   // communication thread takes one of them and the compute threads the rest.
+  // `backend`: how the device's ops are chosen (BackendOptions).
   Session(const ModelSpec& model, const SgdOptions& optimizer, const ReducerOptions& reducer = {},
-          std::shared_ptr<ProcessGroup> group = nullptr, const Device& device = Device::cpu(), int threads = 0);
+          std::shared_ptr<ProcessGroup> group = nullptr, const Device& device = Device::cpu(), int threads = 0,
+          const BackendOptions& backend = {});
   ~Session();
   // The split of the thread budget: compute threads, and whether a communication thread overlaps the
   // exchange with backward (with its buckets).

@@ -1,4 +1,5 @@
 #include <glob.h>
+#include <link.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -77,7 +78,9 @@ Library openLibrary(const char* what, const char* envVar, const std::vector<std:
     // RTLD_GLOBAL: cuDNN's front library opens its sub-libraries, which resolve against it.
     lib.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (lib.handle) {
-      lib.path = path;
+      // The file the loader chose: a bare soname resolves through LD_LIBRARY_PATH or the ld.so cache.
+      link_map* map = nullptr;
+      lib.path = dlinfo(lib.handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name ? map->l_name : path;
       return;
     }
     // dlerror() names the file itself, usually first.

@@ -15,7 +15,7 @@ namespace accordion::cuda {
 
 struct Library {
   void* handle = nullptr;
-  std::string path;   // what loaded
+  std::string path;   // the file that loaded, as the loader resolved it
   std::string error;  // why nothing did: every path tried with the loader's reason
 };
 

@@ -1,6 +1,6 @@
 // Conv2d on cuDNN: NCHW fp32 with FMA math (no TF32, as PyTorch with allow_tf32=False). Each
 // direction runs the algorithm cuDNN measured fastest for the shape when the op was made among those
-// whose math is FMA, on scratch reserved then: on Ampere and later, cuDNN may list algorithms that
+// whose math is FMA (and without a transform, for accurate convolutions), on scratch reserved then: on Ampere and later, cuDNN may list algorithms that
 // use TF32 tensor cores even for a descriptor set to FMA math, and those are passed over. What was
 // chosen is kept (ConvolutionChoice) for the kernel lab's rows. The bias and its gradient are own
 // kernels; the gradient sums each channel in a fixed order, so it has the same bits on every run.
@@ -303,7 +303,11 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
 
   // cuDNN lists the algorithms it timed fastest first; some may have failed (unsupported for the
   // shape, or out of memory for their scratch), and some may use another math than FMA (TF32 tensor
-  // cores): the first that ran with FMA math is taken, and noted in algorithms_.
+  // cores): the first that ran with FMA math is taken, and noted in algorithms_. With accurate
+  // convolutions (BackendOptions) the transform algorithms (FFT, FFT_TILING, WINOGRAD_NONFUSED) are
+  // passed over too: their rounding grows with the transform, and on an H200 the first convolution
+  // of VGG-19bn at batch 4 (3 → 64 channels, 32×32) gave a weight gradient 2e-3 away from float64
+  // where the others stay within 1e-4.
   template <size_t N, typename Find>
   Algorithm fastest(const char* direction, const char* const (&names)[N], Find find) {
     cudnn::AlgoPerf results[cudnn::kAlgorithmCount] = {};
@@ -312,17 +316,23 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
     std::string others;  // what was passed over, for the error
     for (int i = 0; i < returned; ++i) {
       const cudnn::AlgoPerf& r = results[i];
-      if (r.status == cudnn::kSuccess && r.mathType == cudnn::kFmaMath) {
+      const std::string name = algorithmName(names, r.algo);
+      const bool transform =
+          backend_.options.accurateConvolutions && (name.find("FFT") != std::string::npos || name == "WINOGRAD_NONFUSED");
+      if (r.status == cudnn::kSuccess && r.mathType == cudnn::kFmaMath && !transform) {
         char timing[64];
         std::snprintf(timing, sizeof timing, "%.3f ms, %zu B scratch", static_cast<double>(r.time), r.memory);
-        algorithms_ += (algorithms_.empty() ? "" : "; ") + std::string(direction) + " " + algorithmName(names, r.algo) + " (FMA, " +
+        algorithms_ += (algorithms_.empty() ? "" : "; ") + std::string(direction) + " " + name + " (FMA, " +
                        timing + ")";
         return {r.algo, r.memory};
       }
-      others += (others.empty() ? "" : ", ") + algorithmName(names, r.algo) + " (" +
-                (r.status == cudnn::kSuccess ? mathName(r.mathType) + " math" : "status " + std::to_string(r.status)) + ")";
+      others += (others.empty() ? "" : ", ") + name + " (" +
+                (r.status != cudnn::kSuccess ? "status " + std::to_string(r.status)
+                 : transform                 ? std::string("a transform")
+                                             : mathName(r.mathType) + " math") +
+                ")";
     }
-    throw EngineError("ERR_CUDNN", "cuDNN has no " + std::string(direction) + " algorithm with FMA math that runs " + describe() + " (" +
+    throw EngineError("ERR_CUDNN", "cuDNN has no " + std::string(direction) + " algorithm with FMA math" + (backend_.options.accurateConvolutions ? " and no transform" : "") + " that runs " + describe() + " (" +
                                        std::to_string(returned) + " tried" + (others.empty() ? "" : ": " + others) + ")");
   }
 

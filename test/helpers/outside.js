@@ -22,10 +22,10 @@ export function readShakespeare() {
   return fs.readFileSync(SHAKESPEARE, 'utf8');
 }
 
-/** Debian's python3-torch, importable by the system interpreter (the peer of the interop tests). */
-export const PYTHON = '/usr/bin/python3';
+/** Debian's python3 with python3-torch; ACCORDION_TEST_PYTHON names another (a GPU machine's PyTorch). */
+export const PYTHON = process.env.ACCORDION_TEST_PYTHON || '/usr/bin/python3';
 
-/** Throws naming the package to install unless /usr/bin/python3 can import torch. */
+/** Throws naming the package to install unless PYTHON can import torch. */
 export function requireTorch() {
   const r = spawnSync(PYTHON, ['-c', 'import torch'], { encoding: 'utf8', timeout: 120_000 });
   if (r.error || r.status !== 0) {

@@ -27,6 +27,12 @@ export interface ModelOptions {
   seed?: number;
   /** Where the model lives and trains: 'cpu' (default), 'cuda' (GPU 0) or 'cuda:N'. */
   device?: DeviceName;
+  /**
+   * On a GPU, the convolution algorithms cuDNN may choose: 'fastest' (default; the fastest it times,
+   * as PyTorch's cudnn.benchmark) or 'accurate' (none with an FFT or non-fused Winograd transform,
+   * whose rounding grows with the transform). The CPU has one kind.
+   */
+  convAlgorithms?: 'fastest' | 'accurate';
   learningRate?: number;
   momentum?: number;
   weightDecay?: number;

@@ -62,6 +62,7 @@ export class Model {
       classes,
       seed: options.seed ?? modelDefault('seed', options),
       device,
+      convAlgorithms: options.convAlgorithms ?? modelDefault('convAlgorithms', options),
       learningRate: options.learningRate ?? modelDefault('lr', options),
       momentum: options.momentum ?? modelDefault('momentum', options),
       weightDecay: options.weightDecay ?? modelDefault('weightDecay', options),

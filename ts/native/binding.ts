@@ -120,6 +120,8 @@ export interface EngineOptions {
   seed: number;
   /** 'cpu', 'cuda' or 'cuda:N'. */
   device?: string;
+  /** GPU convolutions: 'fastest' or 'accurate' (no transform algorithms). */
+  convAlgorithms?: 'fastest' | 'accurate';
   learningRate: number;
   momentum: number;
   weightDecay: number;

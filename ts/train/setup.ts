@@ -87,6 +87,7 @@ export async function setUp(options: TrainOptions, context: TrainerContext): Pro
     const model = await Model.create({
       architecture: config.model,
       device: config.device,
+      convAlgorithms: config.convAlgorithms,
       classes: task.classes,
       hidden: config.hidden,
       layers: config.layers,
