@@ -209,6 +209,6 @@ describe('report: accuracy against wall-clock time', function () {
     );
     const series = loadRun(run);
     expect(series.epochs).to.deep.equal([{ epoch: 1, testAccuracy: 0.2, floatsSentTotal: 1, wallSeconds: null, levels: undefined, ratios: undefined }]);
-    expect(series.name).to.equal('timeless (topk, 10%)');
+    expect(series.name).to.equal('timeless (topk, ratio 0.1)');
   });
 });

@@ -131,6 +131,17 @@ inline std::string stringOption(Napi::Object o, const char* key, const std::stri
   return v.As<Napi::String>().Utf8Value();
 }
 
+// Required options, for objects whose defaults are decided above the binding (the TypeScript
+// option table): a missing one is a TypeError naming it.
+inline Napi::Object requiring(Napi::Object o, const char* key) {
+  if (o.Get(key).IsUndefined()) throw typeError(o.Env(), std::string("option '") + key + "' is required");
+  return o;
+}
+inline double numberOption(Napi::Object o, const char* key) { return numberOption(requiring(o, key), key, 0); }
+inline int64_t intOption(Napi::Object o, const char* key, int64_t min, int64_t max) { return intOption(requiring(o, key), key, min, min, max); }
+inline bool boolOption(Napi::Object o, const char* key) { return boolOption(requiring(o, key), key, false); }
+inline std::string stringOption(Napi::Object o, const char* key) { return stringOption(requiring(o, key), key, ""); }
+
 // A copy of host tensor `t` as a JS Float32Array. 4-D channels-last activations are returned in
 // PyTorch's NCHW layout; parameters and channels-first activations (`channelsLast` false) already
 // have PyTorch's layout.

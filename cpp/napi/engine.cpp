@@ -60,37 +60,41 @@ static cuda::NcclOptions ncclOptions(const GlooGroup& gloo, const Device& device
   return o;
 }
 
-// new Engine({ model, classes, seed, device, learningRate, momentum, weightDecay, nesterov,
-//              compressor, level, compressionSeed, minCompressionRate, accumulateNorms, group,
-//              broadcastBuffers, convAlgorithms, … })
+// new Engine({ model, classes, hidden, layers, seed, dropout, device, convAlgorithms, learningRate,
+//              momentum, weightDecay, nesterov, compressor, level (with a compressor),
+//              compressionSeed, minCompressionRate, bucketBytes, broadcastBuffers, and optionally
+//              accumulateNorms, frozenBatchNorm, keepGradients, threads, group })
+// Every training option is required: its default is decided once, in the TypeScript option table
+// (Model.create fills them in); the binding checks only what the engine cannot run with.
 // With `group` (a ProcessGroup) gradients are exchanged with the other workers and the engine's work
 // runs on the group's thread.
 EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineWrap>(info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsObject()) throw typeError(env, "Engine options must be an object");
   Napi::Object o = info[0].As<Napi::Object>();
-  ModelSpec spec{stringOption(o, "model", "resnet18"), intOption(o, "classes", 10, 2, kMaxClasses),
-                 static_cast<uint64_t>(intOption(o, "seed", 0, 0, kMaxSafeInteger)), intOption(o, "hidden", 650, 1, kMaxHidden),
-                 intOption(o, "layers", 2, 1, kMaxLayers), 0.4f};
-  // Dropout: the LSTM's (0.4 by default) or VGG's classifier's (0.5 by default).
-  spec.dropout = static_cast<float>(numberOption(o, "dropout", spec.architecture == "lstm" ? 0.4 : 0.5));
-  SgdOptions sgd{numberOption(o, "learningRate", 0.1), numberOption(o, "momentum", 0.9), numberOption(o, "weightDecay", 1e-4),
-                 boolOption(o, "nesterov", true)};
+  ModelSpec spec;
+  spec.architecture = stringOption(o, "model");
+  spec.classes = intOption(o, "classes", 2, kMaxClasses);
+  spec.hidden = intOption(o, "hidden", 1, kMaxHidden);
+  spec.layers = intOption(o, "layers", 1, kMaxLayers);
+  spec.seed = static_cast<uint64_t>(intOption(o, "seed", 0, kMaxSafeInteger));
+  spec.dropout = static_cast<float>(numberOption(o, "dropout"));
+  SgdOptions sgd{numberOption(o, "learningRate"), numberOption(o, "momentum"), numberOption(o, "weightDecay"), boolOption(o, "nesterov")};
   ReducerOptions reducer;
-  reducer.compressor = parseCompressor(stringOption(o, "compressor", "none"));
-  const Device device = parseDevice(stringOption(o, "device", "cpu"));
-  reducer.level = numberOption(o, "level", reducer.compressor == Compressor::TopK ? 0.1 : 1);
-  reducer.seed = static_cast<uint64_t>(intOption(o, "compressionSeed", 42, 0, kMaxSafeInteger));
-  reducer.minCompressionRate = numberOption(o, "minCompressionRate", 1.0);
+  reducer.compressor = parseCompressor(stringOption(o, "compressor"));
+  const Device device = parseDevice(stringOption(o, "device"));
+  if (reducer.compressor != Compressor::None) reducer.level = numberOption(o, "level");
+  reducer.seed = static_cast<uint64_t>(intOption(o, "compressionSeed", 0, kMaxSafeInteger));
+  reducer.minCompressionRate = numberOption(o, "minCompressionRate");
   reducer.accumulateNorms = boolOption(o, "accumulateNorms", false);
-  reducer.bucketBytes = intOption(o, "bucketBytes", 0, 0, kMaxSafeInteger);
+  reducer.bucketBytes = intOption(o, "bucketBytes", 0, kMaxSafeInteger);
   int threads = static_cast<int>(intOption(o, "threads", 0, 0, 4096));
   if (threads == 0) threads = defaultThreads();
   const bool frozenBatchNorm = boolOption(o, "frozenBatchNorm", false);
   const bool keepGradients = boolOption(o, "keepGradients", false);
-  const bool broadcastBuffers = boolOption(o, "broadcastBuffers", true);
+  const bool broadcastBuffers = boolOption(o, "broadcastBuffers");
   BackendOptions backendOptions;
-  const std::string convAlgorithms = stringOption(o, "convAlgorithms", "fastest");
+  const std::string convAlgorithms = stringOption(o, "convAlgorithms");
   if (convAlgorithms != "fastest" && convAlgorithms != "accurate")
     throw rangeError(env, "option 'convAlgorithms' must be 'fastest' or 'accurate', got '" + convAlgorithms + "'");
   backendOptions.accurateConvolutions = convAlgorithms == "accurate";

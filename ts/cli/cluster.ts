@@ -8,9 +8,10 @@ import { ARCHITECTURES, OPTIONS } from '../config/options.js';
 import { parseBandwidth, parseLatency, parseLoss, parseSubnet, runCluster } from '../cluster/cluster.js';
 import { resolveCheckpointDir } from '../train/checkpoint.js';
 import { parseTrainArgs } from './args.js';
+import { parseWrapperArgs, wrapperHelp, type WrapperOption } from './wrapper-args.js';
 import { CLI_PATH, defaultRunDir } from './launch.js';
 
-const CLUSTER_OPTIONS: { flag: string; value: string; help: string; dflt: string }[] = [
+const CLUSTER_OPTIONS: WrapperOption[] = [
   { flag: '--hosts', value: 'N', help: 'simulated hosts, one network namespace each', dflt: '2' },
   { flag: '--nproc-per-host', value: 'N', help: 'worker processes per host', dflt: '1' },
   { flag: '--bandwidth', value: 'RATE', help: "rate of each host's outgoing traffic: bit, kbit, mbit, gbit (tbf)", dflt: '1gbit' },
@@ -19,40 +20,20 @@ const CLUSTER_OPTIONS: { flag: string; value: string; help: string; dflt: string
   { flag: '--subnet', value: 'CIDR', help: "the hosts' IPv4 subnet; host i gets its address i + 1", dflt: '10.87.0.0/24' },
 ];
 
-function clusterHelp(): string {
-  return [
-    'Usage: accordion cluster [cluster options] -- <train options>',
-    '',
-    'Runs a job over simulated hosts on this machine: each host is a network namespace with its own',
-    "address on one bridge and its outgoing traffic shaped with tc; every host runs accordion launch with",
-    "host 0's address as the master. Each host's bytes sent and received per epoch go to <run>/network.jsonl.",
-    'Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN). The namespaces are removed when the command ends.',
-    '',
-    'Cluster options:',
-    ...CLUSTER_OPTIONS.map((o) => `  ${`${o.flag} ${o.value}`.padEnd(26)} ${o.help} (default: ${o.dflt})`),
-    '',
-    'Example: accordion cluster --hosts 4 --bandwidth 100mbit --latency 1ms -- --model resnet18 --compressor powersgd',
-  ].join('\n');
-}
+const ABOUT = [
+  'Runs a job over simulated hosts on this machine: each host is a network namespace with its own',
+  "address on one bridge and its outgoing traffic shaped with tc; every host runs accordion launch with",
+  "host 0's address as the master. Each host's bytes sent and received per epoch go to <run>/network.jsonl.",
+  'Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN). The namespaces are removed when the command ends.',
+];
 
 export async function clusterCommand(argv: string[]): Promise<number> {
-  const split = argv.indexOf('--');
-  const own = split < 0 ? argv : argv.slice(0, split);
-  const trainArgs = split < 0 ? [] : argv.slice(split + 1);
-  const raw = new Map(CLUSTER_OPTIONS.map((o) => [o.flag, o.dflt]));
-  for (let i = 0; i < own.length; i++) {
-    const arg = own[i]!;
-    if (arg === '--help') {
-      process.stdout.write(clusterHelp() + '\n');
-      return 0;
-    }
-    const eq = arg.indexOf('=');
-    const flag = eq > 0 ? arg.slice(0, eq) : arg;
-    if (!raw.has(flag)) throw new UsageError(`unknown cluster option ${flag} (training options go after --; see accordion cluster --help)`);
-    const value = eq > 0 ? arg.slice(eq + 1) : own[++i];
-    if (value === undefined) throw new UsageError(`option ${flag} needs a value`);
-    raw.set(flag, value);
+  const own = parseWrapperArgs('cluster', argv, CLUSTER_OPTIONS);
+  if (!own) {
+    process.stdout.write(wrapperHelp('cluster', ABOUT, CLUSTER_OPTIONS, '--hosts 4 --bandwidth 100mbit --latency 1ms -- --model resnet18 --compressor powersgd') + '\n');
+    return 0;
   }
+  const { values: raw, trainArgs } = own;
   const count = (flag: string) => {
     const value = raw.get(flag)!;
     if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > 1000) throw new UsageError(`option ${flag}: expected an integer from 1 to 1000, got '${value}'`);
@@ -62,7 +43,6 @@ export async function clusterCommand(argv: string[]): Promise<number> {
   const nprocPerHost = count('--nproc-per-host');
   const shape = { bitsPerSecond: parseBandwidth(raw.get('--bandwidth')!), delaySeconds: parseLatency(raw.get('--latency')!), loss: parseLoss(raw.get('--loss')!) };
   const subnet = parseSubnet(raw.get('--subnet')!, hosts);
-  if (trainArgs.length === 0) throw new UsageError('accordion cluster needs training options after -- (e.g. -- --model resnet18)');
   // Every host must write to the same run directory, so it is chosen once, here.
   const parsed = parseTrainArgs(trainArgs);
   if (!parsed.model) throw new UsageError(`option --model is required (one of: ${ARCHITECTURES.join(', ')})`);

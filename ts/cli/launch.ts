@@ -8,29 +8,19 @@ import { UsageError } from '../base/errors.js';
 import { launch } from '../cluster/launch.js';
 import { checkRunDir } from '../train/rundir.js';
 import { parseTrainArgs } from './args.js';
+import { parseWrapperArgs, wrapperHelp, type WrapperOption } from './wrapper-args.js';
 
 /** The command-line program every worker runs (`node lib/cli.js train …`). */
 export const CLI_PATH = fileURLToPath(new URL('../cli.js', import.meta.url));
 
-const LAUNCH_OPTIONS: { flag: string; key: string; kind: 'int' | 'string'; help: string; dflt: string }[] = [
-  { flag: '--nproc-per-node', key: 'nprocPerNode', kind: 'int', help: 'worker processes on this node', dflt: '1' },
-  { flag: '--nnodes', key: 'nnodes', kind: 'int', help: 'nodes in the job', dflt: '1' },
-  { flag: '--node-rank', key: 'nodeRank', kind: 'int', help: "this node's index", dflt: '0' },
-  { flag: '--master-addr', key: 'masterAddr', kind: 'string', help: "node 0's address (the store listens there)", dflt: '127.0.0.1' },
-  { flag: '--master-port', key: 'masterPort', kind: 'int', help: "the store's port", dflt: '29500' },
-  { flag: '--token', key: 'token', kind: 'string', help: 'job token shared by all nodes (default: ACCORDION_JOB_TOKEN, or random for one node)', dflt: '' },
+const LAUNCH_OPTIONS: WrapperOption[] = [
+  { flag: '--nproc-per-node', value: 'N', help: 'worker processes on this node', dflt: '1' },
+  { flag: '--nnodes', value: 'N', help: 'nodes in the job', dflt: '1' },
+  { flag: '--node-rank', value: 'N', help: "this node's index", dflt: '0' },
+  { flag: '--master-addr', value: 'VALUE', help: "node 0's address (the store listens there)", dflt: '127.0.0.1' },
+  { flag: '--master-port', value: 'N', help: "the store's port", dflt: '29500' },
+  { flag: '--token', value: 'VALUE', help: 'job token shared by all nodes (default: ACCORDION_JOB_TOKEN, or random for one node)', dflt: '' },
 ];
-
-function launchHelp(): string {
-  return [
-    'Usage: accordion launch [launch options] -- <train options>',
-    '',
-    'Launch options:',
-    ...LAUNCH_OPTIONS.map((o) => `  ${(o.flag + (o.kind === 'int' ? ' N' : ' VALUE')).padEnd(26)} ${o.help}${o.dflt ? ` (default: ${o.dflt})` : ''}`),
-    '',
-    'Example: accordion launch --nproc-per-node 4 -- --model resnet18 --compressor powersgd',
-  ].join('\n');
-}
 
 /** Runs the training command once per worker through the launcher and returns its exit code. */
 export async function runLaunch(options: {
@@ -66,27 +56,26 @@ export function defaultRunDir(model: string): string {
 }
 
 export async function launchCommand(argv: string[]): Promise<number> {
-  const split = argv.indexOf('--');
-  const own = split < 0 ? argv : argv.slice(0, split);
-  const trainArgs = split < 0 ? [] : argv.slice(split + 1);
-  const values: Record<string, string | number> = {};
-  for (let i = 0; i < own.length; i++) {
-    const arg = own[i]!;
-    if (arg === '--help') {
-      process.stdout.write(launchHelp() + '\n');
-      return 0;
-    }
-    const eq = arg.indexOf('=');
-    const flag = eq > 0 ? arg.slice(0, eq) : arg;
-    const spec = LAUNCH_OPTIONS.find((o) => o.flag === flag);
-    if (!spec) throw new UsageError(`unknown launch option ${flag} (training options go after --; see accordion launch --help)`);
-    const raw = eq > 0 ? arg.slice(eq + 1) : own[++i];
-    if (raw === undefined) throw new UsageError(`option ${flag} needs a value`);
-    if (spec.kind === 'int' && !/^\d+$/.test(raw)) throw new UsageError(`option ${flag}: expected a non-negative integer, got '${raw}'`);
-    if (spec.key === 'masterPort' && !(Number(raw) >= 1 && Number(raw) <= 65535))
-      throw new UsageError(`option ${flag}: expected a TCP port from 1 to 65535, got '${raw}'`);
-    values[spec.key] = spec.kind === 'int' ? Number(raw) : raw;
+  const own = parseWrapperArgs('launch', argv, LAUNCH_OPTIONS);
+  if (!own) {
+    process.stdout.write(wrapperHelp('launch', [], LAUNCH_OPTIONS, '--nproc-per-node 4 -- --model resnet18 --compressor powersgd') + '\n');
+    return 0;
   }
-  if (trainArgs.length === 0) throw new UsageError('accordion launch needs training options after -- (e.g. -- --model resnet18)');
-  return runLaunch({ nprocPerNode: 1, ...values, trainArgs } as Parameters<typeof runLaunch>[0]);
+  const { values, trainArgs } = own;
+  const count = (flag: string) => {
+    const raw = values.get(flag)!;
+    if (!/^\d+$/.test(raw)) throw new UsageError(`option ${flag}: expected a non-negative integer, got '${raw}'`);
+    return Number(raw);
+  };
+  const masterPort = count('--master-port');
+  if (!(masterPort >= 1 && masterPort <= 65535)) throw new UsageError(`option --master-port: expected a TCP port from 1 to 65535, got '${values.get('--master-port')}'`);
+  return runLaunch({
+    nprocPerNode: count('--nproc-per-node'),
+    nnodes: count('--nnodes'),
+    nodeRank: count('--node-rank'),
+    masterAddr: values.get('--master-addr')!,
+    masterPort,
+    token: values.get('--token')!,
+    trainArgs,
+  });
 }

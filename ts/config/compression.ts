@@ -22,6 +22,8 @@ export interface CompressionSpec {
 
 /** What differs between the compressors. */
 interface Kind {
+  /** The compressor as people write it. */
+  title: 'PowerSGD' | 'TopK';
   /** How a level is named: "rank 2", "ratio 0.1". */
   unit: 'rank' | 'ratio';
   /** Floats one of `workers` sends in one step for a matrix of `rows` × `columns` at a level > 0. */
@@ -32,6 +34,7 @@ interface Kind {
 
 const KINDS: Record<Exclude<CompressorName, 'none'>, Kind> = {
   powersgd: {
+    title: 'PowerSGD',
     unit: 'rank',
     // P (n × r) and Q (m × r), the rank clipped to min(n, m); dense where that saves too little.
     floats: (n, m, level, _workers, rate) => {
@@ -41,6 +44,7 @@ const KINDS: Record<Exclude<CompressorName, 'none'>, Kind> = {
     collective: 'all-reduce',
   },
   topk: {
+    title: 'TopK',
     unit: 'ratio',
     // s = max(1, ⌊K·numel⌋) indices and values from each of the W workers (all-gathered).
     floats: (n, m, level, workers) => 2 * Math.max(1, Math.floor(level * n * m)) * workers,
@@ -99,7 +103,7 @@ export function describeLevel(kind: CompressorName, level: number): string {
 
 /** The compressor's name with its unit: "PowerSGD rank", "TopK ratio". */
 export function levelTitle(kind: CompressorName): string {
-  return kind === 'topk' ? 'TopK ratio' : kind === 'powersgd' ? 'PowerSGD rank' : 'dense';
+  return kind === 'none' ? 'dense' : `${KINDS[kind].title} ${KINDS[kind].unit}`;
 }
 
 /**

@@ -2,8 +2,9 @@
  * The caller's data as Model takes it (image batches, token windows, hidden states, named tensors)
  * and its checks: every argument is validated, naming the method and the value, before native work.
  */
-import { UsageError } from '../base/errors.js';
+import { CheckpointError, UsageError } from '../base/errors.js';
 import type { Architecture } from '../config/options.js';
+import type { StateEntry } from '../native/binding.js';
 import type { NamedTensor } from './safetensors.js';
 
 /** A batch of the caller's images for Model.trainStep. */
@@ -97,7 +98,7 @@ export function tokenWindow(vocabulary: number, tokens: unknown, targets: unknow
 }
 
 /** A named tensor as loadStateDict reads it: name, dtype, shape and bytes. */
-export function checkTensor(t: unknown): asserts t is NamedTensor {
+function checkTensor(t: unknown): asserts t is NamedTensor {
   const e = t as Partial<NamedTensor> | null;
   if (typeof e !== 'object' || e === null) throw new UsageError(`loadStateDict: each tensor must be { name, dtype, shape, data }, got ${describe(t)}`);
   if (typeof e.name !== 'string') throw new UsageError(`loadStateDict: a tensor's name must be a string, got ${describe(e.name)}`);
@@ -108,10 +109,37 @@ export function checkTensor(t: unknown): asserts t is NamedTensor {
 }
 
 /** Entries of the engine's state that are float64 themselves (not cast). */
-export const F64_ENTRIES = new Set(['compressor.levels']);
+const F64_ENTRIES = new Set(['compressor.levels']);
+
+/**
+ * Named tensors as the engine's state takes them, checked: a dtype of the state (F32, F64, I64), only
+ * finite values, float64 copies of float32 entries cast to float32 (their names in `cast`).
+ */
+export function stateEntries(tensors: Iterable<NamedTensor>): { entries: StateEntry[]; cast: string[] } {
+  if (typeof (tensors as Iterable<NamedTensor> | null)?.[Symbol.iterator] !== 'function')
+    throw new UsageError(`loadStateDict takes an iterable of named tensors, got ${describe(tensors)}`);
+  const entries: StateEntry[] = [];
+  const cast: string[] = [];
+  for (const t of tensors) {
+    checkTensor(t);
+    if (t.dtype !== 'F32' && t.dtype !== 'I64' && t.dtype !== 'F64')
+      throw new CheckpointError(`tensor '${t.name}' has dtype ${t.dtype}; the engine's state uses F32, F64 and I64`);
+    const bad = firstNonFinite(t);
+    if (bad)
+      throw new CheckpointError(
+        `tensor '${t.name}' holds non-finite values (${bad.value} at element ${bad.index}${bad.count > 1 ? `, ${bad.count} such elements in all` : ''}); ` +
+          'such a state cannot be loaded (training had diverged before it was saved, or the file was altered)',
+      );
+    if (t.dtype === 'F64' && !F64_ENTRIES.has(t.name)) {
+      entries.push({ name: t.name, dtype: 'F32', shape: t.shape, data: toFloat32(t.data) });
+      cast.push(t.name);
+    } else entries.push({ name: t.name, dtype: t.dtype, shape: t.shape, data: t.data });
+  }
+  return { entries, cast };
+}
 
 /** Float64 little-endian bytes as float32 bytes (rounded to nearest). */
-export function toFloat32(data: Uint8Array): Uint8Array {
+function toFloat32(data: Uint8Array): Uint8Array {
   const bytes = data.byteOffset % 8 === 0 ? data : data.slice();
   const values = new Float64Array(bytes.buffer, bytes.byteOffset, Math.floor(bytes.byteLength / 8));
   return new Uint8Array(Float32Array.from(values).buffer);

@@ -3,7 +3,7 @@
  * `save()`d file loads in PyTorch (`load_state_dict(..., strict=True)`) and a PyTorch state_dict in
  * safetensors layout loads here.
  */
-import { binding, call, type CompressorName, type ExchangePlan, type LevelCost, type MemoryStats, type NativeEngine, type StateEntry, type StepResult } from '../native/binding.js';
+import { binding, call, type CompressorName, type ExchangePlan, type LevelCost, type MemoryStats, type NativeEngine, type StepResult } from '../native/binding.js';
 import { parseDevice, type DeviceName } from '../native/device.js';
 import { Batcher } from './batcher.js';
 import { ProcessGroup } from '../comm/group.js';
@@ -11,7 +11,7 @@ import { readSafetensors, writeSafetensors, type NamedTensor } from './safetenso
 import { AccordionError, CheckpointError, UsageError } from '../base/errors.js';
 import { ARCHITECTURES, DEFAULT_CONFIG, type Architecture } from '../config/options.js';
 import { compressionSpec } from '../config/compression.js';
-import { F64_ENTRIES, checkImages, checkTensor, describe, firstNonFinite, ids, imageSize, toFloat32, tokenWindow, type ForwardOptions, type HiddenState, type ImageBatch, type TokenWindow } from './inputs.js';
+import { checkImages, describe, ids, imageSize, stateEntries, tokenWindow, type ForwardOptions, type HiddenState, type ImageBatch, type TokenWindow } from './inputs.js';
 import { MAX_CLASSES, checkOptions, estimateMemory, modelDefault, type ModelOptions } from './model-options.js';
 
 export { ARCHITECTURES, type Architecture } from '../config/options.js';
@@ -259,27 +259,7 @@ export class Model {
    * warning). Trainer entries ("optimizer.", "compressor.", "rng.") are read where they apply.
    */
   async loadStateDict(tensors: Iterable<NamedTensor>): Promise<string[]> {
-    const entries: StateEntry[] = [];
-    const cast: string[] = [];
-    if (typeof (tensors as Iterable<NamedTensor> | null)?.[Symbol.iterator] !== 'function')
-      throw new UsageError(`loadStateDict takes an iterable of named tensors, got ${describe(tensors)}`);
-    for (const t of tensors) {
-      checkTensor(t);
-      if (t.dtype !== 'F32' && t.dtype !== 'I64' && t.dtype !== 'F64')
-        throw new CheckpointError(`tensor '${t.name}' has dtype ${t.dtype}; the engine's state uses F32, F64 and I64`);
-      const bad = firstNonFinite(t);
-      if (bad)
-        throw new CheckpointError(
-          `tensor '${t.name}' holds non-finite values (${bad.value} at element ${bad.index}${bad.count > 1 ? `, ${bad.count} such elements in all` : ''}); ` +
-            'such a state cannot be loaded (training had diverged before it was saved, or the file was altered)',
-        );
-      if (t.dtype === 'F64' && !F64_ENTRIES.has(t.name)) {
-        entries.push({ name: t.name, dtype: 'F32', shape: t.shape, data: toFloat32(t.data) });
-        cast.push(t.name);
-        continue;
-      }
-      entries.push({ name: t.name, dtype: t.dtype, shape: t.shape, data: t.data });
-    }
+    const { entries, cast } = stateEntries(tensors);
     await call(this.native.setState(entries));
     const notes: string[] = [];
     if (cast.length) {

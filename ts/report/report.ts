@@ -15,10 +15,14 @@ import { readMetricsLog, type MetricsEvent } from '../base/metrics.js';
 import { UsageError } from '../base/errors.js';
 import { writeFileAtomicAsync } from '../base/files.js';
 import { formatRate } from '../cluster/cluster.js';
+import { compressionSpec, describeLevel, levelTitle } from '../config/compression.js';
+import { DEFAULT_CONFIG, OPTIONS, type CompressorName, type TrainConfig } from '../config/options.js';
 
 export interface RunSeries {
   name: string;
   compressor: string;
+  /** How its levels read: "PowerSGD rank", "TopK ratio". */
+  levelTitle: string;
   accordion: boolean;
   eta: number;
   parameterNames: string[];
@@ -77,16 +81,17 @@ export function loadRun(runDir: string, warn: WarningSink = processWarning): Run
   }
   const accordion = Boolean(start.accordion);
   const compressor = String(start.compressor ?? 'none');
+  const kind = OPTIONS.compressor.choices!.includes(compressor) ? (compressor as CompressorName) : 'none';
   const details = [compressor];
   if (start.adapt === 'auto') details.push('automatic levels');
   else if (accordion) details.push('Accordion');
-  else if (compressor === 'powersgd' && start.rank !== undefined) details.push(`rank ${start.rank}`);
-  else if (compressor === 'topk' && start.topkRatio !== undefined) details.push(`${+(Number(start.topkRatio) * 100).toPrecision(3)}%`);
+  else if (kind !== 'none') details.push(describeLevel(kind, compressionSpec({ ...DEFAULT_CONFIG, ...(start as Partial<TrainConfig>), compressor: kind }).reference));
   const link = clusterLink(runDir);
   if (link) details.push(link);
   return {
     name: `${path.basename(path.resolve(runDir))} (${details.join(', ')})`,
     compressor,
+    levelTitle: levelTitle(kind),
     accordion,
     eta: Number(start.eta ?? 0.5),
     parameterNames: (start.parameterNames as string[] | undefined) ?? [],
@@ -185,7 +190,7 @@ if (adaptive) {
   const dense = cells.some((c) => c.v === 0);
   // Darker is less compression (a higher PowerSGD rank or TopK ratio); compressed levels span 0.2 to 0.8.
   const shade = (v) => 'rgba(31, 119, 180, ' + (v === 0 ? 1 : hi === lo ? 0.8 : 0.2 + 0.6 * (v - lo) / (hi - lo)).toFixed(3) + ')';
-  const unit = adaptive.compressor === 'topk' ? 'TopK ratio ' : 'PowerSGD rank ';
+  const unit = adaptive.levelTitle + ' ';
   const levelsUsed = [...new Set(values)].sort((a, b) => a - b);
   document.getElementById('heatmap-note').textContent = adaptive.name + ': darker cells are lower compression' + (dense ? ' (darkest: sent dense)' : '') +
     '; levels used: ' + unit + levelsUsed.join(', ') + (dense ? ', dense' : '') + '.';
