@@ -21,12 +21,7 @@ const char* compressorName(Compressor c) {
   }
 }
 
-static uint64_t mix(uint64_t a, uint64_t b) {
-  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x2545F4914F6CDD1Dull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+static uint64_t mix(uint64_t a, uint64_t b) { return finalise(a * kGolden + b + 0x2545F4914F6CDD1Dull); }
 
 GradientReducer::GradientReducer(std::vector<Parameter*> parameters, const ReducerOptions& options, ProcessGroup& group,
                                  Backend& backend)

@@ -5,17 +5,20 @@
 
 namespace accordion {
 
+// SplitMix64's step: its golden-ratio increment, and its finaliser, which makes nearby inputs
+// unrelated. Seeds derived from several numbers are finalise(a·kGolden + b + a salt of the use).
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+constexpr uint64_t finalise(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 class Random {
  public:
   explicit Random(uint64_t seed = 0) { reseed(seed); }
   void reseed(uint64_t seed) {
-    for (auto& s : state_) {
-      seed += 0x9E3779B97F4A7C15ull;
-      uint64_t z = seed;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      s = z ^ (z >> 31);
-    }
+    for (auto& s : state_) s = finalise(seed += kGolden);
     hasSpare_ = false;
   }
   uint64_t next() {

@@ -9,12 +9,7 @@
 
 namespace accordion {
 
-static uint64_t mixSeed(uint64_t a, uint64_t b) {
-  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+static uint64_t mixSeed(uint64_t a, uint64_t b) { return finalise(a * kGolden + b + 0x632BE59BD9B4E019ull); }
 
 Batcher::Batcher(const uint8_t* images, const int32_t* labels, int64_t count, int64_t classes, BatcherOptions options)
     : images_(images), labels_(labels), count_(count), options_(options) {

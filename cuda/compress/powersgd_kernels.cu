@@ -4,7 +4,6 @@
 // row-major (r, c) buffer is, to cuBLAS, its (c, r) transpose with leading dimension c. So
 //   P (rows, r)  = M·Q   is Pᵀ = Qᵀ·Mᵀ:   sgemm(N, N, r, rows, cols,  Q ld r, M ld cols,  P ld r)
 //   Qᵀ (r, cols) = P̂ᵀ·M  is Q  = Mᵀ·P̂:    sgemm(N, T, cols, r, rows,  M ld cols, P̂ ld r,  Qᵀ ld cols)
-#include <climits>
 #include <map>
 #include <string>
 #include <tuple>
@@ -20,11 +19,6 @@ namespace {
 struct AddDoubles {
   __device__ double operator()(double a, double b) const { return a + b; }
 };
-
-int gemmDimension(int64_t size) {
-  if (size > INT_MAX) throw invalidArgument("PowerSGD: a matrix dimension of " + std::to_string(size) + " exceeds cuBLAS's int range");
-  return static_cast<int>(size);
-}
 
 struct GemmShape {
   int transa, transb, m, n, k, lda, ldb, ldc;
@@ -143,7 +137,8 @@ void CudaCompressionKernels::powerSgdProject(const std::vector<PowerSgdMatrix>& 
   groupedGemms(
       backend_, matrices,
       [](const PowerSgdMatrix& m) {
-        const int rows = gemmDimension(m.rows), cols = gemmDimension(m.cols), r = gemmDimension(m.rank);
+        const int rows = cublas::dimension(m.rows, "PowerSGD", "rows"), cols = cublas::dimension(m.cols, "PowerSGD", "columns"),
+                  r = cublas::dimension(m.rank, "PowerSGD", "rank");
         return GemmShape{cublas::kNoTranspose, cublas::kNoTranspose, r, rows, cols, r, cols, r};
       },
       [](const PowerSgdMatrix& m) { return std::tuple<const float*, const float*, const float*>{m.q, m.memory, m.p}; },
@@ -160,7 +155,8 @@ void CudaCompressionKernels::powerSgdProjectBack(const std::vector<PowerSgdMatri
   groupedGemms(
       backend_, matrices,
       [](const PowerSgdMatrix& m) {
-        const int rows = gemmDimension(m.rows), cols = gemmDimension(m.cols), r = gemmDimension(m.rank);
+        const int rows = cublas::dimension(m.rows, "PowerSGD", "rows"), cols = cublas::dimension(m.cols, "PowerSGD", "columns"),
+                  r = cublas::dimension(m.rank, "PowerSGD", "rank");
         return GemmShape{cublas::kNoTranspose, cublas::kTranspose, cols, r, rows, cols, r, cols};
       },
       [](const PowerSgdMatrix& m) { return std::tuple<const float*, const float*, const float*>{m.memory, m.p, m.qt}; },

@@ -46,6 +46,7 @@
 
 #include "compare.h"
 #include "core/check.h"
+#include "core/random.h"
 #include "ops/cpu_backend.h"
 #include "ops/cuda_backend.h"
 
@@ -185,12 +186,7 @@ void parallelFor(int64_t count, const std::function<void(int64_t)>& body) {
   for (std::thread& t : pool) t.join();
 }
 
-uint64_t mix(uint64_t x) {  // SplitMix64's finaliser: nearby seeds give unrelated generators
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+uint64_t mix(uint64_t x) { return finalise(x + kGolden); }  // nearby seeds give unrelated generators
 
 // The inputs of one run, reproducible from its seed. Each draw is cut into chunks of a fixed size,
 // each from its own generator seeded by (seed, draw, chunk), so the numbers do not depend on how

@@ -1,5 +1,7 @@
 #include "lib/cublas.h"
 
+#include <climits>
+
 #include "lib/library.h"
 
 namespace accordion::cuda::cublas {
@@ -41,6 +43,12 @@ LibraryStatus status() { return library().status(); }
 void check(Status s, const char* what) {
   if (s != kSuccess)
     throw EngineError("ERR_CUBLAS", std::string(what) + " failed: " + api().getStatusString(s) + " (cuBLAS status " + std::to_string(s) + ")");
+}
+
+int dimension(int64_t size, const char* op, const char* name) {
+  if (size < 0 || size > INT_MAX)
+    throw invalidArgument(std::string(op) + " " + name + " " + std::to_string(size) + " lies outside cuBLAS's int range");
+  return static_cast<int>(size);
 }
 
 }  // namespace accordion::cuda::cublas

@@ -39,5 +39,8 @@ const Api& api();
 LibraryStatus status();
 // Throws EngineError ERR_CUBLAS naming the call when `s` is not success.
 void check(Status s, const char* what);
+// cuBLAS takes int dimensions: `size` as one, or ERR_INVALID_ARGUMENT naming the op and the
+// dimension when it is negative or above INT_MAX.
+int dimension(int64_t size, const char* op, const char* name);
 
 }  // namespace accordion::cuda::cublas

@@ -3,27 +3,15 @@
 // As in linear.cu, a row-major buffer is to cuBLAS the column-major transpose, so C = op(A)·op(B)
 // is asked as Cᵀ (n, m) = op(B)ᵀ·op(A)ᵀ: B first, op N when B is stored (k, n) (ld n), op T when
 // stored (n, k) (ld k); then A, op N when stored (m, k) (ld k), op T when stored (k, m) (ld m).
-#include <climits>
-#include <string>
-
 #include "core/check.h"
 #include "ops/cuda_backend.h"
 
 namespace accordion::cuda {
 
-namespace {
-
-int blasDimension(int64_t size, const char* name) {
-  if (size < 0 || size > INT_MAX)
-    throw invalidArgument("gemm " + std::string(name) + " " + std::to_string(size) + " lies outside cuBLAS's int range");
-  return static_cast<int>(size);
-}
-
-}  // namespace
-
 void CudaBackend::gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
                        bool accumulate) {
-  const int rows = blasDimension(m, "m"), cols = blasDimension(n, "n"), depth = blasDimension(k, "k");
+  const int rows = cublas::dimension(m, "gemm", "m"), cols = cublas::dimension(n, "gemm", "n"),
+            depth = cublas::dimension(k, "gemm", "k");
   if (rows == 0 || cols == 0) return;
   if (depth == 0) {  // an empty sum: C is zero, or unchanged when accumulating
     if (!accumulate) fill(c, m * n, 0.0f);

@@ -8,27 +8,15 @@
 //   y  = x·Wᵀ  as yᵀ (out, rows) = W·xᵀ:   sgemm(T, N, out, rows, in,  W ld in, x ld in,   y ld out)
 //   dW = dyᵀ·x as dWᵀ (in, out)  = xᵀ·dy:  sgemm(N, T, in, out, rows,  x ld in, dy ld out, dW ld in)
 //   dx = dy·W  as dxᵀ (in, rows) = Wᵀ·dyᵀ: sgemm(N, N, in, rows, out,  W ld in, dy ld out, dx ld in)
-#include <climits>
-#include <string>
-
 #include "core/check.h"
 #include "ops/cuda_backend.h"
 
 namespace accordion::cuda {
 
-namespace {
-
-// cuBLAS takes int dimensions.
-int blasDimension(int64_t size, const char* name) {
-  if (size > INT_MAX) throw invalidArgument("linear " + std::string(name) + " " + std::to_string(size) + " exceeds cuBLAS's int range");
-  return static_cast<int>(size);
-}
-
-}  // namespace
-
 void CudaBackend::linearForward(const float* x, const float* weight, const float* bias, float* y, int64_t rows, int64_t in,
                                 int64_t out) {
-  const int m = blasDimension(out, "outputs"), n = blasDimension(rows, "rows"), k = blasDimension(in, "inputs");
+  const int m = cublas::dimension(out, "linear", "outputs"), n = cublas::dimension(rows, "linear", "rows"),
+            k = cublas::dimension(in, "linear", "inputs");
   broadcastRows(bias, y, rows, out);
   const float one = 1;
   // yᵀ (out, rows) = W·xᵀ + yᵀ
@@ -38,7 +26,8 @@ void CudaBackend::linearForward(const float* x, const float* weight, const float
 
 void CudaBackend::linearBackward(const float* x, const float* weight, const float* dy, float* dx, float* dWeight, float* dBias,
                                  int64_t rows, int64_t in, int64_t out) {
-  const int r = blasDimension(rows, "rows"), i = blasDimension(in, "inputs"), o = blasDimension(out, "outputs");
+  const int r = cublas::dimension(rows, "linear", "rows"), i = cublas::dimension(in, "linear", "inputs"),
+            o = cublas::dimension(out, "linear", "outputs");
   const cublas::Api& blas = cublas::api();
   const float one = 1, zero = 0;
   // dWᵀ (in, out) = xᵀ·dy
