@@ -1,24 +1,55 @@
 #!/usr/bin/env node
-// The TypeScript's layers, checked over its imports: a file may import its own folder and the folders
-// below its own (LAYERS, lowest first), never one above; no two files import each other, even through
-// others; every file opens with a comment naming its concern and stays near 400 lines. Prints each
-// break, naming the file and the import, and exits 1 if there is one. docs/architecture.md explains
-// the layers.
+// The layers, checked over the sources' imports and includes. TypeScript (ts/): a file may import its
+// own folder and the folders below its own (LAYERS, lowest first), never one above; no two files
+// import each other, even through others; every file opens with a comment naming its concern and
+// stays near 400 lines. Native code (cpp/, cuda/): a file may include its own folder and the folders
+// of lower levels (NATIVE_LEVELS), never one of its own level or above. Prints each break, naming the
+// file and the import or include, and exits 1 if there is one. docs/architecture.md explains the layers.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'ts');
+const REPO = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
+const ROOT = path.join(REPO, 'ts');
 
 /** The folders of ts/, lowest first. The files at the top of ts/ (the package's entry points) may import any. */
 export const LAYERS = ['base', 'config', 'native', 'comm', 'data', 'engine', 'train', 'cluster', 'report', 'cli'];
 export const MAX_LINES = 450;
 
-function files(dir) {
+/**
+ * The folders of cpp/ and cuda/ (one include root each, the same folder names), by level, lowest
+ * first: the loaded NVIDIA libraries above core; process groups, ops and the batcher side by side;
+ * the gradient reducer; the models; the session; the binding and the kernel lab on top.
+ */
+export const NATIVE_LEVELS = [['core'], ['lib'], ['comm', 'ops', 'data'], ['compress'], ['models'], ['train'], ['napi', 'lab']];
+
+function files(dir, pattern = /\.ts$/) {
   return fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
     const p = path.join(dir, e.name);
-    return e.isDirectory() ? files(p) : e.name.endsWith('.ts') ? [p] : [];
+    return e.isDirectory() ? files(p, pattern) : pattern.test(e.name) ? [p] : [];
   });
+}
+
+/** Includes that break NATIVE_LEVELS, in the sources under `roots` (paths from the repository). */
+export function checkNative(roots = ['cpp', 'cuda'].map((r) => path.join(REPO, r))) {
+  const level = (folder) => NATIVE_LEVELS.findIndex((names) => names.includes(folder));
+  const problems = [];
+  for (const root of roots)
+    for (const file of files(root, /\.(h|cuh|cpp|cu)$/)) {
+      const rel = path.relative(REPO, file);
+      const folder = path.relative(root, file).split(path.sep)[0];
+      if (level(folder) < 0) {
+        problems.push(`${rel}: its folder is not a level (add it to NATIVE_LEVELS in scripts/check-layers.js and to docs/architecture.md)`);
+        continue;
+      }
+      for (const m of fs.readFileSync(file, 'utf8').matchAll(/^\s*#\s*include\s+"([a-z_]+)\/[^"]+"/gm)) {
+        const target = m[1];
+        if (target === folder || level(target) < 0) continue;  // its own folder; not one of ours (a library's header)
+        if (level(target) >= level(folder))
+          problems.push(`${rel}: includes "${m[0].match(/"(.+)"/)[1]}", ${level(target) === level(folder) ? 'a folder of its own level' : 'a level above its own'}`);
+      }
+    }
+  return problems;
 }
 
 /** The relative imports of a file (import … from, export … from, import()), as paths under ts/. */
@@ -71,8 +102,9 @@ export function check() {
 }
 
 if (process.argv[1] && fs.realpathSync(process.argv[1]) === fileURLToPath(import.meta.url)) {
-  const problems = check();
+  const problems = [...check(), ...checkNative()];
   for (const p of problems) console.error(p);
   if (problems.length) process.exit(1);
   console.log(`ts/: ${LAYERS.join(' → ')}: every import points down, no cycles, every file opens with its concern`);
+  console.log(`cpp/, cuda/: ${NATIVE_LEVELS.map((l) => l.join(' | ')).join(' → ')}: every include points down`);
 }

@@ -1,13 +1,9 @@
 // CPU-only builds: the CUDA seam reports that nothing was built.
 #include "core/cuda.h"
 
-#include "ops/backend.h"
-
 namespace accordion::cuda {
 
 namespace {
-
-const char* kNotBuilt = "the addon was built without CUDA (rebuild with nvcc on the PATH)";
 
 LibraryStatus notBuilt() {
   LibraryStatus s;
@@ -35,10 +31,7 @@ LibraryStatus ncclStatus() {
   return s;
 }
 
-std::unique_ptr<Backend> makeBackend(int) { throw EngineError("ERR_NO_CUDA", kNotBuilt); }
 std::optional<EngineError> unusable(int) { return EngineError("ERR_NO_CUDA", kNotBuilt); }
-
-std::shared_ptr<ProcessGroup> makeNcclGroup(StoreClient&, const NcclOptions&) { throw EngineError("ERR_NO_CUDA", kNotBuilt); }
 
 Allocator& pinnedAllocator() { throw EngineError("ERR_NO_CUDA", std::string("pinned memory: ") + kNotBuilt); }
 

@@ -5,7 +5,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/cuda.h"
-#include "compress/cpu_kernels.h"
+#include "ops/cpu_compression_kernels.h"
 #include "napi/classes.h"
 
 namespace accordion::napi {

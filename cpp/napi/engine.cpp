@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "comm/nccl.h"
 #include "core/cuda.h"
 #include "napi/classes.h"
 

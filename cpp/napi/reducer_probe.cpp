@@ -2,7 +2,7 @@
 #include <exception>
 #include <thread>
 
-#include "comm/staged_group.h"
+#include "compress/staged_group.h"
 #include "napi/classes.h"
 
 namespace accordion::napi {

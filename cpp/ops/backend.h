@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "compress/kernels.h"
+#include "ops/compression_kernels.h"
 #include "core/tensor.h"
 #include "ops/batchnorm2d.h"
 #include "ops/conv2d.h"
@@ -178,7 +178,16 @@ class Backend : public Allocator {
   }
 };
 
-// The backend of `device`: the CPU's, or a GPU's (cuda::makeBackend, core/cuda.h).
+// The backend of `device`: the CPU's, or a GPU's (cuda::makeBackend).
 std::unique_ptr<Backend> makeBackend(const Device& device, const BackendOptions& options = {});
+
+namespace cuda {
+// The ops of GPU `device` for one model: its own stream, cuDNN and cuBLAS handles and memory pool
+// (cuda/ops/cuda_backend.cu; ops/cuda_backend_absent.cpp in builds without CUDA). Throws EngineError
+// naming the cause when the device or the libraries are not usable: ERR_NO_CUDA (not built),
+// ERR_NO_CUDA_DEVICE (no driver or no such device), ERR_CUDA_LIBRARY (cuDNN or cuBLAS not found,
+// with the paths tried). cuda::unusable (core/cuda.h) says so beforehand, cheaply.
+std::unique_ptr<Backend> makeBackend(int device);
+}  // namespace cuda
 
 }  // namespace accordion

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "compress/cpu_kernels.h"
+#include "ops/cpu_compression_kernels.h"
 #include "core/cuda.h"
 
 namespace accordion {

@@ -6,6 +6,7 @@
 
 #include "comm/process_group.h"
 #include "comm/store_client.h"
+#include "comm/nccl.h"
 #include "core/cuda.h"
 
 namespace accordion::cuda {

@@ -1,5 +1,5 @@
-// The kernel lab: every CUDA op (cuda/ops/) and compression kernel (cuda/compress/) checked against
-// its CPU twin (cpp/ops/, cpp/compress/) on fresh random inputs, then timed with CUDA events, in the
+// The kernel lab: every CUDA op (cuda/ops/) and compression kernel checked against
+// its CPU twin (cpp/ops/) on fresh random inputs, then timed with CUDA events, in the
 // manner of llm.c's dev/cuda. It needs no Node (the GPU machines have none):
 //
 //   kernel_check [--iterations N] [--seed S] [--json FILE] [--jsonl FILE] [--stage NAME]
@@ -1114,7 +1114,7 @@ void checkTotalSumOfSquares(Lab& lab) {
     });
 }
 
-// ---- Gradient compression (compress/kernels.h) -----------------------------------------------------
+// ---- Gradient compression (ops/compression_kernels.h) -----------------------------------------------
 
 // PowerSGD's matrices (rows, cols, rank), and lists of them: odd shapes, and the weights of CIFAR
 // ResNet-18 viewed as (out, in·kh·kw) at the ranks Accordion switches between.

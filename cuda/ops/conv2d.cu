@@ -1,8 +1,9 @@
 // Conv2d on cuDNN: NCHW fp32 with FMA math (no TF32, as PyTorch with allow_tf32=False). Each
 // direction runs the algorithm cuDNN measured fastest for the shape when the op was made among those
-// whose math is FMA (and without a transform, for accurate convolutions), on scratch reserved then: on Ampere and later, cuDNN may list algorithms that
-// use TF32 tensor cores even for a descriptor set to FMA math, and those are passed over. What was
-// chosen is kept (ConvolutionChoice) for the kernel lab's rows. The bias and its gradient are own
+// whose math is FMA (and, for accurate convolutions, that use no transform), on scratch reserved
+// then: on Ampere and later, cuDNN may list algorithms that use TF32 tensor cores even for a
+// descriptor set to FMA math, and those are passed over. What was chosen is kept
+// (ConvolutionChoice) for the kernel lab's rows. The bias and its gradient are own
 // kernels; the gradient sums each channel in a fixed order, so it has the same bits on every run.
 #include <algorithm>
 #include <climits>
@@ -314,12 +315,13 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
     int returned = 0;
     checkCudnn(find(cudnn::kAlgorithmCount, &returned, results), (std::string("finding the ") + direction + " algorithm").c_str());
     std::string others;  // what was passed over, for the error
+    const bool accurate = backend_.options.accurateConvolutions;
     for (int i = 0; i < returned; ++i) {
       const cudnn::AlgoPerf& r = results[i];
       const std::string name = algorithmName(names, r.algo);
-      const bool transform =
-          backend_.options.accurateConvolutions && (name.find("FFT") != std::string::npos || name == "WINOGRAD_NONFUSED");
-      if (r.status == cudnn::kSuccess && r.mathType == cudnn::kFmaMath && !transform) {
+      const bool transform = name.find("FFT") != std::string::npos || name == "WINOGRAD_NONFUSED";
+      const bool allowed = !(transform && accurate);
+      if (r.status == cudnn::kSuccess && r.mathType == cudnn::kFmaMath && allowed) {
         char timing[64];
         std::snprintf(timing, sizeof timing, "%.3f ms, %zu B scratch", static_cast<double>(r.time), r.memory);
         algorithms_ += (algorithms_.empty() ? "" : "; ") + std::string(direction) + " " + name + " (FMA, " +
@@ -328,11 +330,12 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
       }
       others += (others.empty() ? "" : ", ") + name + " (" +
                 (r.status != cudnn::kSuccess ? "status " + std::to_string(r.status)
-                 : transform                 ? std::string("a transform")
+                 : !allowed                  ? std::string("a transform")
                                              : mathName(r.mathType) + " math") +
                 ")";
     }
-    throw EngineError("ERR_CUDNN", "cuDNN has no " + std::string(direction) + " algorithm with FMA math" + (backend_.options.accurateConvolutions ? " and no transform" : "") + " that runs " + describe() + " (" +
+    throw EngineError("ERR_CUDNN", "cuDNN has no " + std::string(direction) + " algorithm with FMA math" +
+                                       (accurate ? " and no transform" : "") + " that runs " + describe() + " (" +
                                        std::to_string(returned) + " tried" + (others.empty() ? "" : ": " + others) + ")");
   }
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "compress/cuda_kernels.h"
+#include "ops/cuda_compression_kernels.h"
 #include "lib/cublas.h"
 #include "lib/cudnn.h"
 #include "ops/backend.h"

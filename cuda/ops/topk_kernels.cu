@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "compress/cuda_kernels.h"
+#include "ops/cuda_compression_kernels.h"
 #include "ops/kernels.cuh"
 
 namespace accordion::cuda {

@@ -1,4 +1,4 @@
-#include "comm/staged_group.h"
+#include "compress/staged_group.h"
 
 namespace accordion {
 

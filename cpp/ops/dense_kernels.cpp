@@ -1,7 +1,7 @@
 // The dense exchange: every uncompressed tensor packed into one buffer for one all-reduce.
 #include <cstring>
 
-#include "compress/cpu_kernels.h"
+#include "ops/cpu_compression_kernels.h"
 
 namespace accordion {
 

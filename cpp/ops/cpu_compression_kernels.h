@@ -2,7 +2,7 @@
 #pragma once
 #include <vector>
 
-#include "compress/kernels.h"
+#include "ops/compression_kernels.h"
 
 namespace accordion {
 

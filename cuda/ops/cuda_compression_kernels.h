@@ -1,4 +1,4 @@
-// The compressors' kernels on a CUDA GPU (compress/kernels.h), on the backend's stream, with a
+// The compressors' kernels on a CUDA GPU (ops/compression_kernels.h), on the backend's stream, with a
 // constant number of launches per step whatever the number of tensors:
 //   PowerSGD  M = g + e in one multi-tensor pass; P = M·Q and Qᵀ = P̂ᵀ·M as batched cuBLAS GEMMs, one
 //             call per group of matrices of equal shape; the Gram-Schmidt of every P in one launch
@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "compress/kernels.h"
+#include "ops/compression_kernels.h"
 
 namespace accordion::cuda {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "compress/cpu_kernels.h"
+#include "ops/cpu_compression_kernels.h"
 
 namespace accordion {
 

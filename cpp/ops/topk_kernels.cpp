@@ -5,7 +5,7 @@
 #include <cstring>
 #include <functional>
 
-#include "compress/cpu_kernels.h"
+#include "ops/cpu_compression_kernels.h"
 
 namespace accordion {
 

@@ -1,6 +1,6 @@
 // The dense exchange on the GPU: every uncompressed tensor copied into, and back out of, the one
 // buffer of the step's all-reduce, each direction one multi-tensor launch.
-#include "compress/cuda_kernels.h"
+#include "ops/cuda_compression_kernels.h"
 #include "ops/kernels.cuh"
 
 namespace accordion::cuda {

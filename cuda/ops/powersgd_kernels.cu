@@ -8,7 +8,7 @@
 #include <string>
 #include <tuple>
 
-#include "compress/cuda_kernels.h"
+#include "ops/cuda_compression_kernels.h"
 #include "lib/cublas.h"
 #include "ops/kernels.cuh"
 
