@@ -47,9 +47,9 @@ LibraryStatus cudnnStatus();
 LibraryStatus cublasStatus();
 LibraryStatus ncclStatus();
 
-// The error a GPU's Backend (cuda::makeBackend, ops/backend.h) would throw for want of a driver, a device or a library, or nothing
-// when the device can run a model; then `device` becomes the process's GPU, where pinned memory is
-// allocated (see pinnedAllocator). Cheap, and never throws.
+// The error a GPU's Backend (cuda::makeBackend, ops/backend.h) would throw for want of a driver, a
+// device or a library, or nothing when the device can run a model; then `device` becomes the
+// process's GPU, where pinned memory is allocated (see pinnedAllocator). Cheap, and never throws.
 std::optional<EngineError> unusable(int device);
 
 // Page-locked host memory that a GPU copies from asynchronously; freed blocks are kept for reuse.
