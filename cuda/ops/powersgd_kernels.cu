@@ -24,6 +24,12 @@ struct GemmShape {
   int transa, transb, m, n, k, lda, ldb, ldc;
 };
 
+// A matrix's rows, columns and rank as cuBLAS takes them (int), or an error naming the one too large.
+std::tuple<int, int, int> blasSizes(const PowerSgdMatrix& m) {
+  return {cublas::dimension(m.rows, "PowerSGD", "rows"), cublas::dimension(m.cols, "PowerSGD", "columns"),
+          cublas::dimension(m.rank, "PowerSGD", "rank")};
+}
+
 // One batched GEMM per group of matrices of equal (rows, cols, rank), so a step costs as many cuBLAS
 // calls as it has distinct shapes. `operands(matrix)` gives its A, B and C; the pointer arrays go to
 // the device as cached tables (the buffers are the same every step).
@@ -137,8 +143,7 @@ void CudaCompressionKernels::powerSgdProject(const std::vector<PowerSgdMatrix>& 
   groupedGemms(
       backend_, matrices,
       [](const PowerSgdMatrix& m) {
-        const int rows = cublas::dimension(m.rows, "PowerSGD", "rows"), cols = cublas::dimension(m.cols, "PowerSGD", "columns"),
-                  r = cublas::dimension(m.rank, "PowerSGD", "rank");
+        const auto [rows, cols, r] = blasSizes(m);
         return GemmShape{cublas::kNoTranspose, cublas::kNoTranspose, r, rows, cols, r, cols, r};
       },
       [](const PowerSgdMatrix& m) { return std::tuple<const float*, const float*, const float*>{m.q, m.memory, m.p}; },
@@ -155,8 +160,7 @@ void CudaCompressionKernels::powerSgdProjectBack(const std::vector<PowerSgdMatri
   groupedGemms(
       backend_, matrices,
       [](const PowerSgdMatrix& m) {
-        const int rows = cublas::dimension(m.rows, "PowerSGD", "rows"), cols = cublas::dimension(m.cols, "PowerSGD", "columns"),
-                  r = cublas::dimension(m.rank, "PowerSGD", "rank");
+        const auto [rows, cols, r] = blasSizes(m);
         return GemmShape{cublas::kNoTranspose, cublas::kTranspose, cols, r, rows, cols, r, cols};
       },
       [](const PowerSgdMatrix& m) { return std::tuple<const float*, const float*, const float*>{m.memory, m.p, m.qt}; },
