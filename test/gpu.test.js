@@ -50,7 +50,9 @@ function relativeError(aBytes, bBytes) {
 }
 
 function normOf(bytes) {
-  return Math.hypot(...new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4));
+  let sum = 0;
+  for (const v of new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4)) sum += v * v;
+  return Math.sqrt(sum);
 }
 
 /**
