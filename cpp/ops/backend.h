@@ -76,9 +76,9 @@ class Backend : public Allocator {
   // ---- Element-wise ops (n elements) ---------------------------------------------------------
   virtual void reluForward(const float* x, float* y, int64_t n) = 0;  // y may be x
   virtual void reluBackward(const float* y, const float* dy, float* dx, int64_t n) = 0;
-  // The residual add (a += b) and its backward's fan-in (out = a + b).
-  virtual void addInPlace(float* a, const float* b, int64_t n) = 0;
+  // out = a + b (out may be a or b): the residual add and its backward's fan-in.
   virtual void add(const float* a, const float* b, float* out, int64_t n) = 0;
+  void addInPlace(float* a, const float* b, int64_t n) { add(a, b, a, n); }  // a += b
   virtual void scale(const float* x, float* y, int64_t n, float s) = 0;  // y = s·x
   // y = keep ? x·scale : 0, with keep drawn by the caller (so every device sees the same mask).
   virtual void dropoutForward(const float* x, const uint8_t* keep, float* y, int64_t n, float scale) = 0;
@@ -95,11 +95,11 @@ class Backend : public Allocator {
   virtual void uploadImages(const float* hostNchw, float* images, int64_t n, int64_t c, int64_t h, int64_t w) = 0;
 
   // ---- Linear: y (rows, out) = x (rows, in)·Wᵀ + b, W (out, in) -------------------------------
-  virtual void linearForward(const float* x, const float* weight, const float* bias, float* y, int64_t rows, int64_t in,
-                             int64_t out) = 0;
+  // Composites of the products below, the same on every device (ops/linear.cpp).
+  void linearForward(const float* x, const float* weight, const float* bias, float* y, int64_t rows, int64_t in, int64_t out);
   // dW = dyᵀ·x, db = Σ_rows dy, dx = dy·W.
-  virtual void linearBackward(const float* x, const float* weight, const float* dy, float* dx, float* dWeight, float* dBias,
-                              int64_t rows, int64_t in, int64_t out) = 0;
+  void linearBackward(const float* x, const float* weight, const float* dy, float* dx, float* dWeight, float* dBias, int64_t rows,
+                      int64_t in, int64_t out);
 
   // ---- Dense products and bias rows (row-major) ----------------------------------------------
   // C (m, n) = op(A)·op(B), plus C's old value when `accumulate`; op(A) is (m, k), stored as A

@@ -25,7 +25,6 @@ class CpuBackend : public Backend {
 
   void reluForward(const float* x, float* y, int64_t n) override;
   void reluBackward(const float* y, const float* dy, float* dx, int64_t n) override;
-  void addInPlace(float* a, const float* b, int64_t n) override;
   void add(const float* a, const float* b, float* out, int64_t n) override;
   void scale(const float* x, float* y, int64_t n, float s) override;
   void dropoutForward(const float* x, const uint8_t* keep, float* y, int64_t n, float scale) override;
@@ -36,11 +35,6 @@ class CpuBackend : public Backend {
   void flattenForward(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w) override;
   void flattenBackward(const float* dy, float* dx, int64_t n, int64_t c, int64_t h, int64_t w) override;
   void uploadImages(const float* hostNchw, float* images, int64_t n, int64_t c, int64_t h, int64_t w) override;
-
-  void linearForward(const float* x, const float* weight, const float* bias, float* y, int64_t rows, int64_t in,
-                     int64_t out) override;
-  void linearBackward(const float* x, const float* weight, const float* dy, float* dx, float* dWeight, float* dBias, int64_t rows,
-                      int64_t in, int64_t out) override;
 
   void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
             bool accumulate) override;

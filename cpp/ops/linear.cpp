@@ -1,20 +1,18 @@
-// Linear on OpenBLAS: y = x·Wᵀ + b, dW = dyᵀ·x, dx = dy·W, db = Σ_rows dy.
-#include <cblas.h>
-
-#include "ops/cpu_backend.h"
+// Linear, composed of the backend's own products: y = x·Wᵀ + b, dW = dyᵀ·x, dx = dy·W,
+// db = Σ_rows dy, with x (rows, in), W (out, in), y and dy (rows, out), all row-major.
+#include "ops/backend.h"
 
 namespace accordion {
 
-void CpuBackend::linearForward(const float* x, const float* weight, const float* bias, float* y, int64_t rows, int64_t in,
-                               int64_t out) {
+void Backend::linearForward(const float* x, const float* weight, const float* bias, float* y, int64_t rows, int64_t in, int64_t out) {
   broadcastRows(bias, y, rows, out);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, weight, in, 1.0f, y, out);
+  gemm(false, true, rows, out, in, x, weight, y, true);
 }
 
-void CpuBackend::linearBackward(const float* x, const float* weight, const float* dy, float* dx, float* dWeight, float* dBias,
-                                int64_t rows, int64_t in, int64_t out) {
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, rows, 1.0f, dy, out, x, in, 0.0f, dWeight, in);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0f, dy, out, weight, in, 0.0f, dx, in);
+void Backend::linearBackward(const float* x, const float* weight, const float* dy, float* dx, float* dWeight, float* dBias,
+                             int64_t rows, int64_t in, int64_t out) {
+  gemm(true, false, out, in, rows, dy, x, dWeight, false);
+  gemm(false, false, rows, in, out, dy, weight, dx, false);
   columnSums(dy, dBias, rows, out);
 }
 

@@ -1,4 +1,4 @@
-// The residual add (a += b), its backward's fan-in (out = a + b), and scaling (y = s·x).
+// Addition (out = a + b: the residual add, as add(a, b, a), and its backward's fan-in) and scaling (y = s·x).
 #include "ops/kernels.cuh"
 
 namespace accordion::cuda {
@@ -15,8 +15,6 @@ struct Scaled {
 };
 
 }  // namespace
-
-void CudaBackend::addInPlace(float* a, const float* b, int64_t n) { launchElementwise(stream(), "addInPlace", Sum{}, n, a, a, b); }
 
 void CudaBackend::add(const float* a, const float* b, float* out, int64_t n) { launchElementwise(stream(), "add", Sum{}, n, out, a, b); }
 

@@ -1,7 +1,8 @@
 // General row-major GEMM on cuBLAS (fp32, default math: no TF32): C (m, n) = op(A)·op(B) (+ C).
 //
-// As in linear.cu, a row-major buffer is to cuBLAS the column-major transpose, so C = op(A)·op(B)
-// is asked as Cᵀ (n, m) = op(B)ᵀ·op(A)ᵀ: B first, op N when B is stored (k, n) (ld n), op T when
+// cuBLAS is column-major, and a row-major (r, c) buffer with leading dimension c is, to cuBLAS, its
+// transpose: a column-major (c, r) matrix with the same leading dimension. So C = op(A)·op(B) is
+// asked as Cᵀ (n, m) = op(B)ᵀ·op(A)ᵀ, whose column-major result is C's row-major buffer: B first, op N when B is stored (k, n) (ld n), op T when
 // stored (n, k) (ld k); then A, op N when stored (m, k) (ld k), op T when stored (k, m) (ld m).
 #include "core/check.h"
 #include "ops/cuda_backend.h"

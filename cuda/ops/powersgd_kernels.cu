@@ -1,6 +1,6 @@
 // PowerSGD on the GPU: the error feedback as one multi-tensor pass, the two projections as batched
 // cuBLAS GEMMs grouped by shape, the orthogonalisation of every P in one launch, and decompression
-// fused with the new error. Row-major buffers map onto column-major cuBLAS as in ops/linear.cu: a
+// fused with the new error. Row-major buffers map onto column-major cuBLAS as in ops/gemm.cu: a
 // row-major (r, c) buffer is, to cuBLAS, its (c, r) transpose with leading dimension c. So
 //   P (rows, r)  = M·Q   is Pᵀ = Qᵀ·Mᵀ:   sgemm(N, N, r, rows, cols,  Q ld r, M ld cols,  P ld r)
 //   Qᵀ (r, cols) = P̂ᵀ·M  is Q  = Mᵀ·P̂:    sgemm(N, T, cols, r, rows,  M ld cols, P̂ ld r,  Qᵀ ld cols)
