@@ -102,19 +102,24 @@ async function timeOurs(lib, opts, stream, windows) {
   const { Model } = lib;
   const model = await Model.create({
     architecture: 'lstm', classes: opts.vocab, hidden: opts.hidden, layers: opts.layers, dropout: opts.dropout,
-    seed: 0, learningRate: opts.learningRate, momentum: 0.9, nesterov: true, weightDecay: 0, device: opts.device,
+    seed: 0, learningRate: opts.learningRate, momentum: 0.9, nesterov: true, weightDecay: 0, clipNorm: opts.clip, device: opts.device,
   });
   const perWindow = opts.bptt * opts.batch;
   // Views, not copies, as the trainer passes them: targets are the inputs one row later. Made before
   // the timing starts.
   const views = Array.from({ length: windows }, (_, i) => {
     const start = i * perWindow;
-    return [stream.subarray(start, start + perWindow), stream.subarray(start + opts.batch, start + opts.batch + perWindow)];
+    return {
+      tokens: stream.subarray(start, start + perWindow),
+      targets: stream.subarray(start + opts.batch, start + opts.batch + perWindow),
+      steps: opts.bptt,
+      batch: opts.batch,
+    };
   });
   const window = (i) => views[i % windows];
   try {
     const parameters = model.parameterCount();
-    const { ms: times, results } = await timeSteps(opts.warmup, opts.steps, (i) => model.trainTokens(...window(i), opts.bptt, opts.batch, opts.clip));
+    const { ms: times, results } = await timeSteps(opts.warmup, opts.steps, (i) => model.trainStep(window(i)));
     // computeSeconds covers forward, backward, clip and the SGD update; compressionSeconds the
     // (identity) gradient exchange's NaN/Inf check. What is left is the addon's call overhead.
     const computeMs = results.map((r) => r.computeSeconds * 1e3);
@@ -123,7 +128,7 @@ async function timeOurs(lib, opts, stream, windows) {
     if (!Number.isFinite(last.loss)) console.warn(`  warning: LSTM loss is ${last.loss}`);
     // On a GPU a step returns once its loss and gradient norm are read; its update runs on while
     // the next step is prepared, so each timed step also pays for the update before it.
-    const { ms: forward } = await timeSteps(0, opts.steps, (i) => model.evaluateTokens(...window(opts.warmup + i), opts.bptt, opts.batch));
+    const { ms: forward } = await timeSteps(0, opts.steps, (i) => model.evaluate(window(opts.warmup + i)));
     const { peak } = await model.memoryStats();
     return {
       parameters,

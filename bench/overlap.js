@@ -13,9 +13,12 @@
 // their order; the tables give medians over the `--rounds` rounds (3) and the median of the paired
 // speed-ups. The peer's step is the median of 8 after 3 warm-up steps. Needs root (CAP_NET_ADMIN);
 // finished runs are kept in <out>/results.jsonl and not run again.
+// `--model lstm --text FILE` measures the LSTM language model instead (2 layers of 650, windows of
+// 35 × 20 tokens of the file, learning rate 0.2, gradient clipping off: a clipped gradient is final only once every
+// gradient is, so clipping leaves nothing to overlap); no DDP peer and no floor there.
 //
 //   sudo node bench/overlap.js [--bandwidths 1gbit,100mbit] [--exchanges dense,powersgd-r2,topk-10]
-//        [--bucket-mb 25] [--rounds 3] [--out DIR] [--fresh]
+//        [--bucket-mb 25] [--rounds 3] [--model resnet18|lstm] [--text FILE] [--out DIR] [--fresh]
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -41,6 +44,8 @@ const { values: opts } = parseArgs({
     exchanges: { type: 'string', default: Object.keys(EXCHANGES).join(',') },
     'bucket-mb': { type: 'string', default: '25' },
     rounds: { type: 'string', default: '3' },
+    model: { type: 'string', default: 'resnet18' },
+    text: { type: 'string' },
     out: { type: 'string', default: path.join(os.tmpdir(), 'accordion-overlap-bench') },
     fresh: { type: 'boolean', default: false },
   },
@@ -69,8 +74,20 @@ const resultsFile = path.join(opts.out, 'results.jsonl');
 const done = new Map(
   (!opts.fresh && fs.existsSync(resultsFile) ? fs.readFileSync(resultsFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []).map((r) => [r.key, r]),
 );
+const language = opts.model === 'lstm';
+if (!language && opts.model !== 'resnet18') {
+  console.error(`bench/overlap.js: --model: resnet18 or lstm, got '${opts.model}'`);
+  process.exit(2);
+}
+if (language && !opts.text) {
+  console.error('bench/overlap.js: --model lstm trains on a plain text file: give --text FILE');
+  process.exit(2);
+}
 const BATCH = 64; // the training default: images per worker and step
-const training = ['--model', 'resnet18', '--dataset', 'synthetic', '--threads', '1', '--checkpoint-every', '100', '--synthetic-train', '640', '--synthetic-test', '64', '--epochs', '3'];
+const common = ['--threads', '1', '--checkpoint-every', '100', '--epochs', '3'];
+const training = language
+  ? ['--model', 'lstm', '--text', path.resolve(opts.text), '--batch-size', '20', '--bptt', '35', '--clip', '0', '--lr', '0.2', ...common]
+  : ['--model', 'resnet18', '--dataset', 'synthetic', '--synthetic-train', '640', '--synthetic-test', '64', ...common];
 
 /** Runs a command, its output to `logFile` (stdout kept instead with `stdout: 'pipe'`); { code, out, child }. */
 function run(command, args, logFile, options = {}) {
@@ -158,12 +175,12 @@ async function cell(key, measure) {
 
 const medianOf = (runs, key) => median(runs.map((r) => r[key]));
 
-const forward = (await cell(['forward', BATCH], async () => ({ seconds: await forwardSeconds() }))).seconds;
+const forward = language ? NaN : (await cell(['forward', BATCH], async () => ({ seconds: await forwardSeconds() }))).seconds;
 for (const bandwidth of bandwidths) {
   fs.mkdirSync(path.join(opts.out, bandwidth), { recursive: true });
   const rows = [];
   for (const exchange of exchanges) {
-    const hook = PEER_HOOK[exchange];
+    const hook = language ? undefined : PEER_HOOK[exchange];
     const sides = [
       ['overlapped', (round) => engineCell(bandwidth, exchange, bucketMb, round), [bandwidth, exchange, bucketMb]],
       ['after', (round) => engineCell(bandwidth, exchange, '0', round), [bandwidth, exchange, '0']],
@@ -187,12 +204,13 @@ for (const bandwidth of bandwidths) {
       alone: fmt(alone, 2),
       wait: fmt(medianOf(overlapped, 'wait'), 2),
       goal: fmt(step / Math.max(compute, alone), 2),
-      floor: fmt(step / Math.max(compute + medianOf(after, 'compression'), forward + alone), 2),
+      floor: language ? '' : fmt(step / Math.max(compute + medianOf(after, 'compression'), forward + alone), 2),
       speedup: fmt(median(after.map((a, i) => a.step / overlapped[i].step)), 2),
       ddp: ddp ? fmt(medianOf(ddp, 'step'), 2) : '',
     });
   }
-  console.log(`\nResNet-18, 2 hosts × 1 core, ${bandwidth}, buckets closed at ${bucketMb} MiB (the first at 1 MiB): seconds per step, medians of ${rounds} runs; forward alone ${fmt(forward, 2)} s`);
+  const what = language ? `the LSTM on ${path.basename(opts.text)}` : 'ResNet-18';
+  console.log(`\n${what}, 2 hosts × 1 core, ${bandwidth}, buckets closed at ${bucketMb} MiB (the first at 1 MiB): seconds per step, medians of ${rounds} runs${language ? '' : `; forward alone ${fmt(forward, 2)} s`}`);
   console.log(formatTable([
     { key: 'exchange', title: 'exchange', align: 'left' },
     { key: 'overlapped', title: 'overlapped' },

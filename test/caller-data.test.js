@@ -95,7 +95,7 @@ describe('training on caller data', function () {
     const targets = Int32Array.from([5, 1, 2, 4, 0, 3]);
     let model;
     before(async () => {
-      model = await Model.create({ architecture: 'lstm', classes: V, hidden: 8, layers: 1, dropout: 0, seed: 5, keepGradients: true, weightDecay: 0 });
+      model = await Model.create({ architecture: 'lstm', classes: V, hidden: 8, layers: 1, dropout: 0, seed: 5, keepGradients: true, weightDecay: 0, clipNorm: 0 });
     });
     after(async () => model?.dispose());
 
@@ -109,7 +109,7 @@ describe('training on caller data', function () {
       const loss = async (state) => {
         await model.loadStateDict(state);
         await model.resetState();
-        return (await model.evaluateTokens(tokens, targets, T, B)).loss;
+        return (await model.evaluate({ tokens, targets, steps: T, batch: B })).loss;
       };
       const h = 1e-2;
       for (const name of ['encoder.weight', 'rnn.weight_ih_l0', 'rnn.weight_hh_l0', 'rnn.bias_hh_l0', 'decoder.bias']) {
@@ -143,7 +143,7 @@ describe('training on caller data', function () {
       const next = Int32Array.from([2, 2, 1, 0, 4, 5]);
       const again = await model.forward(next, { steps: T, batch: B });
       await model.setHiddenState(state);
-      const { loss } = await model.evaluateTokens(next, targets, T, B);
+      const { loss } = await model.evaluate({ tokens: next, targets, steps: T, batch: B });
       let sum = 0;
       for (let r = 0; r < T * B; r++) {
         const row = Array.from(again.subarray(r * V, (r + 1) * V));
@@ -164,6 +164,68 @@ describe('training on caller data', function () {
       const untied = withValues(encoder, floats(encoder).map((v) => v + 1));
       const err = await rejects(model.loadStateDict([...state, { ...untied, name: 'decoder.weight' }]));
       expect(err.message).to.match(/'decoder\.weight' differs from 'encoder\.weight'/);
+    });
+  });
+
+  describe('one step for every model: micro-batches and clipping', function () {
+    // At learning rate 0 the weights stay put, so each batch's gradient can be taken alone and compared.
+    // Within float32 rounding of the hand-computed value: |got − want| ≤ 1e-6 · max(1, |want|) everywhere.
+    const close = (got, want, what) => {
+      let worst = -1;
+      for (let i = 0; i < want.length; i++)
+        if (Math.abs(got[i] - want[i]) > 1e-6 * Math.max(1, Math.abs(want[i])) && worst < 0) worst = i;
+      expect(worst, worst < 0 ? what : `${what}[${worst}]: ${got[worst]} vs ${want[worst]}`).to.equal(-1);
+    };
+    const norm = (grads) => Math.sqrt([...grads.values()].reduce((sum, g) => sum + g.data.reduce((s, v) => s + v * v, 0), 0));
+    const images = (seed) => {
+      const data = tinyImageSet(4, 10, seed);
+      return { images: Float32Array.from(data.images, (v) => v / 255 - 0.5), labels: data.labels };
+    };
+    const windows = [0, 1].map((k) => ({
+      tokens: Int32Array.from({ length: 12 }, (_, i) => (i * 5 + k * 7) % 9),
+      targets: Int32Array.from({ length: 12 }, (_, i) => (i * 2 + k) % 9),
+      steps: 4,
+      batch: 3,
+    }));
+    const cases = [
+      { name: 'resnet18, two batches of images', options: { architecture: 'resnet18', classes: 10, seed: 3 }, batches: [images(1), images(2)] },
+      { name: 'the lstm, two consecutive windows (the state carried through)', options: { architecture: 'lstm', classes: 9, hidden: 6, layers: 2, dropout: 0, seed: 3 }, batches: windows },
+    ];
+    for (const c of cases)
+      it(`${c.name}: a step over micro-batches keeps the mean of their gradients, each taken alone`, async function () {
+        const model = await Model.create({ ...c.options, learningRate: 0, keepGradients: true, clipNorm: 0 });
+        try {
+          const alone = [];
+          for (const batch of c.batches) {
+            await model.trainStep(batch);
+            alone.push(await model.gradients());
+          }
+          if (c.options.architecture === 'lstm') await model.resetState();
+          const step = await model.trainStep(c.batches);
+          expect(step.samples).to.equal(c.batches.reduce((n, b) => n + (b.labels ?? b.targets).length, 0));
+          for (const [name, g] of await model.gradients())
+            close(g.data, g.data.map((_, i) => (alone[0].get(name).data[i] + alone[1].get(name).data[i]) / 2), name);
+        } finally {
+          await model.dispose();
+        }
+      });
+
+    it('resnet18: --clip scales the local gradients to the clip norm, by clip / (norm + 1e-6), as clip_grad_norm_', async function () {
+      const batch = images(4);
+      const free = await Model.create({ architecture: 'resnet18', classes: 10, seed: 3, learningRate: 0, keepGradients: true, clipNorm: 0 });
+      let clipped;
+      try {
+        await free.trainStep(batch);
+        const g = await free.gradients();
+        const n = norm(g);
+        clipped = await Model.create({ architecture: 'resnet18', classes: 10, seed: 3, learningRate: 0, keepGradients: true, clipNorm: n / 2 });
+        await clipped.trainStep(batch);
+        const scale = n / 2 / (n + 1e-6);
+        for (const [name, h] of await clipped.gradients()) close(h.data, g.get(name).data.map((v) => v * scale), name);
+      } finally {
+        await free.dispose();
+        await clipped?.dispose();
+      }
     });
   });
 
@@ -238,7 +300,8 @@ describe('training on caller data', function () {
       ['a fractional label', () => ({ images, labels: [0, 1.5] }), /labels\[1\] is 1\.5, not an integer/],
       ['labels of the wrong dtype', () => ({ images, labels: new Float32Array([0, 1]) }), /labels must be an Int32Array or an array of integers/],
       ['a bad height', () => ({ images, labels: [0, 1], height: 0 }), /height must be a positive integer/],
-      ['a token window for an image model', () => ({ tokens: [0], targets: [0], steps: 1, batch: 1 }), /trains on images/],
+      ['a token window for an image model', () => ({ tokens: [0], targets: [0], steps: 1, batch: 1 }), /takes images \(\{ images, labels \}\), not token windows/],
+      ['an empty list of micro-batches', () => [], /an empty list of batches/],
     ];
     for (const [what, make, message] of cases)
       it(`trainStep refuses ${what}`, async function () {
@@ -263,7 +326,7 @@ describe('training on caller data', function () {
         expect(err.message).to.match(/tokens\[2\] is 7, outside the vocabulary \[0, 5\)/);
         err = await rejects(lm.trainStep({ tokens: [0, 1, 2], targets: [1, 2, 3], steps: 2, batch: 2 }));
         expect(err.message).to.match(/tokens hold 3 ids, not steps × batch = 4/);
-        err = await rejects(lm.trainTokens(Int32Array.from([0, 1]), Int32Array.from([1, 9]), 2, 1));
+        err = await rejects(lm.trainStep({ tokens: Int32Array.from([0, 1]), targets: Int32Array.from([1, 9]), steps: 2, batch: 1 }));
         expect(err.message).to.match(/targets\[1\] is 9/);
         err = await rejects(lm.trainStep({ images, labels: [0, 1] }));
         expect(err.message).to.match(/token windows/);

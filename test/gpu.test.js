@@ -356,16 +356,19 @@ describe('GPU training (cuda:0)', function () {
       const models = {}, results = { cpu: [], cuda: [] };
       try {
         for (const device of ['cpu', 'cuda']) {
-          const model = (models[device] = await Model.create({ architecture: 'lstm', seed: 4, learningRate: 1, weightDecay: 0, ...c.options, device }));
+          const model = (models[device] = await Model.create({ architecture: 'lstm', seed: 4, learningRate: 1, weightDecay: 0, clipNorm: c.clip, ...c.options, device }));
           const r = results[device];
-          for (let s = 0; s < 3; s++) r.push((await model.trainTokens(...tokenWindow(c.options.classes, c.T, c.B, s), c.T, c.B, c.clip)).loss);
+          for (let s = 0; s < 3; s++) {
+            const [tokens, targets] = tokenWindow(c.options.classes, c.T, c.B, s);
+            r.push((await model.trainStep({ tokens, targets, steps: c.T, batch: c.B })).loss);
+          }
           // Evaluation from the carried state, twice (the state moves on), then from zero and with another batch size.
           const [inputs, targets] = tokenWindow(c.options.classes, c.T, c.B, 7);
-          r.push((await model.evaluateTokens(inputs, targets, c.T, c.B)).loss);
-          r.push((await model.evaluateTokens(inputs, targets, c.T, c.B)).loss);
+          r.push((await model.evaluate({ tokens: inputs, targets, steps: c.T, batch: c.B })).loss);
+          r.push((await model.evaluate({ tokens: inputs, targets, steps: c.T, batch: c.B })).loss);
           await model.resetState();
-          r.push((await model.evaluateTokens(inputs, targets, c.T, c.B)).loss);
-          r.push((await model.evaluateTokens(inputs.subarray(0, 2 * c.T), targets.subarray(0, 2 * c.T), c.T, 2)).loss);
+          r.push((await model.evaluate({ tokens: inputs, targets, steps: c.T, batch: c.B })).loss);
+          r.push((await model.evaluate({ tokens: inputs.subarray(0, 2 * c.T), targets: targets.subarray(0, 2 * c.T), steps: c.T, batch: 2 })).loss);
         }
         expect(results.cuda[3]).to.not.equal(results.cuda[4]); // the carried state changed the second evaluation
         results.cpu.forEach((want, i) => expect(Math.abs(results.cuda[i] - want) / want, `loss ${i}`).to.be.below(1e-3));

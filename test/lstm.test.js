@@ -74,7 +74,7 @@ function globalNorm(grads) {
   return Math.sqrt(s);
 }
 
-const plainSgd = { learningRate: 1, momentum: 0, weightDecay: 0, nesterov: false };
+const plainSgd = { learningRate: 1, momentum: 0, weightDecay: 0, nesterov: false, clipNorm: 0 };
 
 // ---------------------------------------------------------------------------------------------
 
@@ -143,9 +143,9 @@ describe('LSTM language model', function () {
       // weights let the perturbation act through the carried state as well.
       await model.resetState();
       await model.loadStateDict(carriedFrom === 'base' ? base : weights);
-      await model.evaluateTokens(previous.inputs, previous.targets, T, B);
+      await model.evaluate({ tokens: previous.inputs, targets: previous.targets, steps: T, batch: B });
       if (carriedFrom === 'base') await model.loadStateDict(weights);
-      return (await model.evaluateTokens(checked.inputs, checked.targets, T, B)).loss;
+      return (await model.evaluate({ tokens: checked.inputs, targets: checked.targets, steps: T, batch: B })).loss;
     }
 
     async function differences(name, carriedFrom) {
@@ -180,8 +180,8 @@ describe('LSTM language model', function () {
 
       await model.loadStateDict(base);
       await model.resetState();
-      await model.evaluateTokens(previous.inputs, previous.targets, T, B);
-      await model.trainTokens(checked.inputs, checked.targets, T, B, 0);
+      await model.evaluate({ tokens: previous.inputs, targets: previous.targets, steps: T, batch: B });
+      await model.trainStep({ tokens: checked.inputs, targets: checked.targets, steps: T, batch: B });
       analytic = stepDifference(base, await model.stateDict());
     });
     after(async () => model?.dispose());
@@ -189,7 +189,7 @@ describe('LSTM language model', function () {
     it("starts the checked window from a carried state that changes its loss and every tensor's gradient", async function () {
       await model.loadStateDict(base);
       await model.resetState();
-      const fresh = (await model.evaluateTokens(checked.inputs, checked.targets, T, B)).loss;
+      const fresh = (await model.evaluate({ tokens: checked.inputs, targets: checked.targets, steps: T, batch: B })).loss;
       const carried = await windowLoss(base, { carriedFrom: 'base' });
       // The loss is good to ~1e-7, so this difference is far from noise.
       expect(Math.abs(carried - fresh), `loss ${carried} after the preceding window vs ${fresh} from a zero state`).to.be.above(1e-4);
@@ -197,7 +197,7 @@ describe('LSTM language model', function () {
       // backward pass that ignored the carried h and c could pass the checks.
       await model.loadStateDict(base);
       await model.resetState();
-      await model.trainTokens(checked.inputs, checked.targets, T, B, 0);
+      await model.trainStep({ tokens: checked.inputs, targets: checked.targets, steps: T, batch: B });
       const fromZero = stepDifference(base, await model.stateDict());
       for (const name of names) {
         const c = compareGradients(analytic.get(name), fromZero.get(name), Array.from(fromZero.get(name), (_, i) => i), tolerance);
@@ -249,7 +249,7 @@ describe('LSTM language model', function () {
         const inputs = Int32Array.from([0, 1, 2, 3, 4, 0]);
         const targets = Int32Array.from([2, 0, 4, 1, 2, 3]);
         // Leave a non-zero carried state behind with the random initial weights.
-        await model.trainTokens(Int32Array.from([1, 2, 3, 4, 0, 1]), Int32Array.from([2, 3, 4, 0, 1, 2]), T, B, 0);
+        await model.trainStep({ tokens: Int32Array.from([1, 2, 3, 4, 0, 1]), targets: Int32Array.from([2, 3, 4, 0, 1, 2]), steps: T, batch: B });
         const zeros = (await model.stateDict()).map((e) =>
           withValues(e, e.name === 'decoder.bias' ? Float32Array.from(b) : new Float32Array(e.data.byteLength / 4)),
         );
@@ -260,12 +260,12 @@ describe('LSTM language model', function () {
         const argmax = b.indexOf(Math.max(...b));
         const expectedCorrect = Array.from(targets).filter((t) => t === argmax).length;
 
-        const evaluated = await model.evaluateTokens(inputs, targets, T, B);
+        const evaluated = await model.evaluate({ tokens: inputs, targets, steps: T, batch: B });
         expect(evaluated.loss).to.be.closeTo(expectedLoss, 1e-6);
         expect(evaluated.correct).to.equal(expectedCorrect);
         expect(evaluated.samples).to.equal(T * B);
 
-        const trained = await model.trainTokens(inputs, targets, T, B, 0);
+        const trained = await model.trainStep({ tokens: inputs, targets, steps: T, batch: B });
         expect(trained.loss).to.be.closeTo(expectedLoss, 1e-6);
         const moved = stepDifference(zeros, await model.stateDict()).get('decoder.bias');
         for (let j = 0; j < V; j++) {
@@ -288,10 +288,10 @@ describe('LSTM language model', function () {
     const targets = Int32Array.from({ length: T * B }, () => rng.int(V));
 
     async function updateWithClip(clip) {
-      const model = await Model.create({ architecture: 'lstm', classes: V, hidden: H, layers: 2, dropout: 0, seed: 31, ...plainSgd });
+      const model = await Model.create({ architecture: 'lstm', classes: V, hidden: H, layers: 2, dropout: 0, seed: 31, ...plainSgd, clipNorm: clip });
       try {
         const before = await model.stateDict();
-        const r = await model.trainTokens(inputs, targets, T, B, clip);
+        const r = await model.trainStep({ tokens: inputs, targets, steps: T, batch: B });
         return { loss: r.loss, update: stepDifference(before, await model.stateDict()) };
       } finally {
         await model.dispose();

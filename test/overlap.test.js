@@ -180,6 +180,19 @@ describe('the exchange in buckets, overlapped with backward', function () {
         }
       });
 
+    // The language model finishes its gradients layer by layer as well: the decoder's bias, each LSTM
+    // layer from the top, the tied embedding last.
+    for (const config of [{ compressor: 'none' }, { compressor: 'powersgd', level: 2, mixedLevels: true }])
+      it(`2 processes, the LSTM with ${config.compressor}${config.mixedLevels ? ' with mixed levels' : ''}: 3 steps end bit for bit alike, with the same floats accounting`, async function () {
+        const lstm = { ...config, model: 'lstm' };
+        const [a, b] = [await job(2, { ...lstm, ...afterBackward }), await job(2, { ...lstm, ...overlapped, bucketMb: 0.01 })];
+        for (let rank = 0; rank < 2; rank++) {
+          expect(b[rank].plan.buckets.length, `rank ${rank}: buckets`).to.be.above(2);
+          expect(b[rank].steps, `rank ${rank}: losses and floats per step`).to.deep.equal(a[rank].steps);
+          expect(worstDifference(a[rank].state, b[rank].state), `rank ${rank}: state`).to.equal(0);
+        }
+      });
+
     it('4 processes, every compressor with mixed levels: one step agrees within float32 summation order (≤ 1e-6 relative), floats alike', async function () {
       for (const config of configs) {
         const one = { ...config, steps: 1 };

@@ -1,16 +1,10 @@
-// Gradient compression with error feedback, and the exchange of gradients between workers.
+// The exchange of gradients between workers, with compression and error feedback.
 //
 // After backward, GradientReducer::reduce() turns each parameter's local gradient into the
-// gradient averaged over the workers, compressing each parameter by its current level:
-//   dense    all-reduce and divide by W                                   floats sent: numel
-//   PowerSGD M = g + e viewed as (n, m) = (out, in·kh·kw); P = M·Q; all-reduce P; orthogonalise P
-//            (modified Gram-Schmidt, eps); Q = Mᵀ·P̂; all-reduce Q, divide by W; out = P̂·Qᵀ;
-//            e = M − out; Q is kept for the next step (warm start)          floats sent: (n + m)·r
-//   TopK     a = g + e; the s = max(1, ⌊K·numel⌋) entries of largest |a| (ties: lowest index);
-//            e = a − sparse(a); all-gather (index, value); out = Σ_w sparse_w / W
-//                                                                         floats sent: 2·s·W
-// 1-D tensors are always dense. All matrices' P (and Q) travel in one all-reduce, all TopK pairs
-// in one all-gather and all dense tensors in one all-reduce.
+// gradient averaged over the workers. A weight matrix goes through the compressor's strategy at its
+// current level (compress/powersgd.h, compress/topk.h); a 1-D tensor, a matrix at level 0 and every
+// tensor without a compressor go dense: all-reduce, divide by W (floats sent: numel), all of them in
+// one all-reduce.
 //
 // "Floats sent" is the paper's figure (docs/accounting.md §1) and only that. Before them, the workers
 // agree on whether every gradient is finite: an all-reduce of W floats per step, the step's
@@ -19,20 +13,13 @@
 // gathered result, so TopK's all-gather of 2·s floats per rank counts 2·s·W). With one worker no
 // collective runs, yet floats sent keeps the paper's definition.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "core/random.h"
-#include "core/tensor.h"
-#include "ops/backend.h"
+#include "compress/compressor.h"
 
 namespace accordion {
-
-enum class Compressor { None, PowerSgd, TopK };
-
-Compressor parseCompressor(const std::string& name);
-const char* compressorName(Compressor c);
 
 struct ReducerOptions {
   Compressor compressor = Compressor::None;
@@ -60,22 +47,15 @@ struct ReducerOptions {
 constexpr int64_t kFirstBucketBytes = int64_t{1} << 20;
 std::vector<std::vector<size_t>> gradientBuckets(const std::vector<Parameter*>& parameters, int64_t bytes);
 
-// What compressing one weight matrix's gradient at one level costs (GradientReducer::levelCosts).
-struct LevelCost {
-  double level = 0;     // the candidate: a PowerSGD rank or TopK ratio, 0 = dense
-  double error = 0;     // ‖G − C(G)‖ / ‖G‖ for the parameter's epoch sum G (0 when G = 0 or dense)
-  int64_t floats = 0;   // floats this worker sends per step at this level
-  double seconds = 0;   // the compression kernels' time on G
-};
-
 struct ReduceResult {
   int64_t floatsSent = 0;
   int64_t overheadFloats = 0;       // the finite-gradient agreement: W floats when W ≥ 2
   double communicationSeconds = 0;  // inside collectives; the rest of reduce() is compression
 };
 
-// Orchestrates the exchange: levels, buffers, collectives and accounting. The arithmetic runs in
-// the backend's CompressionKernels and ops, on the device where the gradients are.
+// Orchestrates the exchange: levels, buckets, the finite agreement, collectives and accounting. The
+// compressor's strategy owns its state; the arithmetic runs in the backend's kernels, on the device
+// where the gradients are.
 class GradientReducer {
  public:
   GradientReducer(std::vector<Parameter*> parameters, const ReducerOptions& options, ProcessGroup& group, Backend& backend);
@@ -104,7 +84,7 @@ class GradientReducer {
   // Puts back the state the step's buckets changed (a step that fails before finishBuckets()).
   void restoreBuckets();
 
-  Compressor compressor() const { return options_.compressor; }
+  Compressor compressor() const { return compressor_ ? compressor_->kind() : Compressor::None; }
   // Levels: PowerSGD rank (a positive integer) or TopK ratio in (0, 1]; 0 for parameters sent dense
   // (1-D ones always, a matrix when its level is set to 0).
   double level(size_t index) const { return slots_.at(index).level; }
@@ -132,9 +112,11 @@ class GradientReducer {
 
   size_t size() const { return slots_.size(); }
   const Parameter& parameter(size_t index) const { return *slots_.at(index).parameter; }
-  // On the backend's device.
-  Tensor& errorMemory(size_t index) { return slots_.at(index).memory; }
-  Tensor& powerSgdQ(size_t index) { return slots_.at(index).q; }
+  // The compressor's state of a parameter, by key ("memory"; PowerSGD's "q"), on the backend's
+  // device: what a checkpoint keeps. Empty for 1-D parameters and without a compressor.
+  std::vector<std::pair<std::string, Tensor*>> compressorState(size_t index);
+  // One of them by key, or null.
+  Tensor* compressorState(size_t index, const std::string& key);
   // Validates a level for this reducer's compressor (0, dense, where allowed), throwing a clear error.
   void checkLevel(double level, const std::string& where, bool allowDense = true) const;
 
@@ -144,46 +126,32 @@ class GradientReducer {
     int64_t rows = 0, cols = 0;  // matrix view (shape[0], numel / shape[0])
     bool matrix = false;          // more than one dimension
     double level = 0;
-    Tensor memory;                // error feedback (PyTorch layout of the parameter)
-    Tensor q;                     // PowerSGD (cols, r), row-major
     Tensor normSum;
-    bool flushMemory = false;     // set to dense: the memory joins the next gradient
-    // A bucketed step's copy of the state above, taken before its bucket changes it.
-    Tensor savedMemory, savedQ, savedNormSum;
-    bool savedFlush = false, saved = false;
+    // A bucketed step's copy of the state it changes, taken before its bucket does: the
+    // compressor's state (in compressorState's order), the gradient sum, whether a memory is owed.
+    std::vector<Tensor> saved;
+    Tensor savedNormSum;
+    bool savedOwes = false, isSaved = false;
   };
+  MatrixView view(size_t index, double level) const;
+  MatrixView view(size_t index) const { return view(index, slots_[index].level); }
   // Workers agree on `firstBad`; throws naming the parameter and rank where any gradient is not finite.
-  void agree(int64_t firstBad, ReduceResult& result);
+  void agree(int64_t firstBad, ReduceResult& result, TimedGroup& group);
   // Compresses and exchanges the gradients of `slots` (after the agreement), adding to `result`.
   void exchange(const std::vector<size_t>& slots, ReduceResult& result);
-  void save(Slot& s);
-  // The rank (clipped to the matrix) and whether the matrix is compressed, at its level or another.
-  int64_t rankAt(const Slot& s, double level) const;
+  void save(size_t index);
   bool compressedAt(const Slot& s, double level) const;
-  int64_t rankOf(const Slot& s) const { return rankAt(s, s.level); }
   bool compressed(const Slot& s) const { return compressedAt(s, s.level); }
-  void drawQ(size_t index);
-  // Q of `rank` columns for slot `index`, drawn from the shared seed, on the backend's device.
-  Tensor initialQ(size_t index, int64_t rank) const;
-  void reducePowerSgd(const std::vector<size_t>& slots);
-  void reduceTopK(const std::vector<size_t>& slots, ReduceResult& result);
-  void reduceDense(const std::vector<size_t>& slots);
-  // Adds the memory of matrices just set to dense into their gradients, and zeroes it.
-  void flushMemories(const std::vector<size_t>& slots);
-  // A buffer of at least `n` floats on the backend's device, reused between steps.
-  float* scratch(Tensor& buffer, int64_t n);
-  // Runs a collective, adding its duration to the step's communication time.
-  template <typename Fn>
-  void communicate(Fn&& collective);
+  void reduceDense(const std::vector<size_t>& slots, TimedGroup& group);
 
   ReducerOptions options_;
   ProcessGroup& group_;
   Backend& backend_;
-  CompressionKernels& kernels_;
+  std::vector<Parameter*> parameters_;
+  std::unique_ptr<ErrorFeedbackCompressor> compressor_;  // null: every tensor dense
   std::vector<Slot> slots_;
-  Tensor pBuffer_, qBuffer_, sendBuffer_, receiveBuffer_, denseBuffer_, agreementBuffer_;
+  Tensor denseBuffer_, agreementBuffer_;
   Array<double> finiteFlag_;
-  double communicationSeconds_ = 0;
   int64_t bucketsFirstBad_ = 0;  // of a bucketed step: 1 + the first non-finite parameter, or 0
 };
 

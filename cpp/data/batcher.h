@@ -41,8 +41,11 @@ class Backend;
 
 struct Batch {
   Tensor images;          // (N, 3, 32, 32) normalised, channels-last or channels-first
-  Array<int32_t> labels;  // (N,)
+  Array<int32_t> labels;  // (N,), or a token window's T·B targets
   bool channelsLast = true;
+  // A language model's (T, B) window of token ids in host memory, in place of images (T = steps).
+  const int32_t* tokens = nullptr;
+  int64_t steps = 0;
   int64_t size() const { return labels.size(); }
   // A copy on a device, attached ahead of time by the backend that will consume the batch.
   Tensor deviceImages;

@@ -91,8 +91,7 @@ void LanguageModel::drawMask(int64_t n, Array<uint8_t>& mask) {
   ops_.upload(mask.data(), hostMask_.data(), n);
 }
 
-double LanguageModel::forwardBackward(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch, bool backward,
-                                      int64_t* correct) {
+void LanguageModel::forward(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch, double* status) {
   const int64_t v = spec_.vocabulary, h = spec_.hidden, rows = steps * batch, g4 = 4 * h;
   for (int64_t i = 0; i < rows; ++i)
     if (inputs[i] < 0 || inputs[i] >= v)
@@ -100,10 +99,10 @@ double LanguageModel::forwardBackward(const int32_t* inputs, const int32_t* targ
                             " is outside the vocabulary of " + std::to_string(v));
   inputs_.assign(inputs, inputs + rows);
   ensureSize(inputIds_, rows, ops_);
-  ensureSize(targetIds_, rows, ops_);
   ops_.upload(inputIds_.data(), inputs, rows * sizeof(int32_t));
-  ops_.upload(targetIds_.data(), targets, rows * sizeof(int32_t));
-  const bool drop = training_ && spec_.dropout > 0.0f;
+  steps_ = steps;
+  batch_ = batch;
+  const bool drop = dropped_ = training_ && spec_.dropout > 0.0f;
   const float scale = 1.0f / (1.0f - spec_.dropout);
 
   // Embedding lookup, then dropout.
@@ -163,53 +162,54 @@ double LanguageModel::forwardBackward(const int32_t* inputs, const int32_t* targ
   ops_.broadcastRows(decoderBias_.value.data(), logits_.data(), rows, v);
   ops_.gemm(false, true, rows, v, h, x.data(), encoder_.value.data(), logits_.data(), true);
   ensureShape(gradLogits_, logits_.shape(), ops_);
-  ensureSize(stats_, 2, ops_);
-  ops_.softmaxCrossEntropy(logits_.data(), targetIds_.data(), rows, v, gradLogits_.data(), stats_.data());
+  ops_.softmaxCrossEntropy(logits_.data(), targets, rows, v, gradLogits_.data(), status);
+}
 
-  if (backward) {
-    // Decoder: dY = dlogits·W; dW (tied, written first) = dlogitsᵀ·Y; db = Σ_rows dlogits.
-    Tensor& dx = ensureShape(dx_, {rows, h}, ops_);
-    ops_.gemm(false, false, rows, h, v, gradLogits_.data(), encoder_.value.data(), dx.data(), false);
-    ops_.gemm(true, false, v, h, rows, gradLogits_.data(), x.data(), encoder_.grad.data(), false);
-    ops_.columnSums(gradLogits_.data(), decoderBias_.grad.data(), rows, v);
+void LanguageModel::backward(const GradientsReady* ready) {
+  const int64_t v = spec_.vocabulary, h = spec_.hidden, steps = steps_, batch = batch_, rows = steps * batch, g4 = 4 * h;
+  if (rows == 0) throw invalidArgument("backward needs a forward first");
+  const bool drop = dropped_;
+  const float scale = 1.0f / (1.0f - spec_.dropout);
+  const Tensor& x = drop ? layers_.back().dropped : layers_.back().output;  // the decoder's input
+  // Decoder: dY = dlogits·W; dW (tied, written first) = dlogitsᵀ·Y; db = Σ_rows dlogits.
+  Tensor& dx = ensureShape(dx_, {rows, h}, ops_);
+  ops_.gemm(false, false, rows, h, v, gradLogits_.data(), encoder_.value.data(), dx.data(), false);
+  ops_.gemm(true, false, v, h, rows, gradLogits_.data(), x.data(), encoder_.grad.data(), false);
+  ops_.columnSums(gradLogits_.data(), decoderBias_.grad.data(), rows, v);
+  if (ready) (*ready)({&decoderBias_});
 
-    ensureShape(dGates_, {rows, g4}, ops_);
-    ensureShape(dhNext_, {batch, h}, ops_);
-    ensureShape(dcNext_, {batch, h}, ops_);
-    ensureShape(hPrev_, {rows, h}, ops_);
-    for (int64_t l = static_cast<int64_t>(layers_.size()) - 1; l >= 0; --l) {
-      Layer& L = layers_[l];
-      if (drop) ops_.dropoutBackward(dx.data(), masks_[l + 1].data(), dx.data(), rows * h, scale);
-      // dG: gradients of the gate pre-activations, step by step from the last (dh flows backwards).
-      ops_.fill(dhNext_.data(), batch * h, 0.0f);
-      ops_.fill(dcNext_.data(), batch * h, 0.0f);
-      for (int64_t t = steps - 1; t >= 0; --t) {
-        const float* cPrev = t > 0 ? L.cells.data() + (t - 1) * batch * h : L.c0.data();
-        float* dg = dGates_.data() + t * batch * g4;
-        ops_.lstmCellBackward(L.gates.data() + t * batch * g4, L.tanhCells.data() + t * batch * h, cPrev, dx.data() + t * batch * h,
-                              dhNext_.data(), dcNext_.data(), dg, batch, h);
-        // dh_{t−1} = dG_t · W_hh
-        ops_.gemm(false, false, batch, h, g4, dg, L.weightHh.value.data(), dhNext_.data(), false);
-      }
-      // Weight gradients over all steps at once; h_{t−1} is the output shifted by one step.
-      ops_.copy(hPrev_.data(), L.h0.data(), L.h0.bytes());
-      ops_.copy(hPrev_.data() + batch * h, L.output.data(), (rows - batch) * h * sizeof(float));
-      ops_.gemm(true, false, g4, h, rows, dGates_.data(), L.input.data(), L.weightIh.grad.data(), false);
-      ops_.gemm(true, false, g4, h, rows, dGates_.data(), hPrev_.data(), L.weightHh.grad.data(), false);
-      ops_.columnSums(dGates_.data(), L.biasIh.grad.data(), rows, g4);
-      ops_.copy(L.biasHh.grad.data(), L.biasIh.grad.data(), L.biasIh.grad.bytes());
-      ops_.gemm(false, false, rows, h, g4, dGates_.data(), L.weightIh.value.data(), dx.data(), false);
+  ensureShape(dGates_, {rows, g4}, ops_);
+  ensureShape(dhNext_, {batch, h}, ops_);
+  ensureShape(dcNext_, {batch, h}, ops_);
+  ensureShape(hPrev_, {rows, h}, ops_);
+  for (int64_t l = static_cast<int64_t>(layers_.size()) - 1; l >= 0; --l) {
+    Layer& L = layers_[l];
+    if (drop) ops_.dropoutBackward(dx.data(), masks_[l + 1].data(), dx.data(), rows * h, scale);
+    // dG: gradients of the gate pre-activations, step by step from the last (dh flows backwards).
+    ops_.fill(dhNext_.data(), batch * h, 0.0f);
+    ops_.fill(dcNext_.data(), batch * h, 0.0f);
+    for (int64_t t = steps - 1; t >= 0; --t) {
+      const float* cPrev = t > 0 ? L.cells.data() + (t - 1) * batch * h : L.c0.data();
+      float* dg = dGates_.data() + t * batch * g4;
+      ops_.lstmCellBackward(L.gates.data() + t * batch * g4, L.tanhCells.data() + t * batch * h, cPrev, dx.data() + t * batch * h,
+                            dhNext_.data(), dcNext_.data(), dg, batch, h);
+      // dh_{t−1} = dG_t · W_hh
+      ops_.gemm(false, false, batch, h, g4, dg, L.weightHh.value.data(), dhNext_.data(), false);
     }
-    if (drop) ops_.dropoutBackward(dx.data(), masks_[0].data(), dx.data(), rows * h, scale);
-    // The embedding's gradient adds to the decoder's (one tied parameter).
-    ops_.embeddingBackward(dx.data(), inputs_.data(), encoder_.grad.data(), rows, h);
+    // Weight gradients over all steps at once; h_{t−1} is the output shifted by one step.
+    ops_.copy(hPrev_.data(), L.h0.data(), L.h0.bytes());
+    ops_.copy(hPrev_.data() + batch * h, L.output.data(), (rows - batch) * h * sizeof(float));
+    ops_.gemm(true, false, g4, h, rows, dGates_.data(), L.input.data(), L.weightIh.grad.data(), false);
+    ops_.gemm(true, false, g4, h, rows, dGates_.data(), hPrev_.data(), L.weightHh.grad.data(), false);
+    ops_.columnSums(dGates_.data(), L.biasIh.grad.data(), rows, g4);
+    ops_.copy(L.biasHh.grad.data(), L.biasIh.grad.data(), L.biasIh.grad.bytes());
+    if (ready) (*ready)({&L.weightIh, &L.weightHh, &L.biasIh, &L.biasHh});
+    ops_.gemm(false, false, rows, h, g4, dGates_.data(), L.weightIh.value.data(), dx.data(), false);
   }
-  // The one wait for the device: the loss.
-  double stats[2];
-  ops_.download(stats, stats_.data(), sizeof stats);
-  ops_.synchronize();
-  if (correct) *correct = static_cast<int64_t>(stats[1]);
-  return stats[0];
+  if (drop) ops_.dropoutBackward(dx.data(), masks_[0].data(), dx.data(), rows * h, scale);
+  // The embedding's gradient adds to the decoder's (one tied parameter).
+  ops_.embeddingBackward(dx.data(), inputs_.data(), encoder_.grad.data(), rows, h);
+  if (ready) (*ready)({&encoder_});
 }
 
 }  // namespace accordion

@@ -30,11 +30,13 @@ class LanguageModel {
   bool training() const { return training_; }
   // Zeroes the carried hidden and cell states (at the start of an epoch or an evaluation).
   void resetState();
-  // inputs and targets are (T, B) time-major token ids in host memory. Returns the mean
-  // cross-entropy over the T·B predictions; with `backward`, writes every parameter's gradient
-  // (through T steps, not into the carried state). The final states are carried into the next call.
-  double forwardBackward(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch, bool backward,
-                         int64_t* correct);
+  // A (T, B) time-major window: `inputs` token ids in host memory, `targets` on the device. Writes the
+  // mean cross-entropy over the T·B predictions and the correct count to status[0] and status[1]
+  // (device memory); the final states are carried into the next window.
+  void forward(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch, double* status);
+  // Every parameter's gradient of the last forward's loss (through its T steps, not into the carried
+  // state); `ready` hears of each layer's parameters as their gradients become final.
+  void backward(const GradientsReady* ready);
   Random& dropoutRandom() { return dropoutRng_; }
   // The logits (T·B, vocabulary) of the last forward, on the model's device.
   const Tensor& logits() const { return logits_; }
@@ -63,8 +65,9 @@ class LanguageModel {
   StateRefs state_;
   Random dropoutRng_;
   std::vector<int32_t> inputs_;              // the window's token ids, on the host
-  Array<int32_t> inputIds_, targetIds_;      // and on the device
-  Array<double> stats_;                      // the loss's statistics, on the device
+  Array<int32_t> inputIds_;                  // and on the device
+  int64_t steps_ = 0, batch_ = 0;            // of the last forward
+  bool dropped_ = false;                     // whether it drew dropout masks
   std::vector<uint8_t> hostMask_;
   std::vector<Array<uint8_t>> masks_;        // embedding output, between layers, last output
   Tensor embedded_, gateBias_, logits_, gradLogits_;

@@ -35,6 +35,9 @@ struct StateRefs {
 // each parameter a zeroed gradient there.
 void placeState(StateRefs& refs, Backend& backend);
 
+// Hears, while backward runs, of parameters whose gradients are final (the overlapped exchange).
+using GradientsReady = std::function<void(const std::vector<Parameter*>&)>;
+
 class Module {
  public:
   explicit Module(Backend& ops) : ops_(ops) {}

@@ -75,7 +75,7 @@ static std::unique_ptr<Sequential> buildVgg19bn(Backend& ops, int64_t classes, f
   return net;
 }
 
-Model::Model(const ModelSpec& spec, Backend& backend) : spec_(spec) {
+Model::Model(const ModelSpec& spec, Backend& backend) : spec_(spec), ops_(backend) {
   if (spec.classes < 2) throw invalidArgument("a model needs at least 2 classes, got " + std::to_string(spec.classes));
   if (!(spec.dropout >= 0.0f && spec.dropout < 1.0f))
     throw invalidArgument("dropout must be in [0, 1), got " + std::to_string(spec.dropout));
@@ -94,6 +94,42 @@ Model::Model(const ModelSpec& spec, Backend& backend) : spec_(spec) {
   }
   root_->collectState("", state_);
   placeState(state_, backend);
+}
+
+void Model::forwardLoss(const ModelInput& input, double* status) {
+  if (language_) {
+    if (!input.tokens) throw invalidArgument("model 'lstm' takes token windows, not images");
+    language_->forward(input.tokens, input.labels.data(), input.steps, input.columns, status);
+    return;
+  }
+  if (input.tokens) throw invalidArgument("model '" + spec_.architecture + "' takes images, not token windows");
+  logits_ = root_->forward(input.images);
+  ensureShape(gradLogits_, logits_.shape(), ops_);
+  ops_.softmaxCrossEntropy(logits_.data(), input.labels.data(), logits_.dim(0), logits_.dim(1), gradLogits_.data(), status);
+}
+
+void Model::backward() {
+  if (language_) language_->backward(ready_ ? &ready_ : nullptr);
+  else root_->backward(gradLogits_);
+}
+
+const Tensor& Model::logits() const { return language_ ? language_->logits() : logits_; }
+
+void Model::setGradientsReady(GradientsReady ready) {
+  ready_ = std::move(ready);
+  if (language_) return;
+  // A vision model's containers report each child whose backward has returned: its parameters'
+  // gradients (its children's included) are final.
+  moduleFinished_ = [this](Module& module) {
+    auto it = moduleParameters_.find(&module);
+    if (it == moduleParameters_.end()) {
+      std::vector<Parameter*> parameters;
+      module.addParameters(parameters);
+      it = moduleParameters_.emplace(&module, std::move(parameters)).first;
+    }
+    if (!it->second.empty()) ready_(it->second);
+  };
+  root_->setBackwardHook(ready_ ? &moduleFinished_ : nullptr);
 }
 
 int64_t Model::parameterCount() const {

@@ -75,9 +75,6 @@ Napi::Value deviceQuery(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// Sizes of the testing functions' arguments: rows, columns and classes fit in 31 bits.
-constexpr int64_t kMaxDimension = (int64_t{1} << 31) - 1;
-
 // crossEntropy(logits: Float32Array (N×K), n, k, labels: Int32Array) → { loss, grad, correct }
 Napi::Value crossEntropy(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();

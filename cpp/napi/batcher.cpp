@@ -5,7 +5,7 @@
 
 namespace accordion::napi {
 
-constexpr int64_t kMaxClasses = (int64_t{1} << 31) - 1, kMaxBatch = (int64_t{1} << 31) - 1, kMaxWorkers = int64_t{1} << 20;
+constexpr int64_t kMaxBatch = (int64_t{1} << 31) - 1, kMaxWorkers = int64_t{1} << 20;
 
 Napi::Function BatcherWrap::define(Napi::Env env) {
   return DefineClass(env, "Batcher",

@@ -72,6 +72,11 @@ class BatcherWrap : public GuardedWrap<BatcherWrap> {
   std::unique_ptr<WorkerThread> reader_;  // serves next(), created on first use
 };
 
+// Bounds of options and arguments, checked before any arithmetic on them: class ids are int32, and
+// image sizes, steps and batches fit in 31 bits.
+constexpr int64_t kMaxClasses = (int64_t{1} << 31) - 1, kMaxDimension = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxHidden = int64_t{1} << 20, kMaxLayers = 1024;
+
 // A training session (model + optimiser) whose work runs on its own native thread.
 class EngineWrap : public GuardedWrap<EngineWrap> {
  public:
@@ -82,7 +87,6 @@ class EngineWrap : public GuardedWrap<EngineWrap> {
   Napi::Value ready(const Napi::CallbackInfo& info);
   Napi::Value trainStep(const Napi::CallbackInfo& info);
   Napi::Value evaluate(const Napi::CallbackInfo& info);
-  Napi::Value predict(const Napi::CallbackInfo& info);
   Napi::Value setLearningRate(const Napi::CallbackInfo& info);
   Napi::Value getState(const Napi::CallbackInfo& info);
   Napi::Value setState(const Napi::CallbackInfo& info);
@@ -99,15 +103,11 @@ class EngineWrap : public GuardedWrap<EngineWrap> {
   Napi::Value broadcastState(const Napi::CallbackInfo& info);
   Napi::Value broadcastBuffers(const Napi::CallbackInfo& info);
   Napi::Value stateDigests(const Napi::CallbackInfo& info);
-  Napi::Value trainTokens(const Napi::CallbackInfo& info);
-  Napi::Value evaluateTokens(const Napi::CallbackInfo& info);
   Napi::Value resetState(const Napi::CallbackInfo& info);
   Napi::Value memoryStats(const Napi::CallbackInfo& info);
   Napi::Value collectiveCounts(const Napi::CallbackInfo& info);
   Napi::Value exchangePlan(const Napi::CallbackInfo& info);
-  Napi::Value trainOn(const Napi::CallbackInfo& info);
   Napi::Value forward(const Napi::CallbackInfo& info);
-  Napi::Value forwardTokens(const Napi::CallbackInfo& info);
   Napi::Value gradients(const Napi::CallbackInfo& info);
   Napi::Value hiddenState(const Napi::CallbackInfo& info);
   Napi::Value setHiddenState(const Napi::CallbackInfo& info);

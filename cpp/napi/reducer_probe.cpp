@@ -163,14 +163,14 @@ Napi::Value ReducerProbeWrap::step(const Napi::CallbackInfo& info) {
 
 // memory(worker, parameter) → Float32Array | null (flat, PyTorch layout)
 Napi::Value ReducerProbeWrap::memory(const Napi::CallbackInfo& info) {
-  const Tensor& t = reducer(info, 0).errorMemory(parameterArg(info, 1));
-  return t.defined() ? flat(info.Env(), *backends_[workerIndex(info, 0)], t) : info.Env().Null();
+  const Tensor* t = reducer(info, 0).compressorState(parameterArg(info, 1), "memory");
+  return t ? flat(info.Env(), *backends_[workerIndex(info, 0)], *t) : info.Env().Null();
 }
 
 // q(worker, parameter) → Float32Array | null, row-major (cols, r)
 Napi::Value ReducerProbeWrap::q(const Napi::CallbackInfo& info) {
-  const Tensor& t = reducer(info, 0).powerSgdQ(parameterArg(info, 1));
-  return t.defined() ? flat(info.Env(), *backends_[workerIndex(info, 0)], t) : info.Env().Null();
+  const Tensor* t = reducer(info, 0).compressorState(parameterArg(info, 1), "q");
+  return t ? flat(info.Env(), *backends_[workerIndex(info, 0)], *t) : info.Env().Null();
 }
 
 // setQ(parameter, Float32Array) on every worker
@@ -178,10 +178,10 @@ Napi::Value ReducerProbeWrap::setQ(const Napi::CallbackInfo& info) {
   const size_t p = parameterArg(info, 0);
   Napi::Float32Array a = float32Arg(info, 1, "q");
   for (size_t w = 0; w < reducers_.size(); ++w) {
-    Tensor& q = reducers_[w]->powerSgdQ(p);
-    if (!q.defined() || q.numel() != static_cast<int64_t>(a.ElementLength()))
-      throw typeError(info.Env(), "q must hold " + std::to_string(q.numel()) + " floats");
-    backends_[w]->upload(q.data(), a.Data(), q.bytes());
+    Tensor* q = reducers_[w]->compressorState(p, "q");
+    if (!q || q->numel() != static_cast<int64_t>(a.ElementLength()))
+      throw typeError(info.Env(), "q must hold " + std::to_string(q ? q->numel() : 0) + " floats");
+    backends_[w]->upload(q->data(), a.Data(), q->bytes());
   }
   return info.Env().Undefined();
 }

@@ -35,6 +35,17 @@ struct StepResult {
   double computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0, exchangeWaitSeconds = 0;
 };
 
+// A batch in host memory as a caller gives it: `count` images in PyTorch's layout (N, 3, H, W),
+// already normalised, or a (T, B) time-major window of token ids (T = steps, B = columns); `labels`
+// holds the N labels or the T·B targets, or is null where only the logits are wanted (forward).
+struct HostBatch {
+  const float* images = nullptr;
+  int64_t count = 0, height = 0, width = 0;
+  const int32_t* tokens = nullptr;
+  int64_t steps = 0, columns = 0;
+  const int32_t* labels = nullptr;
+};
+
 // A named tensor of the session's state as raw little-endian bytes (F32 or I64).
 struct StateEntry {
   std::string name;
@@ -47,7 +58,7 @@ class Session {
  public:
   // `group` carries the gradient exchange; without one the session trains alone.
   // `threads`: the OpenMP threads of this session's work (0: OpenMP's default). With an overlapped
-  // exchange (reducer.bucketBytes > 0, a vision model on the CPU, two or more workers) the
+  // exchange (reducer.bucketBytes > 0, on the CPU, two or more workers) the
   // communication thread takes one of them and the compute threads the rest.
   // `backend`: how the device's ops are chosen (BackendOptions).
   Session(const ModelSpec& model, const SgdOptions& optimizer, const ReducerOptions& reducer = {},
@@ -65,27 +76,25 @@ class Session {
   GradientReducer& reducer() { return *reducer_; }
 
   // One optimiser step from the batcher's next `microBatches` batches: forward and backward for
-  // each, their mean gradient, the gradient exchange (with compression) and the update. A
-  // non-finite loss or gradient stops before anything is updated. Nullopt at the epoch's end.
+  // each, their mean gradient, clipping (setClipNorm), the gradient exchange (with compression) and
+  // the update. A non-finite loss or gradient stops before anything is updated. Nullopt at the
+  // epoch's end.
   std::optional<StepResult> trainStep(Batcher& batcher, int64_t microBatches = 1);
-  // The same step on the caller's tensors: `n` images in PyTorch's layout (N, 3, H, W), already
-  // normalised, and their labels, both in host memory (read before this returns).
-  StepResult trainStep(const float* imagesNchw, const int32_t* labels, int64_t n, int64_t height, int64_t width);
-  // Language model: one optimiser step on a (T, B) window of input and target token ids, with the
-  // local gradients clipped to a global norm of `clipNorm` (0: no clipping) before the exchange.
-  StepResult trainTokens(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch, double clipNorm);
-  // Language model: the loss of a window without any update (evaluation mode; states carried).
-  StepResult evaluateTokens(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch);
-  // One pass over the batcher's current epoch in evaluation mode (running statistics, no dropout).
+  // The same step over the caller's micro-batches (images or token windows, read before this
+  // returns); a language model carries its hidden state from one window to the next.
+  StepResult trainStep(const std::vector<HostBatch>& microBatches);
+  // The loss of one pass over the batcher's current epoch, or of one batch, in evaluation mode
+  // (running statistics, no dropout; a language model's state carried), without any update.
   StepResult evaluate(Batcher& batcher);
-  // Logits (N, classes) on the host for images given in PyTorch's layout (N, 3, H, W).
-  Tensor predict(const float* imagesNchw, int64_t n, int64_t height, int64_t width);
-  // Logits (N, classes) on the host in training mode (batch statistics, which batch norm also folds
-  // into its running statistics; dropout drawn) or evaluation mode (as predict).
-  Tensor forward(const float* imagesNchw, int64_t n, int64_t height, int64_t width, bool training);
-  // Language model: logits (T·B, vocabulary) on the host for a (T, B) window of token ids, in
-  // training or evaluation mode; the hidden state is carried as by a step.
-  Tensor forwardTokens(const int32_t* inputs, int64_t steps, int64_t batch, bool training);
+  StepResult evaluate(const HostBatch& batch);
+  // Logits on the host, (N, classes) or (T·B, vocabulary), in training mode (batch statistics, which
+  // batch norm also folds into its running statistics; dropout drawn) or evaluation mode; a language
+  // model's hidden state is carried as by a step.
+  Tensor forward(const HostBatch& batch, bool training);
+  // clip_grad_norm_: before the exchange, the local gradients (after micro-batch averaging) are
+  // scaled to a global norm of at most `norm`; 0 (the default) leaves them alone. A clipped gradient
+  // is final only once every gradient is, so clipping exchanges after backward.
+  void setClipNorm(double norm);
 
   // With `keep`, every step keeps a copy of the local gradients (after micro-batch averaging and
   // clipping, before the exchange and compression replace them); off by default (no copies).
@@ -121,38 +130,37 @@ class Session {
   Sgd optimizer_;
   std::shared_ptr<ProcessGroup> group_;
   std::unique_ptr<GradientReducer> reducer_;
-  LanguageModel& language();
   // Gradient exchange and update after the local gradients are in place (`firstBad`: the result of
   // the reducer's finite check; `overlapped`: the bucket exchange is under way); fills the step's timings.
   void exchangeAndUpdate(StepResult& result, double computeSecondsSoFar, int64_t firstBad, bool overlapped = false);
-  // Backward's report of a finished module: its parameters' gradients go to the bucket exchange.
-  void backwardFinished(Module& module);
-  // The batch's images and labels on this session's device: the batch itself on the CPU, else its
-  // copy, uploaded now unless it was staged earlier.
-  std::pair<Tensor, Array<int32_t>> onDevice(Batch& batch);
+  // The caller's batch on this session's device (labels checked against the classes).
+  Batch fromHost(const HostBatch& batch);
+  // The batch as the model consumes it: the batch itself on the CPU, else its copy, uploaded now
+  // unless it was staged earlier.
+  ModelInput onDevice(Batch& batch);
   // A step over the batches `next` yields (at most `microBatches`); `afterBackward` runs after each
   // batch's backward. Nullopt when `next` yields none.
   std::optional<StepResult> step(const std::function<bool(Batch&)>& next, const std::function<void()>& afterBackward,
                                  int64_t microBatches);
+  // Loss and correct count of the batches `next` yields, in evaluation mode; `afterForward` runs after each.
+  StepResult evaluate(const std::function<bool(Batch&)>& next, const std::function<void()>& afterForward, int64_t capacity);
+  // Scales the local gradients to a global norm of at most clipNorm_.
+  void clipGradients();
   // Starts uploading the batcher's following batch, so that the copy overlaps the work enqueued.
   void stageFollowing(Batcher& batcher);
-  // Forward and loss of one batch: the mean loss and correct count go to status[0] and status[1].
-  void forwardLoss(Batch& batch, double* status);
   // The first `count` entries of the step's status array, on the host (waits for the device).
   std::vector<double> readStatus(int64_t count);
 
-  Tensor gradLogits_;
   std::vector<Tensor> accumulated_;  // micro-batch gradient sums
   bool keepGradients_ = false;
   std::vector<Tensor> localGradients_;  // copies of the last step's local gradients (keepGradients)
   Array<double> status_;             // on the device: losses, correct counts and the finite check of a step
   int threads_ = 1;
   std::unique_ptr<BucketExchange> exchange_;
-  Module::BackwardHook backwardHook_;
   bool overlapping_ = false;  // backward of an overlapped step is running
   bool broadcastBuffers_ = true;
+  double clipNorm_ = 0;
   Tensor bufferPack_;  // every buffer back to back, for broadcastBuffers
-  std::map<const Module*, std::vector<size_t>> moduleParameters_;
   std::map<const Parameter*, size_t> parameterIndex_;
 };
 

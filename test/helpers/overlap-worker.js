@@ -1,9 +1,10 @@
-// One worker of a data-parallel job that trains ResNet-18 for a few steps with the exchange
-// overlapped with backward in buckets, or after backward (bucketMb 0), and writes its whole training
-// state (weights, momentum, error memories, Q) to `${spec.out}.rank${RANK}.safetensors`. It prints one
-// JSON line: per step the loss and the floats accounting, the exchange plan, the levels and the
-// threads that run as SCHED_BATCH.
-// argv[2] is the spec: { compressor, level, mixedLevels, bucketMb, threads, steps, seed, count, batchSize, out }.
+// One worker of a data-parallel job that trains ResNet-18 (or, with `model: 'lstm'`, a small LSTM on
+// token windows of its own) for a few steps with the exchange overlapped with backward in buckets, or
+// after backward (bucketMb 0), and writes its whole training state (weights, momentum, error
+// memories, Q) to `${spec.out}.rank${RANK}.safetensors`. It prints one JSON line: per step the loss
+// and the floats accounting, the exchange plan, the levels and the threads that run as SCHED_BATCH.
+// argv[2] is the spec: { model, compressor, level, mixedLevels, bucketMb, threads, steps, seed, count,
+// batchSize, clipNorm, out }.
 // With `announce`, it prints "step N" before each step (for tests that stop a worker mid-exchange).
 import * as fs from 'node:fs';
 import { Batcher, Model } from '../../lib/index.js';
@@ -20,9 +21,9 @@ function mixedLevels(compressor, parameters) {
 
 /** Trains `spec.steps` steps on the job's group, writes the state and returns what the worker prints. */
 async function trainAndSave(spec, group, env) {
+  const language = spec.model === 'lstm';
   const model = await Model.create({
-    architecture: 'resnet18',
-    classes: 10,
+    ...(language ? { architecture: 'lstm', classes: VOCABULARY, hidden: 24, layers: 2, dropout: 0, clipNorm: spec.clipNorm ?? 0 } : { architecture: 'resnet18', classes: 10 }),
     seed: spec.seed,
     learningRate: 0.01,
     compressor: spec.compressor,
@@ -35,21 +36,11 @@ async function trainAndSave(spec, group, env) {
   try {
     await model.broadcastState(0);
     if (spec.mixedLevels) await model.setLevels(mixedLevels(spec.compressor, model.parameters()));
-    const batcher = new Batcher(syntheticImages(spec.seed, spec.count, 10), {
-      batchSize: spec.batchSize,
-      shuffle: true,
-      augment: false,
-      seed: spec.seed,
-      rank: env.rank,
-      worldSize: env.worldSize,
-      mean: [0.49, 0.48, 0.45],
-      std: [0.25, 0.24, 0.26],
-    });
-    batcher.startEpoch(0);
+    const next = language ? tokenWindows(spec.seed * 31 + env.rank) : imageBatches(spec, env);
     const steps = [];
     for (let s = 0; s < spec.steps; s++) {
       if (spec.announce) process.stdout.write(`step ${s}\n`);
-      const r = await model.trainStep(batcher);
+      const r = await model.trainStep(next());
       steps.push({ loss: r.loss, floatsSent: r.floatsSent, overheadFloats: r.overheadFloats });
     }
     writeSafetensors(`${spec.out}.rank${env.rank}.safetensors`, await model.stateDict(true));
@@ -58,6 +49,34 @@ async function trainAndSave(spec, group, env) {
   } finally {
     await model.dispose();
   }
+}
+
+const VOCABULARY = 50;
+
+/** This worker's token windows (6 steps × 4 columns), the next one on each call. */
+function tokenWindows(seed) {
+  let x = seed + 1;
+  const draw = () => (x = (x * 48271) % 2147483647) % VOCABULARY;  // Park and Miller's generator
+  return () => {
+    const tokens = Int32Array.from({ length: 24 }, draw);
+    return { tokens, targets: Int32Array.from(tokens, (t, i) => (t + i) % VOCABULARY), steps: 6, batch: 4 };
+  };
+}
+
+/** The batcher over this worker's shard of the synthetic images: `next()` is the batcher itself. */
+function imageBatches(spec, env) {
+  const batcher = new Batcher(syntheticImages(spec.seed, spec.count, 10), {
+    batchSize: spec.batchSize,
+    shuffle: true,
+    augment: false,
+    seed: spec.seed,
+    rank: env.rank,
+    worldSize: env.worldSize,
+    mean: [0.49, 0.48, 0.45],
+    std: [0.25, 0.24, 0.26],
+  });
+  batcher.startEpoch(0);
+  return () => batcher;
 }
 
 /** This process's threads that run as SCHED_BATCH (policy 3, the 41st field of /proc/<pid>/task/<tid>/stat). */

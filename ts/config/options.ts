@@ -209,7 +209,10 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
     help: "dropout of VGG's classifier, and of the lstm's embedding, layers and output; 0: none",
   },
   bptt: { flag: '--bptt', type: 'int', default: 35, ...positive, help: 'lstm: steps of truncated backpropagation through time' },
-  clip: { flag: '--clip', type: 'number', default: 0.25, min: 0, help: 'lstm: global gradient-norm clip (0: none)' },
+  clip: {
+    flag: '--clip', type: 'number', default: 0, presets: { lstm: 0.25 }, min: 0, modelKey: 'clipNorm',
+    help: 'clip the local gradients to this global norm before the exchange (0: none); clipped gradients are exchanged after backward',
+  },
   threads: {
     flag: '--threads', type: 'int', min: 1, max: MAX_THREADS, modelKey: 'threads',
     help: 'native threads (default: OMP_NUM_THREADS or all cores); an overlapped exchange takes one for its communication thread',

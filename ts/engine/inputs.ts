@@ -26,8 +26,6 @@ export interface TokenWindow {
   targets: Int32Array | readonly number[];
   steps: number;
   batch: number;
-  /** Clip the local gradients to this global norm before the exchange (default 0: no clipping). */
-  clipNorm?: number;
 }
 
 /** Options of Model.forward. */

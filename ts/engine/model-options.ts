@@ -11,7 +11,7 @@ import { describe } from './inputs.js';
 /**
  * Options of Model.create. Those that are training options too (learningRate as lr, momentum,
  * weightDecay, nesterov, seed, compressor, minCompressionRate, compressionSeed, hidden, layers,
- * dropout, bucketMb, broadcastBuffers, threads) take that option's default and bounds from
+ * dropout, bucketMb, broadcastBuffers, clipNorm as clip, threads) take that option's default and bounds from
  * config/options.ts: a model built here and one a Trainer builds start alike.
  */
 export interface ModelOptions {
@@ -51,11 +51,17 @@ export interface ModelOptions {
   /** Exchange gradients with the other workers of this group (default: train alone). */
   group?: ProcessGroup;
   /**
-   * With a group, an image model on the CPU: buckets of at most this many MiB of gradients (as
+   * With a group, on the CPU: buckets of at most this many MiB of gradients (as
    * PyTorch DDP's bucket_cap_mb, default 25) are compressed and exchanged by a communication thread
    * while backward still runs; 0 exchanges everything after backward.
    */
   bucketMb?: number;
+  /**
+   * Before the exchange, the local gradients (after micro-batch averaging) are scaled to this global
+   * norm when theirs is larger, as clip_grad_norm_ (default 0: no clipping; 0.25 for 'lstm'). A
+   * clipped gradient is final only once every gradient is, so clipping exchanges after backward.
+   */
+  clipNorm?: number;
   /** OpenMP threads of this model's work (default: the last setThreads(), else OMP_NUM_THREADS or all cores), shared with the communication thread. */
   threads?: number;
   /** Batch norm normalises with its running statistics during training too (default false). */

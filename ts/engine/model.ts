@@ -3,7 +3,7 @@
  * `save()`d file loads in PyTorch (`load_state_dict(..., strict=True)`) and a PyTorch state_dict in
  * safetensors layout loads here.
  */
-import { binding, call, type CompressorName, type ExchangePlan, type LevelCost, type MemoryStats, type NativeEngine, type StepResult } from '../native/binding.js';
+import { binding, call, type CompressorName, type ExchangePlan, type LevelCost, type MemoryStats, type NativeBatch, type NativeEngine, type StepResult } from '../native/binding.js';
 import { parseDevice, type DeviceName } from '../native/device.js';
 import { Batcher } from './batcher.js';
 import { ProcessGroup } from '../comm/group.js';
@@ -80,6 +80,7 @@ export class Model {
       dropout: options.dropout ?? modelDefault('dropout', options),
       keepGradients: options.keepGradients ?? false,
       bucketBytes: Math.round((options.bucketMb ?? modelDefault('bucketMb', options)) * 2 ** 20),
+      clipNorm: options.clipNorm ?? modelDefault('clip', options),
       threads: options.threads ?? 0,
     });
     try {
@@ -106,68 +107,58 @@ export class Model {
   }
 
   /**
-   * One training step: forward, loss and backward, the gradient exchange (with compression) and the
-   * SGD update.
+   * One training step: forward, loss and backward, clipping (the clipNorm option), the gradient
+   * exchange (with compression) and the SGD update.
    * - `trainStep(batcher, microBatches = 1)`: on the batcher's next batch (or the mean gradient of
    *   the next `microBatches` batches, for a batch larger than fits at once); null at the epoch's end.
    * - `trainStep({ images, labels, height?, width? })`: on the caller's tensors (an image model):
    *   N normalised images as float32 NCHW and N labels, exactly as a batcher's batch of them.
-   * - `trainStep({ tokens, targets, steps, batch, clipNorm? })`: the language model on a window of
-   *   token ids (time-major), as trainTokens; the hidden state is carried to the next window.
+   * - `trainStep({ tokens, targets, steps, batch })`: the language model on a window of token ids
+   *   (time-major); the hidden state is carried to the next window.
+   * - `trainStep([batch, …])`: the mean gradient of several of the caller's batches (micro-batches;
+   *   consecutive windows for the language model, the state carried from one to the next).
    * Arguments are validated before any native work; the arrays must not change until it resolves.
    */
   async trainStep(batcher: Batcher, microBatches?: number): Promise<StepResult | null>;
-  async trainStep(data: ImageBatch | TokenWindow): Promise<StepResult>;
-  async trainStep(source: Batcher | ImageBatch | TokenWindow, microBatches = 1): Promise<StepResult | null> {
+  async trainStep(data: ImageBatch | TokenWindow | (ImageBatch | TokenWindow)[]): Promise<StepResult>;
+  async trainStep(source: Batcher | ImageBatch | TokenWindow | (ImageBatch | TokenWindow)[], microBatches = 1): Promise<StepResult | null> {
     if (source instanceof Batcher) {
       if (!Number.isInteger(microBatches) || microBatches < 1) throw new UsageError(`microBatches must be a positive integer, got ${microBatches}`);
       return call(this.native.trainStep(source.native, microBatches));
     }
+    const list = Array.isArray(source) ? source : [source];
+    if (list.length === 0) throw new UsageError('trainStep: an empty list of batches');
+    return call(this.native.trainStep(list.map((b) => this.nativeBatch(b, 'trainStep', true))));
+  }
+
+  /** Loss and correct predictions, in evaluation mode, over the batcher's current epoch or one of the caller's batches (as trainStep's). */
+  async evaluate(source: Batcher | ImageBatch | TokenWindow): Promise<StepResult> {
+    if (source instanceof Batcher) return call(this.native.evaluate(source.native));
+    return call(this.native.evaluate(this.nativeBatch(source, 'evaluate', true)));
+  }
+
+  /** A caller's batch, checked, as the engine takes it; `labelled`: labels (or targets) are required. */
+  private nativeBatch(source: ImageBatch | TokenWindow, where: string, labelled: boolean): NativeBatch {
     if (typeof source !== 'object' || source === null)
-      throw new UsageError(`trainStep takes a Batcher, { images, labels } or { tokens, targets, steps, batch }, got ${describe(source)}`);
+      throw new UsageError(`${where} takes a Batcher, { images, labels } or { tokens, targets, steps, batch }, got ${describe(source)}`);
     if (this.architecture === 'lstm') {
-      if (!('tokens' in source)) throw new UsageError("trainStep: model 'lstm' trains on token windows ({ tokens, targets, steps, batch })");
-      if ('images' in source) throw new UsageError("trainStep: model 'lstm' trains on token windows ({ tokens, targets, steps, batch }), not images");
+      if (!('tokens' in source) || 'images' in source)
+        throw new UsageError(`${where}: model 'lstm' takes token windows ({ tokens, targets, steps, batch }), not images`);
       const w = source as TokenWindow;
-      const { tokens, targets, steps, batch } = tokenWindow(this.classes, w.tokens, w.targets, w.steps, w.batch, 'trainStep');
-      const clipNorm = w.clipNorm ?? 0;
-      if (typeof clipNorm !== 'number' || !(clipNorm >= 0) || clipNorm === Infinity)
-        throw new UsageError(`trainStep: clipNorm must be a finite number ≥ 0, got ${String(clipNorm)}`);
-      return call(this.native.trainTokens(tokens, targets!, steps, batch, clipNorm));
+      if (labelled && w.targets === undefined) throw new UsageError(`${where}: the window has no targets`);
+      const { tokens, targets, steps, batch } = tokenWindow(this.classes, w.tokens, w.targets, w.steps, w.batch, where);
+      return { tokens, targets, steps, batch };
     }
-    if ('tokens' in source) throw new UsageError(`trainStep: model '${this.architecture}' trains on images ({ images, labels }), not token windows`);
+    if ('tokens' in source) throw new UsageError(`${where}: model '${this.architecture}' takes images ({ images, labels }), not token windows`);
     const b = source as ImageBatch;
-    const labels = ids(b.labels, 'labels', 'trainStep', this.classes, 'classes');
-    const { height, width } = imageSize(this.architecture, b.height, b.width, 'trainStep');
-    const images = checkImages(b.images, labels.length, height, width, 'trainStep');
-    return call(this.native.trainOn(images, labels, height, width));
-  }
-
-  /**
-   * Language model: one step on a window of `steps` × `batch` token ids (time-major), predicting
-   * `targets`; local gradients are clipped to a global norm of `clipNorm` (0: none) before the
-   * exchange. The hidden state is carried to the next window.
-   */
-  async trainTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number, clipNorm = 0): Promise<StepResult> {
-    return this.trainStep({ tokens: inputs, targets, steps, batch, clipNorm });
-  }
-
-  /** Language model: the loss over a window, without updating (evaluation mode, state carried). */
-  async evaluateTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number): Promise<StepResult> {
-    if (this.architecture !== 'lstm') throw new UsageError(`evaluateTokens: model '${this.architecture}' takes images, not token windows`);
-    const w = tokenWindow(this.classes, inputs, targets, steps, batch, 'evaluateTokens');
-    return call(this.native.evaluateTokens(w.tokens, w.targets!, w.steps, w.batch));
+    const labels = ids(b.labels, 'labels', where, this.classes, 'classes');
+    const { height, width } = imageSize(this.architecture, b.height, b.width, where);
+    return { images: checkImages(b.images, labels.length, height, width, where), labels, height, width };
   }
 
   /** Language model: zeroes the carried hidden and cell states. */
   async resetState(): Promise<void> {
     await call(this.native.resetState());
-  }
-
-  /** Loss and correct predictions over the batcher's current epoch, in evaluation mode. */
-  async evaluate(batcher: Batcher): Promise<StepResult> {
-    if (!(batcher instanceof Batcher)) throw new UsageError(`evaluate takes a Batcher, got ${describe(batcher)}`);
-    return call(this.native.evaluate(batcher.native));
   }
 
   /** Logits (N × classes, row-major) for N images given as float32 NCHW (N, 3, height, width). */
@@ -178,7 +169,7 @@ export class Model {
     if (!(images instanceof Float32Array)) throw new UsageError(`predict: images must be a Float32Array, got ${describe(images)}`);
     if (images.length !== count * 3 * height * width)
       throw new UsageError(`predict: ${images.length} floats do not make ${count} images of 3×${height}×${width}`);
-    return call(this.native.predict(images, count, height, width));
+    return call(this.native.forward({ images, count, height, width }, false));
   }
 
   /**
@@ -194,14 +185,14 @@ export class Model {
     if (typeof train !== 'boolean') throw new UsageError(`forward: train must be a boolean, got ${describe(train)}`);
     if (this.architecture === 'lstm') {
       const { tokens, steps, batch } = tokenWindow(this.classes, input as Int32Array, undefined, options.steps, options.batch, 'forward');
-      return call(this.native.forwardTokens(tokens, steps, batch, train));
+      return call(this.native.forward({ tokens, steps, batch }, train));
     }
     const { height, width } = imageSize(this.architecture, options.height, options.width, 'forward');
     if (!(input instanceof Float32Array)) throw new UsageError(`forward: images must be a Float32Array, got ${describe(input)}`);
     const per = 3 * height * width;
     if (input.length === 0 || input.length % per !== 0)
       throw new UsageError(`forward: images hold ${input.length} floats, not a whole positive number of 3×${height}×${width} images`);
-    return call(this.native.forward(input, input.length / per, height, width, train));
+    return call(this.native.forward({ images: input, count: input.length / per, height, width }, train));
   }
 
   /**

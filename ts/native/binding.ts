@@ -146,6 +146,8 @@ export interface EngineOptions {
   keepGradients?: boolean;
   /** Bytes of gradients per bucket of the overlapped exchange (0: after backward). */
   bucketBytes?: number;
+  /** The local gradients' global-norm clip before the exchange (0: none). */
+  clipNorm: number;
   /** OpenMP threads of the engine's work (0: OpenMP's default). */
   threads?: number;
 }
@@ -174,13 +176,23 @@ export interface NativeBatcher {
   readonly samplesPerEpoch: number;
 }
 
+/**
+ * A batch in host memory as the engine takes it: N images (N, 3, height, width) NCHW with N labels
+ * (or, for forward, `count` images and no labels), or a (steps, batch) time-major window of token ids
+ * with its targets (none for forward).
+ */
+export type NativeBatch =
+  | { images: Float32Array; labels?: Int32Array; count?: number; height: number; width: number }
+  | { tokens: Int32Array; targets?: Int32Array; steps: number; batch: number };
+
 export interface NativeEngine {
   /** The trainable parameters in state_dict order, once the model is built on the engine's thread. */
   ready(): Promise<{ name: string; shape: number[] }[]>;
-  /** One optimiser step over the mean gradient of the next `microBatches` batches (default 1). */
+  /** One optimiser step over the mean gradient of the next `microBatches` batches (default 1), or of the caller's micro-batches. */
   trainStep(batcher: NativeBatcher, microBatches?: number): Promise<StepResult | null>;
-  evaluate(batcher: NativeBatcher): Promise<StepResult>;
-  predict(images: Float32Array, n: number, height: number, width: number): Promise<Float32Array>;
+  trainStep(batches: NativeBatch[]): Promise<StepResult>;
+  /** Loss and correct predictions over the batcher's current epoch, or one batch, in evaluation mode. */
+  evaluate(source: NativeBatcher | NativeBatch): Promise<StepResult>;
   setLearningRate(lr: number): Promise<void>;
   getState(includeTrainer: boolean): Promise<StateEntry[]>;
   setState(entries: StateEntry[]): Promise<void>;
@@ -193,20 +205,13 @@ export interface NativeEngine {
   broadcastBuffers(root: number): Promise<number>;
   /** A 64-bit digest of every state_dict entry, in order. */
   stateDigests(): Promise<{ names: string[]; digests: BigUint64Array }>;
-  /** Language model: one step on a (steps, batch) window of token ids, gradients clipped to clipNorm. */
-  trainTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number, clipNorm: number): Promise<StepResult>;
-  evaluateTokens(inputs: Int32Array, targets: Int32Array, steps: number, batch: number): Promise<StepResult>;
   resetState(): Promise<void>;
   memoryStats(): Promise<MemoryStats>;
   /** What the collectives of the group the gradients travel on (Gloo, or NCCL on GPUs) have carried. */
   collectiveCounts(): Promise<CollectiveCounts>;
   exchangePlan(): Promise<ExchangePlan>;
-  /** One optimiser step on caller tensors: N images (N, 3, height, width) NCHW and N labels. */
-  trainOn(images: Float32Array, labels: Int32Array, height: number, width: number): Promise<StepResult>;
-  /** Logits (N, classes) in training or evaluation mode. */
-  forward(images: Float32Array, n: number, height: number, width: number, training: boolean): Promise<Float32Array>;
-  /** Language model: logits (steps·batch, vocabulary) of a (steps, batch) window of token ids. */
-  forwardTokens(tokens: Int32Array, steps: number, batch: number, training: boolean): Promise<Float32Array>;
+  /** Logits, (N, classes) or (steps·batch, vocabulary), in training or evaluation mode. */
+  forward(batch: NativeBatch, training: boolean): Promise<Float32Array>;
   /** The last step's local gradients (with keepGradients), in state_dict order; [] before a step. */
   gradients(): Promise<{ name: string; shape: number[]; data: Float32Array }[]>;
   /** Language model: the carried states, per layer h then c, each (batch, hidden); [] when none. */

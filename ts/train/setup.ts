@@ -105,6 +105,7 @@ export async function setUp(options: TrainOptions, context: TrainerContext): Pro
       group,
       bucketMb: config.bucketMb,
       broadcastBuffers: config.broadcastBuffers,
+      clipNorm: config.clip,
       threads,
     });
     const resumed = checkpoint ? await restore(model, checkpoint) : undefined;

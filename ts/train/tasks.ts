@@ -88,7 +88,7 @@ export class LanguageTask implements TrainingTask {
 
   constructor(
     readonly corpus: Corpus,
-    private readonly options: { batchSize: number; evalBatchSize: number; bptt: number; clip: number; rank: number; worldSize: number },
+    private readonly options: { batchSize: number; evalBatchSize: number; bptt: number; rank: number; worldSize: number },
   ) {
     this.train = splitData(corpus, 'train', options.batchSize, '--batch-size', options);
     this.windows = bpttWindows(this.train.rows, options.bptt);
@@ -108,17 +108,18 @@ export class LanguageTask implements TrainingTask {
     return this.corpus.test.length;
   }
 
-  async startEpoch(model: Model): Promise<number> {
+  async startEpoch(model: Model, _epoch: number, microBatches: number): Promise<number> {
     this.next = 0;
     await model.resetState();
-    return this.windows.length;
+    return Math.ceil(this.windows.length / microBatches);
   }
 
-  async step(model: Model): Promise<StepResult | null> {
-    const window = this.windows[this.next++];
-    if (!window) return null;
-    const { inputs, targets } = slice(this.train, window);
-    return model.trainTokens(inputs, targets, window.length, this.train.columns, this.options.clip);
+  /** One step over the next `microBatches` windows (consecutive: the hidden state runs through them). */
+  async step(model: Model, microBatches: number): Promise<StepResult | null> {
+    const windows = this.windows.slice(this.next, this.next + microBatches);
+    this.next += windows.length;
+    if (windows.length === 0) return null;
+    return model.trainStep(windows.map((window) => ({ ...slice(this.train, window), steps: window.length, batch: this.train.columns })));
   }
 
   async evaluate(model: Model, split: 'valid' | 'test'): Promise<EvaluationSums> {
@@ -126,8 +127,7 @@ export class LanguageTask implements TrainingTask {
     await model.resetState();
     const sums: EvaluationSums = { lossSum: 0, correct: 0, samples: 0 };
     for (const window of bpttWindows(data.rows, this.options.bptt)) {
-      const { inputs, targets } = slice(data, window);
-      const r = await model.evaluateTokens(inputs, targets, window.length, data.columns);
+      const r = await model.evaluate({ ...slice(data, window), steps: window.length, batch: data.columns });
       sums.lossSum += r.loss * r.samples;
       sums.correct += r.correct;
       sums.samples += r.samples;
@@ -161,11 +161,11 @@ function splitData(
   return batchify(shardForRank(tokens, job.rank, job.worldSize), columns);
 }
 
-/** Rows [start, start + length) as inputs and the rows one further as targets (views, no copies). */
+/** Rows [start, start + length) as tokens and the rows one further as targets (views, no copies). */
 function slice(data: ReturnType<typeof batchify>, window: { start: number; length: number }) {
   const { columns } = data;
   return {
-    inputs: data.data.subarray(window.start * columns, (window.start + window.length) * columns),
+    tokens: data.data.subarray(window.start * columns, (window.start + window.length) * columns),
     targets: data.data.subarray((window.start + 1) * columns, (window.start + 1 + window.length) * columns),
   };
 }

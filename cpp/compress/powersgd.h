@@ -1,0 +1,40 @@
+// PowerSGD (rank r, warm start, error feedback) as a compressor of the exchange:
+//   M = g + e viewed as (n, m) = (out, in·kh·kw); P = M·Q; all-reduce P; orthogonalise P (modified
+//   Gram-Schmidt, eps); Q = Mᵀ·P̂; all-reduce Q, divide by W; out = P̂·Qᵀ; e = M − out; Q is kept
+//   for the next step (warm start).                                        floats sent: (n + m)·r
+// Every matrix's P (and Q) travels in one all-reduce. The rank is clipped to min(n, m); a matrix
+// stays dense unless (n + m)·r·rate < n·m (PyTorch's min_compression_rate; 0 compresses all). Q is
+// drawn on the host from the shared seed and the parameter's index, so every worker and every
+// device starts alike.
+#pragma once
+#include "compress/compressor.h"
+
+namespace accordion {
+
+class PowerSgdCompressor : public ErrorFeedbackCompressor {
+ public:
+  PowerSgdCompressor(const std::vector<Parameter*>& parameters, double level, uint64_t seed, double minCompressionRate, float eps,
+                     Backend& backend);
+  Compressor kind() const override { return Compressor::PowerSgd; }
+  void checkLevel(double level, const std::string& where) const override;
+  bool compresses(int64_t rows, int64_t cols, double level) const override;
+  int64_t floats(int64_t rows, int64_t cols, double level, int world) const override;
+  void levelChanged(const MatrixView& view) override { q_.at(view.index) = initialQ(view); }
+  int64_t exchange(const std::vector<MatrixView>& matrices, TimedGroup& group) override;
+  std::vector<std::pair<std::string, Tensor*>> state(size_t index) override;
+  void reset(const std::vector<MatrixView>& matrices) override;
+
+ private:
+  std::function<void()> compressOnce(const MatrixView& view, Tensor& g, Tensor& residual) override;
+  static int64_t rank(const MatrixView& view) { return std::min<int64_t>({view.rows, view.cols, static_cast<int64_t>(view.level)}); }
+  // Q (cols, r), drawn from the shared seed, on the backend's device.
+  Tensor initialQ(const MatrixView& view) const;
+
+  uint64_t seed_;
+  double minCompressionRate_;
+  float eps_;
+  std::vector<Tensor> q_;  // per parameter: (cols, r), row-major; undefined for 1-D
+  Tensor pBuffer_, qBuffer_;
+};
+
+}  // namespace accordion

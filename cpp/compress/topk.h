@@ -1,0 +1,27 @@
+// TopK (ratio K, error feedback) as a compressor of the exchange:
+//   a = g + e; the s = max(1, ⌊K·numel⌋) entries of largest |a| (ties: lowest index); e = a − sparse(a);
+//   all-gather (index, value); out = Σ_w sparse_w / W                       floats sent: 2·s·W
+// Every matrix's pairs travel in one all-gather.
+#pragma once
+#include "compress/compressor.h"
+
+namespace accordion {
+
+class TopKCompressor : public ErrorFeedbackCompressor {
+ public:
+  TopKCompressor(const std::vector<Parameter*>& parameters, double level, Backend& backend);
+  Compressor kind() const override { return Compressor::TopK; }
+  void checkLevel(double level, const std::string& where) const override;
+  bool compresses(int64_t, int64_t, double) const override { return true; }
+  int64_t floats(int64_t rows, int64_t cols, double level, int world) const override;
+  int64_t exchange(const std::vector<MatrixView>& matrices, TimedGroup& group) override;
+
+ private:
+  std::function<void()> compressOnce(const MatrixView& view, Tensor& g, Tensor& residual) override;
+  // s = max(1, ⌊K·numel⌋)
+  static int64_t count(double ratio, int64_t numel);
+
+  Tensor sendBuffer_, receiveBuffer_;
+};
+
+}  // namespace accordion
