@@ -390,6 +390,24 @@ describe('the rendezvous store before a connection presents the token', function
     }
   });
 
+  it('ends a pending wait with its connection: no timer of a worker that is gone keeps the launcher alive', async () => {
+    const server = await StoreServer.listen({ host: '127.0.0.1', port: 0, token: 'right' });
+    const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+    try {
+      const waiter = await StoreClient.connect('127.0.0.1', server.port, 'right', 2000);
+      const before = timers();
+      const pending = waiter.get('never-set', 60_000).catch((err) => err);
+      await new Promise((r) => setTimeout(r, 200)); // the request reaches the store
+      expect(timers(), "the store's timer of the wait").to.be.above(before);
+      waiter.close();
+      expect(await pending).to.be.an.instanceOf(RendezvousError);
+      await new Promise((r) => setTimeout(r, 200)); // the store sees the connection close
+      expect(timers(), 'timers left once the waiter is gone').to.equal(before);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('closes a connection that stays silent past the authentication deadline', async () => {
     const server = await StoreServer.listen({ host: '127.0.0.1', port: 0, token: 'right' });
     try {

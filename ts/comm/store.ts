@@ -219,15 +219,25 @@ export class StoreServer {
           socket.write(frame(OK, existing));
           return;
         }
+        // The wait ends with the key, its timeout or its connection (a worker that is gone, or the
+        // store closing): no timer outlives the one who waits.
+        const forget = () => {
+          clearTimeout(timer);
+          socket.off('close', forget);
+          const list = (this.waiters.get(request.key) ?? []).filter((w) => w !== wake);
+          if (list.length) this.waiters.set(request.key, list);
+          else this.waiters.delete(request.key);
+        };
         const timer = setTimeout(() => {
-          const list = this.waiters.get(request.key) ?? [];
-          this.waiters.set(request.key, list.filter((w) => w !== wake));
+          forget();
           if (!socket.destroyed) socket.write(frame(TIMEOUT));
         }, timeoutMs);
         const wake = () => {
           clearTimeout(timer);
+          socket.off('close', forget);
           if (!socket.destroyed) socket.write(frame(OK, this.values.get(request.key)!));
         };
+        socket.on('close', forget);
         this.waiters.set(request.key, [...(this.waiters.get(request.key) ?? []), wake]);
         return;
       }
