@@ -496,6 +496,36 @@ describe('Accordion in training', function () {
       });
     });
 
+    it('PowerSGD: a matrix sent dense holds no Q, so its state resumes into a model started at any rank, and both go on alike', async function () {
+      // Rank 1 for two steps, then dense: the Q of rank 1 must not be kept for a checkpoint that a
+      // model started at rank 2 then cannot load (its Q for that matrix is (cols, 2)).
+      const model = await create({ compressor: 'powersgd', level: 2 });
+      const params = model.parameters();
+      const batcher = batcherFor();
+      const dense = params.map((p) => (p.shape.length < 2 ? Number.NaN : p.name === 'linear.weight' ? 0 : 1));
+      await model.setLevels(params.map((p) => (p.shape.length < 2 ? Number.NaN : 1)));
+      for (let s = 0; s < 2; s++) await model.trainStep(batcher);
+      await model.setLevels(dense);
+      await model.trainStep(batcher);
+      const saved = await model.stateDict(true);
+      const names = saved.map((t) => t.name);
+      expect(names).to.include('compressor.memory.linear.weight');
+      expect(names, 'the Q of a matrix sent dense').to.not.include('compressor.q.linear.weight');
+      expect(names).to.include('compressor.q.conv1.weight');
+
+      const resumed = await create({ compressor: 'powersgd', level: 2 });
+      await resumed.loadStateDict(saved);
+      expect(firstDifference(await resumed.stateDict(true), saved), 'the state as saved').to.equal(undefined);
+      // Both take the same next step, and the dense matrix, back at rank 2, draws the same fresh Q.
+      const twin = batcherFor();
+      for (let s = 0; s < 3; s++) await twin.next();
+      await resumed.trainStep(twin);
+      await model.trainStep(batcher);
+      await model.setLevels(params.map((p) => (p.shape.length < 2 ? Number.NaN : 2)));
+      await resumed.setLevels(params.map((p) => (p.shape.length < 2 ? Number.NaN : 2)));
+      expect(firstDifference(await resumed.stateDict(true), await model.stateDict(true)), 'after a step and a level change').to.equal(undefined);
+    });
+
     it('TopK: a switch keeps the error memory and changes what is sent', async function () {
       const model = await create({ compressor: 'topk', level: 0.5 });
       const params = model.parameters();

@@ -69,7 +69,7 @@ class ErrorFeedbackCompressor {
   virtual bool compresses(int64_t rows, int64_t cols, double level) const = 0;
   // Floats this worker sends per step for such a matrix at `level`, among `world` workers.
   virtual int64_t floats(int64_t rows, int64_t cols, double level, int world) const = 0;
-  // Matrix `view.index` starts compressing at `view.level` (a change of level, or a fresh state).
+  // Matrix `view.index` goes to `view.level` (a change of level, or a fresh state; 0: sent dense).
   virtual void levelChanged(const MatrixView& view) {}
   // Replaces each matrix's gradient by the average over the workers of its decompressed compression,
   // with error feedback; returns the floats this worker sent.

@@ -19,7 +19,9 @@ class PowerSgdCompressor : public ErrorFeedbackCompressor {
   void checkLevel(double level, const std::string& where) const override;
   bool compresses(int64_t rows, int64_t cols, double level) const override;
   int64_t floats(int64_t rows, int64_t cols, double level, int world) const override;
-  void levelChanged(const MatrixView& view) override { q_.at(view.index) = initialQ(view); }
+  // A fresh Q at a compressed level; none while the matrix is sent dense (the next compressed level
+  // draws one), so a checkpoint holds a Q exactly for the matrices that use one.
+  void levelChanged(const MatrixView& view) override { q_.at(view.index) = view.level > 0 ? initialQ(view) : Tensor(); }
   int64_t exchange(const std::vector<MatrixView>& matrices, TimedGroup& group) override;
   std::vector<std::pair<std::string, Tensor*>> state(size_t index) override;
   void reset(const std::vector<MatrixView>& matrices) override;

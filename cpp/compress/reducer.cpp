@@ -53,10 +53,8 @@ void GradientReducer::setLevel(size_t index, double level) {
   if (!s.matrix) throw invalidArgument(where + ": the parameter is 1-D and always sent dense");
   if (level == s.level) return;  // keeps PowerSGD's warm-started Q
   s.level = level;
-  if (level == 0)
-    compressor_->owe(index);  // Q stays as it was, unused until the next compressed level re-draws it
-  else
-    compressor_->levelChanged(view(index));
+  if (level == 0) compressor_->owe(index);
+  compressor_->levelChanged(view(index));
 }
 
 bool GradientReducer::compressedAt(const Slot& s, double level) const {
