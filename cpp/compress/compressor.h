@@ -25,8 +25,6 @@ class TimedGroup {
  public:
   TimedGroup(ProcessGroup& group, Backend& backend) : group_(group), backend_(backend) {}
   int size() const { return group_.size(); }
-  int rank() const { return group_.rank(); }
-  bool onDevice() const { return group_.onDevice(); }
   void allReduceSum(float* data, int64_t count);
   void allGather(const float* input, int64_t count, float* output);
   double seconds = 0;
@@ -84,8 +82,8 @@ class ErrorFeedbackCompressor {
   virtual std::vector<std::pair<std::string, Tensor*>> state(size_t index);
   // Restarts error feedback as at construction (zero memories; PowerSGD draws its Q again).
   virtual void reset(const std::vector<MatrixView>& matrices);
-  // A matrix set to dense: its memory joins its next dense gradient (error feedback owes it), then is zero.
-  void owe(size_t index) { owed_.at(index) = true; }
+  // Whether a matrix's memory is owed to its next dense gradient: set when it is set to dense (error
+  // feedback owes it), paid (then zero) by payOwed.
   bool owes(size_t index) const { return owed_.at(index); }
   void setOwes(size_t index, bool owes) { owed_.at(index) = owes; }
   // Adds the owed memories of these dense parameters to their gradients, and zeroes them.

@@ -53,7 +53,7 @@ void GradientReducer::setLevel(size_t index, double level) {
   if (!s.matrix) throw invalidArgument(where + ": the parameter is 1-D and always sent dense");
   if (level == s.level) return;  // keeps PowerSGD's warm-started Q
   s.level = level;
-  if (level == 0) compressor_->owe(index);
+  if (level == 0) compressor_->setOwes(index, true);
   compressor_->levelChanged(view(index));
 }
 

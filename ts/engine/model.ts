@@ -128,24 +128,24 @@ export class Model {
     }
     const list = Array.isArray(source) ? source : [source];
     if (list.length === 0) throw new UsageError('trainStep: an empty list of batches');
-    return call(this.native.trainStep(list.map((b) => this.nativeBatch(b, 'trainStep', true))));
+    return call(this.native.trainStep(list.map((b) => this.nativeBatch(b, 'trainStep'))));
   }
 
   /** Loss and correct predictions, in evaluation mode, over the batcher's current epoch or one of the caller's batches (as trainStep's). */
   async evaluate(source: Batcher | ImageBatch | TokenWindow): Promise<StepResult> {
     if (source instanceof Batcher) return call(this.native.evaluate(source.native));
-    return call(this.native.evaluate(this.nativeBatch(source, 'evaluate', true)));
+    return call(this.native.evaluate(this.nativeBatch(source, 'evaluate')));
   }
 
-  /** A caller's batch, checked, as the engine takes it; `labelled`: labels (or targets) are required. */
-  private nativeBatch(source: ImageBatch | TokenWindow, where: string, labelled: boolean): NativeBatch {
+  /** A caller's batch with its labels (or targets), checked, as the engine takes it. */
+  private nativeBatch(source: ImageBatch | TokenWindow, where: string): NativeBatch {
     if (typeof source !== 'object' || source === null)
       throw new UsageError(`${where} takes a Batcher, { images, labels } or { tokens, targets, steps, batch }, got ${describe(source)}`);
     if (this.architecture === 'lstm') {
       if (!('tokens' in source) || 'images' in source)
         throw new UsageError(`${where}: model 'lstm' takes token windows ({ tokens, targets, steps, batch }), not images`);
       const w = source as TokenWindow;
-      if (labelled && w.targets === undefined) throw new UsageError(`${where}: the window has no targets`);
+      if (w.targets === undefined) throw new UsageError(`${where}: the window has no targets`);
       const { tokens, targets, steps, batch } = tokenWindow(this.classes, w.tokens, w.targets, w.steps, w.batch, where);
       return { tokens, targets, steps, batch };
     }
