@@ -35,7 +35,7 @@ export function checkNative(roots = ['cpp', 'cuda'].map((r) => path.join(REPO, r
   const level = (folder) => NATIVE_LEVELS.findIndex((names) => names.includes(folder));
   const problems = [];
   for (const root of roots)
-    for (const file of files(root, /\.(h|cuh|cpp|cu)$/)) {
+    for (const file of files(root, /\.(h|cuh|cpp|cu|def)$/)) {
       const rel = path.relative(REPO, file);
       const folder = path.relative(root, file).split(path.sep)[0];
       if (level(folder) < 0) {

@@ -219,38 +219,29 @@ Tensor MaxPool2d::backward(const Tensor& gradOutput) {
 
 // ---------------------------------------------------------------------------------------------
 
-Tensor GlobalAvgPool::forward(const Tensor& input) {
-  requireActivation(input, 0, "GlobalAvgPool");
-  inputShape_ = input.shape();
-  const int64_t n = input.dim(0), c = input.dim(1);
-  ensureShape(output_, {n, c}, ops_);
-  ops_.globalAvgPoolForward(input.data(), output_.data(), n, c, input.dim(2), input.dim(3));
-  return output_;
-}
-
-Tensor GlobalAvgPool::backward(const Tensor& gradOutput) {
-  ensureShape(gradInput_, inputShape_, ops_);
-  ops_.globalAvgPoolBackward(gradOutput.data(), gradInput_.data(), inputShape_[0], inputShape_[1], inputShape_[2], inputShape_[3]);
-  return gradInput_;
-}
-
-// ---------------------------------------------------------------------------------------------
-
-Tensor Flatten::forward(const Tensor& input) {
-  requireActivation(input, 0, "Flatten");
+Tensor ImagesToRows::forward(const Tensor& input) {
+  requireActivation(input, 0, mode_ == kAverage ? "GlobalAvgPool" : "Flatten");
   inputShape_ = input.shape();
   const int64_t n = input.dim(0), c = input.dim(1), h = input.dim(2), w = input.dim(3);
+  if (mode_ == kAverage) {
+    ensureShape(output_, {n, c}, ops_);
+    ops_.globalAvgPoolForward(input.data(), output_.data(), n, c, h, w);
+    return output_;
+  }
   if (h * w == 1) return input.reshaped({n, c});  // the same order in every layout
   ensureShape(output_, {n, c * h * w}, ops_);
   ops_.flattenForward(input.data(), output_.data(), n, c, h, w);
   return output_;
 }
 
-Tensor Flatten::backward(const Tensor& gradOutput) {
+Tensor ImagesToRows::backward(const Tensor& gradOutput) {
   const int64_t n = inputShape_[0], c = inputShape_[1], h = inputShape_[2], w = inputShape_[3];
-  if (h * w == 1) return gradOutput.reshaped(inputShape_);
+  if (mode_ == kFlatten && h * w == 1) return gradOutput.reshaped(inputShape_);
   ensureShape(gradInput_, inputShape_, ops_);
-  ops_.flattenBackward(gradOutput.data(), gradInput_.data(), n, c, h, w);
+  if (mode_ == kAverage)
+    ops_.globalAvgPoolBackward(gradOutput.data(), gradInput_.data(), n, c, h, w);
+  else
+    ops_.flattenBackward(gradOutput.data(), gradInput_.data(), n, c, h, w);
   return gradInput_;
 }
 

@@ -160,26 +160,18 @@ class MaxPool2d : public Module {
   Tensor output_, gradInput_;
 };
 
-// Adaptive average pooling to 1×1 followed by flattening: (N, C, H, W) → (N, C).
-class GlobalAvgPool : public Module {
+// Images to rows, (N, C, H, W) → (N, features): kAverage averages over H·W (adaptive average
+// pooling to 1×1, then flattening: ResNet's head, features = C); kFlatten keeps every value in
+// PyTorch's channel-major order (VGG's, features = C·H·W).
+class ImagesToRows : public Module {
  public:
-  using Module::Module;
+  enum Mode { kAverage, kFlatten };
+  ImagesToRows(Backend& ops, Mode mode) : Module(ops), mode_(mode) {}
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& gradOutput) override;
 
  private:
-  Shape inputShape_;
-  Tensor output_, gradInput_;
-};
-
-// (N, C, H, W) → (N, C·H·W) in PyTorch's (channel-major) order.
-class Flatten : public Module {
- public:
-  using Module::Module;
-  Tensor forward(const Tensor& input) override;
-  Tensor backward(const Tensor& gradOutput) override;
-
- private:
+  Mode mode_;
   Shape inputShape_;
   Tensor output_, gradInput_;
 };

@@ -25,7 +25,7 @@ static std::unique_ptr<Sequential> buildResNet18(Backend& ops, int64_t classes, 
     }
     net->add("layer" + std::to_string(stage + 1), std::move(layer));
   }
-  net->add("pool", std::make_unique<GlobalAvgPool>(ops)).add("linear", std::make_unique<Linear>(ops, 512, classes, rng));
+  net->add("pool", std::make_unique<ImagesToRows>(ops, ImagesToRows::kAverage)).add("linear", std::make_unique<Linear>(ops, 512, classes, rng));
   return net;
 }
 
@@ -71,7 +71,7 @@ static std::unique_ptr<Sequential> buildVgg19bn(Backend& ops, int64_t classes, f
   classifier->add(std::to_string(c++), std::make_unique<Linear>(ops, hidden, classes, rng));
 
   auto net = std::make_unique<Sequential>(ops);
-  net->add("features", std::move(features)).add("flatten", std::make_unique<Flatten>(ops)).add("classifier", std::move(classifier));
+  net->add("features", std::move(features)).add("flatten", std::make_unique<ImagesToRows>(ops, ImagesToRows::kFlatten)).add("classifier", std::move(classifier));
   return net;
 }
 

@@ -48,9 +48,9 @@ LayerProbeWrap::LayerProbeWrap(const Napi::CallbackInfo& info) try : GuardedWrap
     window_ = {window("kernel", 2, 1), window("stride", 2, 1), window("padding", 0, 0)};
     layer_ = std::make_unique<MaxPool2d>(ops, window_[0], window_[1], window_[2]);
   } else if (kind_ == "globalavgpool") {
-    layer_ = std::make_unique<GlobalAvgPool>(ops);
+    layer_ = std::make_unique<ImagesToRows>(ops, ImagesToRows::kAverage);
   } else if (kind_ == "flatten") {
-    layer_ = std::make_unique<Flatten>(ops);
+    layer_ = std::make_unique<ImagesToRows>(ops, ImagesToRows::kFlatten);
   } else if (kind_ == "linear") {
     const int64_t in = width("inFeatures"), out = width("outFeatures");
     weights({out, in});

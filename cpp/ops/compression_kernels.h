@@ -1,7 +1,8 @@
 // The arithmetic of the gradient compressors, apart from the reducer that orchestrates them
 // (levels, buffers, collectives, accounting: compress/reducer.h). Each call covers every tensor of
 // one step, so a device implementation can batch matrices of equal shape into one launch. All
-// pointers are on the kernels' device; the formulas are in compress/reducer.h.
+// pointers are on the kernels' device; the kernels are listed, with what each computes, in
+// ops/compression_ops.def.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -37,24 +38,9 @@ class CompressionKernels {
  public:
   virtual ~CompressionKernels() = default;
 
-  // PowerSGD, before the P all-reduce: M = g + e (kept in e) and P = M·Q.
-  virtual void powerSgdProject(const std::vector<PowerSgdMatrix>& matrices) = 0;
-  // After the P all-reduce: P̂ = Gram-Schmidt(P) (col ← col / (‖col‖ + eps)) and Qᵀ = P̂ᵀ·M.
-  virtual void powerSgdProjectBack(const std::vector<PowerSgdMatrix>& matrices, float eps) = 0;
-  // After the Qᵀ all-reduce (a sum over the workers): Qᵀ ← Qᵀ·scale (scale = 1/W), Q ← (Qᵀ)ᵀ,
-  // out = P̂·Qᵀ into grad, e = M − out.
-  virtual void powerSgdDecompress(const std::vector<PowerSgdMatrix>& matrices, float scale) = 0;
-
-  // TopK, before the all-gather: a = g + e (kept in e); the `count` entries of largest |a| (ties:
-  // lowest index) go to `send` in ascending index order, and are zeroed in e.
-  virtual void topKSelect(const std::vector<TopKTensor>& tensors) = 0;
-  // After the all-gather of `world` blocks of `perWorker` floats: grad = scale·Σ_w scatter(pairs_w).
-  virtual void topKCombine(const std::vector<TopKTensor>& tensors, const float* gathered, int world, int64_t perWorker,
-                           float scale) = 0;
-
-  // Dense exchange: the tensors packed into one buffer, and the summed buffer·scale back.
-  virtual void pack(const std::vector<Span>& tensors, float* buffer) = 0;
-  virtual void unpack(const float* buffer, const std::vector<Span>& tensors, float scale) = 0;
+#define ACCORDION_OP(Result, name, parameters) virtual Result name parameters = 0;
+#include "ops/compression_ops.def"
+#undef ACCORDION_OP
 };
 
 }  // namespace accordion

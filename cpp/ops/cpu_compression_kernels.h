@@ -8,14 +8,9 @@ namespace accordion {
 
 class CpuCompressionKernels : public CompressionKernels {
  public:
-  void powerSgdProject(const std::vector<PowerSgdMatrix>& matrices) override;
-  void powerSgdProjectBack(const std::vector<PowerSgdMatrix>& matrices, float eps) override;
-  void powerSgdDecompress(const std::vector<PowerSgdMatrix>& matrices, float scale) override;
-  void topKSelect(const std::vector<TopKTensor>& tensors) override;
-  void topKCombine(const std::vector<TopKTensor>& tensors, const float* gathered, int world, int64_t perWorker,
-                   float scale) override;
-  void pack(const std::vector<Span>& tensors, float* buffer) override;
-  void unpack(const float* buffer, const std::vector<Span>& tensors, float scale) override;
+#define ACCORDION_OP(Result, name, parameters) Result name parameters override;
+#include "ops/compression_ops.def"
+#undef ACCORDION_OP
 
  private:
   std::vector<int32_t> indices_;  // TopK's selection, reused between calls
