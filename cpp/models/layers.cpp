@@ -18,6 +18,27 @@ void placeState(StateRefs& refs, Backend& backend) {
   for (Buffer* b : refs.buffers) b->value = backend.toDevice(b->value);
 }
 
+void Module::collectState(const std::string& prefix, StateRefs& refs) {
+  forEachChild([&](const std::string& name, Module& child) { child.collectState(prefix + name, refs); });
+}
+
+void Module::addParameters(std::vector<Parameter*>& out) {
+  forEachChild([&](const std::string&, Module& child) { child.addParameters(out); });
+}
+
+void Module::setTraining(bool training) {
+  training_ = training;
+  forEachChild([&](const std::string&, Module& child) { child.setTraining(training); });
+}
+
+void Module::freezeBatchNorm(bool frozen) {
+  forEachChild([&](const std::string&, Module& child) { child.freezeBatchNorm(frozen); });
+}
+
+void Module::setBackwardHook(const BackwardHook* hook) {
+  forEachChild([&](const std::string&, Module& child) { child.setBackwardHook(hook); });
+}
+
 static void requireActivation(const Tensor& x, int64_t channels, const char* layer) {
   bool empty = false;
   for (int64_t d : x.shape()) empty = empty || d < 1;
@@ -337,24 +358,11 @@ Tensor Sequential::backward(const Tensor& gradOutput) {
 
 void Sequential::setBackwardHook(const BackwardHook* hook) {
   hook_ = hook;
-  for (auto& [name, child] : children_) child->setBackwardHook(hook);
+  Module::setBackwardHook(hook);
 }
 
-void Sequential::addParameters(std::vector<Parameter*>& out) {
-  for (auto& [name, child] : children_) child->addParameters(out);
-}
-
-void Sequential::collectState(const std::string& prefix, StateRefs& refs) {
-  for (auto& [name, child] : children_) child->collectState(prefix + name + ".", refs);
-}
-
-void Sequential::setTraining(bool training) {
-  training_ = training;
-  for (auto& [name, child] : children_) child->setTraining(training);
-}
-
-void Sequential::freezeBatchNorm(bool frozen) {
-  for (auto& [name, child] : children_) child->freezeBatchNorm(frozen);
+void Sequential::forEachChild(const ChildVisitor& visit) {
+  for (auto& [name, child] : children_) visit(name + ".", *child);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -375,30 +383,9 @@ BasicBlock::BasicBlock(Backend& ops, int64_t inPlanes, int64_t planes, int64_t s
   }
 }
 
-void BasicBlock::addParameters(std::vector<Parameter*>& out) {
-  main_.addParameters(out);
-  shortcut_.addParameters(out);
-}
-
-void BasicBlock::collectState(const std::string& prefix, StateRefs& refs) {
-  main_.collectState(prefix, refs);  // conv1, bn1, conv2, bn2 directly under the block's prefix
-  shortcut_.collectState(prefix + "shortcut.", refs);
-}
-
-void BasicBlock::setTraining(bool training) {
-  training_ = training;
-  main_.setTraining(training);
-  shortcut_.setTraining(training);
-}
-
-void BasicBlock::freezeBatchNorm(bool frozen) {
-  main_.freezeBatchNorm(frozen);
-  shortcut_.freezeBatchNorm(frozen);
-}
-
-void BasicBlock::setBackwardHook(const BackwardHook* hook) {
-  main_.setBackwardHook(hook);
-  shortcut_.setBackwardHook(hook);
+void BasicBlock::forEachChild(const ChildVisitor& visit) {
+  visit("", main_);  // conv1, bn1, conv2, bn2 directly under the block's prefix
+  visit("shortcut.", shortcut_);
 }
 
 Tensor BasicBlock::forward(const Tensor& input) {

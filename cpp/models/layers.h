@@ -44,19 +44,24 @@ class Module {
   virtual ~Module() = default;
   virtual Tensor forward(const Tensor& input) = 0;
   virtual Tensor backward(const Tensor& gradOutput) = 0;
+  // A container's children, each with the part of the state_dict prefix it adds ("0.", "shortcut.",
+  // or "" for a child whose names stand directly under the container's). The calls below pass
+  // through them by default.
+  using ChildVisitor = std::function<void(const std::string& prefix, Module& child)>;
+  virtual void forEachChild(const ChildVisitor& visit) {}
   // Registers parameters and buffers under `prefix` (e.g. "layer1.0."), naming them.
-  virtual void collectState(const std::string& prefix, StateRefs& refs) {}
+  virtual void collectState(const std::string& prefix, StateRefs& refs);
   // Appends the module's trainable parameters (its children's included) in state_dict order.
-  virtual void addParameters(std::vector<Parameter*>& out) {}
-  virtual void setTraining(bool training) { training_ = training; }
+  virtual void addParameters(std::vector<Parameter*>& out);
+  virtual void setTraining(bool training);
   bool training() const { return training_; }
   // Frozen batch norm normalises with its running statistics even while training (and leaves
   // them unchanged): batch-size-independent forward passes, e.g. to compare data-parallel runs.
-  virtual void freezeBatchNorm(bool frozen) {}
+  virtual void freezeBatchNorm(bool frozen);
   // Containers call `hook` with each child whose backward has just returned: that child's
   // parameter gradients are final (the overlapped gradient exchange listens). Null: no calls.
   using BackwardHook = std::function<void(Module&)>;
-  virtual void setBackwardHook(const BackwardHook* hook) {}
+  virtual void setBackwardHook(const BackwardHook* hook);
 
  protected:
   Backend& ops_;
@@ -215,10 +220,7 @@ class Sequential : public Module {
   Sequential& add(std::string name, std::unique_ptr<Module> module);
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& gradOutput) override;
-  void collectState(const std::string& prefix, StateRefs& refs) override;
-  void addParameters(std::vector<Parameter*>& out) override;
-  void setTraining(bool training) override;
-  void freezeBatchNorm(bool frozen) override;
+  void forEachChild(const ChildVisitor& visit) override;
   void setBackwardHook(const BackwardHook* hook) override;
   bool empty() const { return children_.empty(); }
   size_t size() const { return children_.size(); }
@@ -234,11 +236,7 @@ class BasicBlock : public Module {
   BasicBlock(Backend& ops, int64_t inPlanes, int64_t planes, int64_t stride, Random& rng);
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& gradOutput) override;
-  void collectState(const std::string& prefix, StateRefs& refs) override;
-  void addParameters(std::vector<Parameter*>& out) override;
-  void setTraining(bool training) override;
-  void freezeBatchNorm(bool frozen) override;
-  void setBackwardHook(const BackwardHook* hook) override;
+  void forEachChild(const ChildVisitor& visit) override;
 
  private:
   Sequential main_;      // conv1, bn1, relu, conv2, bn2
