@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs what accordion-engine needs on Debian/Ubuntu and builds it:
-# system libraries with apt-get (when root), then npm ci (which builds the addon and the TypeScript).
-# The test peers of `npm test` are installed too when root: PyTorch for the state_dict
-# interoperability tests and Chromium for the HTML report (ACCORDION_TEST_PEERS=0 leaves them out).
+# Installs what accordion-engine needs on Debian/Ubuntu and builds it: system libraries with
+# apt-get, then npm ci (which builds the addon and the TypeScript). The test peers of `npm test` are
+# installed with them: PyTorch for the state_dict interoperability tests, Chromium to open the HTML
+# report and Open MPI's mpirun to start workers as an MPI job (ACCORDION_TEST_PEERS=0 leaves them
+# out). As root it installs what is missing; as a user it prints the one `sudo apt-get install`
+# command that does, and stops when a library the build needs is among it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,22 +17,23 @@ peers=()
 if [ "${ACCORDION_TEST_PEERS:-1}" != 0 ]; then
   /usr/bin/python3 -c "import torch" 2>/dev/null || peers+=(python3-torch)
   [ -x /usr/bin/chromium ] || peers+=(chromium)
+  mpirun --version 2>/dev/null | grep -q 'Open MPI' || peers+=(openmpi-bin)
 fi
-if ((${#missing[@]} + ${#peers[@]})); then
+needed=("${missing[@]}" "${peers[@]}")
+if ((${#needed[@]})); then
   if [ "$(id -u)" = 0 ]; then
-    echo "setup: installing ${missing[*]} ${peers[*]}"
+    echo "setup: installing ${needed[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" "${peers[@]}" >/dev/null
+    apt-get install -y -qq --no-install-recommends "${needed[@]}" >/dev/null
   else
-    if ((${#peers[@]})); then
-      echo "setup: npm test needs the test peers ${peers[*]}; install them with:  sudo apt-get install -y ${peers[*]}" >&2
-    fi
+    echo "setup: run this once, then this script again:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${needed[*]}" >&2
     if ((${#missing[@]})); then
-      echo "setup: missing system packages: ${missing[*]}" >&2
-      echo "setup: install them with:  sudo apt-get install -y ${missing[*]}" >&2
+      echo "setup: the build needs ${missing[*]}" >&2
       exit 1
     fi
+    echo "setup: npm test needs the test peers ${peers[*]}; building without them" >&2
   fi
 fi
 

@@ -616,6 +616,55 @@ describe('Accordion in training', function () {
     });
   });
 
+  describe('--compress-after: a dense start, as PyTorch PowerSGD\'s start_powerSGD_iter', function () {
+    it('PowerSGD rank 2 after 6 steps: floats per epoch as the shapes give them; a checkpoint inside the phase holds the waiting levels and empty memories; 1 + resumed inside the phase = 3 epochs, bit for bit', async function () {
+      // 64 images in batches of 16: 4 steps an epoch, so the phase ends after step 2 of epoch 2.
+      const options = { ...base(), compressor: 'powersgd', rank: 2, accordion: 'off', compressAfter: 6, lr: 0.02 };
+      const whole = runDir('dense-start-whole');
+      const split = runDir('dense-start-split');
+      const a = await runTrainer({ ...options, epochs: 3, outDir: whole });
+      const shapes = a.trainer.model.parameters().map((p) => p.shape);
+      const stateA = await a.trainer.model.stateDict(true);
+      await a.trainer.dispose();
+
+      // The hand count (docs/accounting.md §1): dense, every element; PowerSGD rank r = min(n, m, 2)
+      // on a matrix (n, m), (n + m)·r where that is below n·m (minimum compression rate 1), else n·m.
+      const numel = (shape) => shape.reduce((x, y) => x * y, 1);
+      const dense = shapes.reduce((sum, shape) => sum + numel(shape), 0);
+      const compressed = shapes.reduce((sum, shape) => {
+        if (shape.length < 2) return sum + numel(shape);
+        const n = shape[0], m = numel(shape) / n, r = Math.min(n, m, 2);
+        return sum + ((n + m) * r < n * m ? (n + m) * r : n * m);
+      }, 0);
+      expect(compressed).to.be.below(dense / 10);
+      expect(a.epochs.map((e) => e.floatsSent)).to.deep.equal([4 * dense, 2 * dense + 2 * compressed, 4 * compressed]);
+
+      const b1 = await runTrainer({ ...options, epochs: 1, outDir: split });
+      await b1.trainer.dispose();
+      // The checkpoint inside the phase holds the waiting levels and no error (nothing was compressed).
+      const inside = loadCheckpoint(split);
+      expect(inside.position.extra.denseStartLevels.filter((_, i) => a.matrices[i]).every((l) => l === 2)).to.equal(true);
+      for (const t of inside.trainer.filter((t) => t.name.startsWith('compressor.memory.')))
+        expect(new Float32Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength)).every((v) => v === 0), t.name).to.equal(true);
+
+      const b2 = await runTrainer({ ...options, epochs: 3, resume: split });
+      const stateB = await b2.trainer.model.stateDict(true);
+      await b2.trainer.dispose();
+      expect(b2.epochs, 'per-epoch records').to.deep.equal(a.epochs);
+      expect(firstDifference(stateB, stateA), 'stateDict(true) after 1 + 2 epochs vs 3').to.equal(undefined);
+    });
+
+    it('refuses --compress-after without a compressor', async function () {
+      let error;
+      try {
+        await runTrainer({ ...base(), epochs: 1, compressAfter: 10 });
+      } catch (err) {
+        error = err;
+      }
+      expect(error?.message).to.match(/--compress-after needs a compressor/);
+    });
+  });
+
   it('micro-batches: 2 × 8 accumulated equals one batch of 16 (frozen batch norm, 3 steps)', async function () {
     const images = syntheticImages(13, 48, 10);
     const options = { architecture: 'resnet18', classes: 10, seed: 9, learningRate: 0.05, momentum: 0.9, weightDecay: 5e-4, frozenBatchNorm: true };

@@ -28,6 +28,9 @@ describe('command line', function () {
     [['train', '--model', 'resnet18', '--epochs', '0'], /option --epochs: expected a positive integer, got 0/],
     [['train', '--model', 'resnet18', '--quiet=yes'], /option --quiet takes no value/],
     [['frobnicate'], /unknown command 'frobnicate'/],
+    [['report', '--bogus', 'runs/a'], /unknown report option --bogus/],
+    [['report'], /no run directory given/],
+    [['info', '--bogus'], /unknown info option --bogus/],
     // Bounds, refused before any data is read or any memory allocated.
     [['train', '--model', 'resnet18', '--timeout', '2147483648'], /option --timeout: expected an integer from 1 to 2147483647, got 2147483648/],
     [['train', '--model', 'resnet18', '--timeout', '99999999999999999999'], /option --timeout: expected an integer of at most/],
@@ -49,6 +52,17 @@ describe('command line', function () {
       expect(r.stderr).to.match(message);
     });
   }
+
+  it('every command answers --help with its usage, exit 0', function () {
+    for (const command of ['train', 'launch', 'cluster', 'report', 'info']) {
+      const r = run([command, '--help'], {}, 30000);
+      expect(r.code, `${command}: ${r.stderr}`).to.equal(0);
+      expect(r.stdout, command).to.match(new RegExp(`^Usage: accordion ${command}\\b`));
+    }
+    const top = run(['--help'], {}, 30000);
+    expect(top.code).to.equal(0);
+    expect(top.stdout).to.include('Every command takes --help');
+  });
 
   it('lists every option with its default in --help', function () {
     const r = run(['train', '--help']);

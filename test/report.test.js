@@ -51,6 +51,7 @@ describe('HTML report', function () {
     const { problems, charts } = await openReport(file);
     expect(problems).to.deep.equal([]);
     expect(Object.keys(charts)).to.have.members(['accuracyEpochs', 'accuracyFloats', 'accuracyWall', 'levels', 'ratios']);
+    for (const [name, chart] of Object.entries(charts)) expect(chart.unfinished, `${name}: points still animating`).to.equal(0);
     expect(charts.accuracyEpochs.points).to.deep.equal([4, 4]); // both runs, every epoch
     expect(charts.accuracyFloats.points).to.deep.equal([4, 4]);
     expect(charts.accuracyWall.points).to.deep.equal([4, 4]);
@@ -105,7 +106,16 @@ async function openReport(file) {
       Object.fromEntries(
         Object.entries(window.reportCharts).map(([name, chart]) => [
           name,
-          { type: chart.config.type, points: chart.data.datasets.map((d) => d.data.length), width: chart.width, height: chart.height },
+          {
+            type: chart.config.type,
+            points: chart.data.datasets.map((d) => d.data.length),
+            width: chart.width,
+            height: chart.height,
+            // Points of the line and scatter charts not yet at their value's pixel: a chart still
+            // animating shows unfinished curves to a screenshot or a print.
+            unfinished: chart.config.type === 'matrix' ? 0 : chart.data.datasets.flatMap((d, k) =>
+              chart.getDatasetMeta(k).data.filter((el, i) => Math.abs(el.y - chart.scales.y.getPixelForValue(d.data[i].y)) > 0.5)).length,
+          },
         ]),
       ),
     );

@@ -14,6 +14,18 @@ describe('learning-rate schedule', function () {
     });
   }
 
+  it("--warmup-epochs 0 still runs the first epoch at the base rate (the reference schedule)", function () {
+    const noWarmup = { ...cifar, warmupEpochs: 0 };
+    expect(learningRateForEpoch(0, noWarmup)).to.be.closeTo(0.1, 1e-12);
+    expect(learningRateForEpoch(1, noWarmup)).to.be.closeTo(0.4, 1e-12);
+  });
+
+  it("the README's table of the default schedule (lr 0.05, 4 workers), epochs counted from 1", function () {
+    const defaults = { base: 0.05, workers: 4, warmupEpochs: 5, milestones: [150, 250], decay: 0.1 };
+    const readme = [[1, 0.05], [2, 0.05], [3, 0.08], [4, 0.11], [5, 0.14], [6, 0.17], [7, 0.2], [152, 0.2], [153, 0.02], [252, 0.02], [253, 0.002], [300, 0.002]];
+    for (const [epoch, lr] of readme) expect(learningRateForEpoch(epoch - 1, defaults), `epoch ${epoch}`).to.be.closeTo(lr, 1e-12);
+  });
+
   it('is flat for one worker and decays at the LSTM milestones', function () {
     const lstm = { base: 2.5, workers: 1, warmupEpochs: 5, milestones: [60, 80], decay: 0.1 };
     expect(learningRateForEpoch(3, lstm)).to.be.closeTo(2.5, 1e-12);

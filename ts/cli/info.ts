@@ -6,7 +6,18 @@ import { UsageError } from '../base/errors.js';
 import { describeLaunch } from '../comm/environment.js';
 import { distributedEnv } from '../comm/group.js';
 
-export async function info(): Promise<void> {
+const INFO_USAGE = `Usage: accordion info
+
+Prints, as JSON: how the native addon was built (oneDNN, OpenBLAS, Gloo, CUDA and its libraries),
+the devices it sees, the launcher this process would train under, and how the threads are shared
+between compute and communication.`;
+
+export async function info(argv: string[] = []): Promise<void> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(INFO_USAGE + '\n');
+    return;
+  }
+  if (argv.length) throw new UsageError(`unknown info option ${argv[0]}\n${INFO_USAGE}`);
   const { binding } = await import('../native/binding.js');
   // The launcher this process would train under, or why its environment is not usable.
   let job: string;

@@ -15,8 +15,10 @@ Commands:
   train    train a model (accordion train --help for options; --workers N starts N processes)
   launch   start one training process per worker, like torchrun (accordion launch --help)
   cluster  run a job over N simulated hosts with shaped links; needs root (accordion cluster --help)
-  report   write an HTML report of run directories: accordion report RUN_DIR [RUN_DIR …] [--out FILE]
-  info     show how the native addon was built, which devices it sees and which launcher started it`;
+  report   write an HTML report of run directories (accordion report --help)
+  info     show how the native addon was built, which devices it sees and which launcher started it
+
+Every command takes --help.`;
 
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
@@ -25,7 +27,7 @@ export async function main(argv: string[]): Promise<number> {
     if (command === 'launch') return await launchCommand(rest);
     if (command === 'cluster') return await clusterCommand(rest);
     if (command === 'report') return await reportCommand(rest);
-    if (command === 'info') await info();
+    if (command === 'info') await info(rest);
     else if (command === undefined || command === '--help' || command === 'help') process.stdout.write(USAGE + '\n');
     else throw new UsageError(`unknown command '${command}'\n${USAGE}`);
     return 0;

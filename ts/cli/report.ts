@@ -4,7 +4,20 @@
 import { UsageError } from '../base/errors.js';
 import { writeReport } from '../report/report.js';
 
+const REPORT_USAGE = `Usage: accordion report RUN_DIR [RUN_DIR …] [--out FILE]
+
+Writes one HTML page comparing the runs: accuracy and loss per epoch, floats sent, the levels each
+layer ran at, the per-layer gradient norms and the time per epoch.
+
+Options:
+  --out FILE   where to write the page (default: report.html in the first run's directory)
+  --help       this text`;
+
 export async function reportCommand(argv: string[]): Promise<number> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(REPORT_USAGE + '\n');
+    return 0;
+  }
   const dirs: string[] = [];
   let out: string | undefined;
   for (let i = 0; i < argv.length; i++) {
@@ -14,7 +27,7 @@ export async function reportCommand(argv: string[]): Promise<number> {
     } else if (argv[i]!.startsWith('--')) throw new UsageError(`unknown report option ${argv[i]}`);
     else dirs.push(argv[i]!);
   }
-  if (dirs.length === 0) throw new UsageError('usage: accordion report RUN_DIR [RUN_DIR …] [--out FILE]');
+  if (dirs.length === 0) throw new UsageError(`no run directory given\n${REPORT_USAGE}`);
   const file = await writeReport(dirs, out, { onWarning: (message) => process.stderr.write(`accordion: warning: ${message}\n`) });
   process.stdout.write(`report written to ${file}\n`);
   return 0;

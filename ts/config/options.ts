@@ -36,6 +36,7 @@ export interface TrainConfig {
   compressor: CompressorName;
   rank: number;
   topkRatio: number;
+  compressAfter: number;
   minCompressionRate: number;
   compressionSeed: number;
   accordion: 'auto' | 'on' | 'off';
@@ -135,10 +136,10 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   momentum: { flag: '--momentum', type: 'number', default: 0.9, min: 0, modelKey: 'momentum', help: 'SGD momentum' },
   weightDecay: { flag: '--weight-decay', type: 'number', default: 1e-4, presets: { lstm: 0 }, min: 0, modelKey: 'weightDecay', help: 'weight decay' },
   nesterov: { flag: '--no-nesterov', type: 'flag', default: true, negate: true, modelKey: 'nesterov', help: 'plain heavy-ball momentum instead of Nesterov' },
-  warmupEpochs: { flag: '--warmup-epochs', type: 'number', default: 5, min: 0, help: 'linear warm-up to lr × workers over this many epochs' },
+  warmupEpochs: { flag: '--warmup-epochs', type: 'number', default: 5, min: 0, help: 'linear warm-up to lr × workers over this many epochs; the first epoch runs at lr even with 0 (the reference schedule)' },
   milestones: {
     flag: '--milestones', type: 'ints', default: [150, 250], presets: { lstm: [60, 80] }, min: 0,
-    help: 'comma-separated milestones m: the lr is multiplied by --lr-decay from epoch m + 3 on (counting from 1)',
+    help: 'comma-separated milestones m: the lr is multiplied by --lr-decay from epoch m + 3 on (counting from 1; m + 2 counting from 0), the reference schedule',
   },
   lrDecay: { flag: '--lr-decay', type: 'number', default: 0.1, min: 0, help: 'factor applied to the lr at each milestone' },
   seed: { flag: '--seed', type: 'int', default: 42, min: 0, max: Number.MAX_SAFE_INTEGER, modelKey: 'seed', help: 'seed of initialisation, shuffling and augmentation' },
@@ -146,6 +147,10 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   compressor: { flag: '--compressor', type: 'string', default: 'none', choices: ['none', 'powersgd', 'topk'], modelKey: 'compressor', help: 'gradient compressor' },
   rank: { flag: '--rank', type: 'int', default: 2, ...positive, help: 'PowerSGD rank' },
   topkRatio: { flag: '--topk-ratio', type: 'number', default: 0.1, ...ratio, help: 'fraction of entries TopK sends' },
+  compressAfter: {
+    flag: '--compress-after', type: 'int', default: 0, min: 0, max: Number.MAX_SAFE_INTEGER,
+    help: "steps sent dense before compression starts, with empty error memories (PyTorch PowerSGD's start_powerSGD_iter)",
+  },
   minCompressionRate: {
     flag: '--min-compression-rate', type: 'number', default: 1, min: 0, modelKey: 'minCompressionRate',
     help: 'PowerSGD sends a matrix dense unless (n+m)·r·rate < n·m; 0 compresses all',

@@ -158,6 +158,9 @@ export function renderReport(runs: RunSeries[]): string {
 <div class="chart"><canvas id="norm-ratios"></canvas></div>
 <script>
 const runs = ${data};
+// Charts are drawn in their final state at once: a screenshot or a print taken as the page opens
+// shows whole curves.
+Chart.defaults.animation = false;
 // Epochs are whole numbers: no ticks between them.
 const epochTicks = { stepSize: 1, callback: (v) => (Number.isInteger(v) ? v : '') };
 const palette = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b', '#e377c2', '#17becf'];

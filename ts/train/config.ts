@@ -67,6 +67,7 @@ function checkAgreement(config: TrainConfig, options: TrainOptions): void {
   // Automatic levels and the joint mode run on Accordion's regimes.
   const regimeModes = config.adapt === 'auto' || config.adapt === 'batch+compression';
   if (regimeModes && config.compressor === 'none') throw new UsageError(`--adapt ${config.adapt} needs a compressor (--compressor powersgd or topk)`);
+  if (config.compressAfter > 0 && config.compressor === 'none') throw new UsageError('--compress-after needs a compressor (--compressor powersgd or topk)');
   if (regimeModes && options.accordion === 'off') throw new UsageError(`--adapt ${config.adapt} runs on Accordion's regimes: leave out --accordion off`);
 }
 

@@ -12,6 +12,7 @@ import type { LevelCost, StepResult } from '../native/binding.js';
 import type { ProcessGroup } from '../comm/group.js';
 import type { Model } from '../engine/model.js';
 import { saveCheckpoint } from './checkpoint.js';
+import { DenseStart } from './dense-start.js';
 import { savedConfig, type TrainOptions } from './config.js';
 import { measureLink } from './auto-levels.js';
 import { ProgressBar, epochLine } from './progress.js';
@@ -42,6 +43,10 @@ export class Trainer extends EventEmitter {
   private switches: LevelSwitch[] = [];
   private metrics?: MetricsLog;
   private stopRequested = false;
+  /** Steps run since the run began, resumed runs included. */
+  private stepsDone = 0;
+  private readonly denseStart: DenseStart;
+  private denseStartSaved?: number[];
 
   private constructor(s: SetUp, context: TrainerContext) {
     super();
@@ -56,11 +61,14 @@ export class Trainer extends EventEmitter {
     const c = s.config;
     this.schedule = { base: c.lr, workers: c.workers, warmupEpochs: c.warmupEpochs, milestones: c.milestones, decay: c.lrDecay };
     this.policy = choosePolicy({ config: c, spec: s.spec, schedule: this.schedule, matrices: this.matrices });
+    this.denseStart = new DenseStart(c.compressAfter);
     if (s.resumed) {
       this.startEpoch = s.resumed.epochsCompleted;
       this.history = s.resumed.history;
       this.switches = s.resumed.switches;
       this.policy.restore(s.resumed.extra);
+      this.stepsDone = this.history.reduce((sum, r) => sum + r.steps, 0);
+      this.denseStartSaved = s.resumed.extra.denseStartLevels as number[] | undefined;
     }
   }
 
@@ -121,6 +129,7 @@ export class Trainer extends EventEmitter {
       this.policy.useLink(link);
       this.metrics?.write({ event: 'link', ...link });
     }
+    await this.denseStart.begin(this.model, this.stepsDone, this.denseStartSaved);
     try {
       for (let epoch = this.startEpoch; epoch < config.epochs && !this.stopRequested; epoch++) {
         const record = await this.runEpoch(epoch);
@@ -182,6 +191,7 @@ export class Trainer extends EventEmitter {
       const r: StepResult | null = await this.task.step(this.model, microBatches);
       if (!r) break;
       stepsDone++;
+      await this.denseStart.stepDone(this.model, ++this.stepsDone);
       lossSum += r.loss * r.samples;
       correct += r.correct;
       samples += r.samples;
@@ -266,7 +276,7 @@ export class Trainer extends EventEmitter {
     const costs: LevelCost[][] | undefined = candidates && this.rank === 0 ? await this.model.levelCosts(candidates) : undefined;
     const measured = Array.from(await this.model.gradientNorms());
     const norms = this.normSource ? this.normSource(epoch + 1, this.rank, measured) : measured;
-    const levels = this.policy.setsLevels ? Array.from(await this.model.levels()) : [];
+    const levels = this.policy.setsLevels ? await this.denseStart.levels(this.model) : [];
     const out = await this.policy.check({
       epoch,
       lr,
@@ -289,7 +299,7 @@ export class Trainer extends EventEmitter {
   /** Sets the policy's levels and logs every matrix whose level changed. */
   private async applyLevels(epoch: number, before: number[], out: CheckOutput): Promise<void> {
     const after = out.levels!;
-    await this.model.setLevels(after);
+    await this.denseStart.setLevels(this.model, after);
     const names = this.model.parameters().map((p) => p.name);
     for (let i = 0; i < after.length; i++) {
       if (!this.matrices[i] || after[i] === before[i]) continue;
@@ -303,7 +313,7 @@ export class Trainer extends EventEmitter {
   private async checkpoint(epochsCompleted: number): Promise<void> {
     const started = performance.now();
     const { outDir, ...config } = savedConfig(this.config);
-    const extra = { history: this.history, switches: this.switches, ...this.policy.save() };
+    const extra = { history: this.history, switches: this.switches, ...this.policy.save(), ...this.denseStart.save() };
     const dir = await saveCheckpoint(outDir as string, this.model, { epochsCompleted, config, extra }, this.group);
     this.metrics?.write({ event: 'checkpoint', epoch: epochsCompleted, path: dir });
     const event: CheckpointEvent = { epoch: epochsCompleted, path: dir, seconds: (performance.now() - started) / 1000 };
