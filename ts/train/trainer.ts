@@ -43,8 +43,8 @@ export class Trainer extends EventEmitter {
   private switches: LevelSwitch[] = [];
   private metrics?: MetricsLog;
   private stopRequested = false;
-  /** Steps run since the run began, resumed runs included. */
-  private stepsDone = 0;
+  /** Steps run since the run began, a resumed run's earlier steps included. */
+  private runSteps = 0;
   private readonly denseStart: DenseStart;
   private denseStartSaved?: number[];
 
@@ -67,7 +67,7 @@ export class Trainer extends EventEmitter {
       this.history = s.resumed.history;
       this.switches = s.resumed.switches;
       this.policy.restore(s.resumed.extra);
-      this.stepsDone = this.history.reduce((sum, r) => sum + r.steps, 0);
+      this.runSteps = this.history.reduce((sum, r) => sum + r.steps, 0);
       this.denseStartSaved = s.resumed.extra.denseStartLevels as number[] | undefined;
     }
   }
@@ -129,7 +129,7 @@ export class Trainer extends EventEmitter {
       this.policy.useLink(link);
       this.metrics?.write({ event: 'link', ...link });
     }
-    await this.denseStart.begin(this.model, this.stepsDone, this.denseStartSaved);
+    await this.denseStart.begin(this.model, this.runSteps, this.denseStartSaved);
     try {
       for (let epoch = this.startEpoch; epoch < config.epochs && !this.stopRequested; epoch++) {
         const record = await this.runEpoch(epoch);
@@ -191,7 +191,7 @@ export class Trainer extends EventEmitter {
       const r: StepResult | null = await this.task.step(this.model, microBatches);
       if (!r) break;
       stepsDone++;
-      await this.denseStart.stepDone(this.model, ++this.stepsDone);
+      await this.denseStart.stepDone(this.model, ++this.runSteps);
       lossSum += r.loss * r.samples;
       correct += r.correct;
       samples += r.samples;
