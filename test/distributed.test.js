@@ -7,6 +7,7 @@ import { expect } from 'chai';
 import { freePort } from './helpers/ports.js';
 import { RendezvousError, StoreClient, StoreServer } from '../lib/comm/store.js';
 import { dataFor } from './helpers/collective-worker.js';
+import { roundTo } from '../lib/testing.js';
 
 const WORKER = fileURLToPath(new URL('./helpers/collective-worker.js', import.meta.url));
 
@@ -142,6 +143,10 @@ function casesFor(worldSize) {
     // 2,500,003 floats travel in three segments between two ranks (4 MiB each, the last one short).
     ...[0, 1, 7, 1001, 1_000_003, 2_500_003].map((length) => ({ op: 'allReduce', length })),
     ...[0, 1, 7, 1001].map((length) => ({ op: 'allReduce', length, average: true })),
+    // Sent in 16 bits, summed in fp32: an all-to-all of shares, then an all-gather of their sums
+    // (5 MB in bf16: two segments between two ranks).
+    ...[1, 7, 1001, 2_500_003].map((length) => ({ op: 'allReduce', length, commDtype: 'bf16' })),
+    ...[1, 1001].map((length) => ({ op: 'allReduce', length, commDtype: 'fp16' })),
     ...[0, 1, 7, 1001, 2_500_003].map((length) => ({ op: 'allGather', length })),
     ...unequal.map((lengths) => ({ op: 'allGather', lengths })),
     { op: 'allGather', lengths: new Array(worldSize).fill(0) },
@@ -154,10 +159,21 @@ function casesFor(worldSize) {
   return cases.map((c, i) => ({ ...c, salt: 0.37 * i }));
 }
 
+/**
+ * The all-reduce of values sent in `dtype`, by its documented steps: every rank's value divided by
+ * W and rounded, the shares summed in fp32 in rank order, the sum rounded and multiplied by W.
+ */
+function expectedSumIn(dtype, worldSize, length, salt) {
+  const parts = Array.from({ length: worldSize }, (_, r) => roundTo(dataFor(r, length, salt).map((v) => v * Math.fround(1 / worldSize)), dtype));
+  const share = new Float32Array(length);
+  for (const part of parts) for (let i = 0; i < length; i++) share[i] = Math.fround(share[i] + part[i]);
+  return roundTo(share, dtype).map((v) => v * worldSize);
+}
+
 function describeCase(c) {
   if (c.op === 'barrier') return 'barrier (ranks arriving 400 ms apart)';
   const size = c.lengths ? `lengths [${c.lengths}]` : `length ${c.length}`;
-  const extra = c.average ? ', average' : c.root !== undefined ? `, root ${c.root}` : '';
+  const extra = c.average ? ', average' : c.root !== undefined ? `, root ${c.root}` : c.commDtype ? `, sent in ${c.commDtype}` : '';
   return `${c.op} (${size}${extra})`;
 }
 
@@ -191,6 +207,8 @@ for (const worldSize of [2, 4]) {
     };
 
     each('allReduce', (c, got, rank) => {
+      // Every rank holds exactly the same sums: each share is summed on one rank, in rank order.
+      if (c.commDtype) return expectExact(got, expectedSumIn(c.commDtype, worldSize, c.length, c.salt), `rank ${rank}`);
       const { sum, scale } = expectedSum(worldSize, c.length, c.salt);
       const want = c.average ? sum.map((v) => Math.fround(v / worldSize)) : sum;
       const bound = c.average ? scale.map((s) => s / worldSize) : scale;

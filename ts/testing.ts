@@ -3,7 +3,7 @@
  * the library's entry point. Every argument is checked natively before any arithmetic, and every
  * failure is an AccordionError with a code.
  *
- *   import { LayerProbe, ReducerProbe, crossEntropy, orthogonalize } from 'accordion-engine/testing';
+ *   import { LayerProbe, ReducerProbe, crossEntropy, orthogonalize, roundTo } from 'accordion-engine/testing';
  *
  * - LayerProbe(kind, options): one layer (conv2d, batchnorm2d, relu, maxpool2d, globalavgpool,
  *   flatten, linear, dropout, basicblock) driven synchronously on small NCHW inputs: forward,
@@ -11,7 +11,8 @@
  * - ReducerProbe(shapes, options): W simulated workers (threads of this process) compressing and
  *   exchanging given gradients, or this process's single worker of a real job (`group`).
  * - crossEntropy(logits, n, k, labels) and orthogonalize(matrix, rows, cols, eps?): the engine's
- *   loss and PowerSGD's Gram-Schmidt on their own.
+ *   loss and PowerSGD's Gram-Schmidt on their own; roundTo(values, commDtype): the rounding of what
+ *   the exchange sends in bf16 or fp16.
  */
 import { testingBinding, type NativeLayerProbe, type NativeReducerProbe, type NativeReducerProbeOptions } from './native/binding.js';
 import { ProcessGroup } from './comm/group.js';
@@ -43,3 +44,4 @@ function nativeOptions(options: ReducerProbeOptions) {
 
 export const crossEntropy = testingBinding.crossEntropy;
 export const orthogonalize = testingBinding.orthogonalize;
+export const roundTo = testingBinding.roundTo;

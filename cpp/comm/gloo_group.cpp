@@ -3,6 +3,7 @@
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
@@ -161,10 +162,9 @@ void GlooGroup::guarded(const std::string& what, Fn&& fn) {
 // idles between them (its all-gather of two ranks reaches ~63% of a 100 Mbit/s link, its all-reduce
 // ~88%). Two ranks instead announce every segment's receive first, then send them all (~92%).
 template <typename Fn>
-void GlooGroup::pairExchange(const float* send, float* receive, int64_t count, Fn&& received) {
+void GlooGroup::pairExchange(const void* send, void* receive, size_t bytes, Fn&& received) {
   const int peer = 1 - rank_;
-  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
-  auto out = context_->createUnboundBuffer(const_cast<float*>(send), bytes);
+  auto out = context_->createUnboundBuffer(const_cast<void*>(send), bytes);
   auto in = context_->createUnboundBuffer(receive, bytes);
   const uint64_t slot = gloo::Slot::build(kPairSlotPrefix, tag_++);
   const size_t segments = (bytes + kPairSegmentBytes - 1) / kPairSegmentBytes;
@@ -175,7 +175,7 @@ void GlooGroup::pairExchange(const float* send, float* receive, int64_t count, F
   for (size_t k = 0; k < segments; ++k) {
     in->waitRecv(timeout_);
     out->waitSend(timeout_);
-    received(static_cast<int64_t>(k * kPairSegmentBytes / sizeof(float)), static_cast<int64_t>(length(k) / sizeof(float)));
+    received(k * kPairSegmentBytes, length(k));
   }
 }
 
@@ -187,8 +187,8 @@ void GlooGroup::allReduceSum(float* data, int64_t count) {
       const float* theirs = pairScratch_.data();
       // A segment is summed once it has arrived and this rank's copy of it has left. a + b is b + a
       // in floating point, so both ranks hold the same sums, as with Gloo's ring.
-      pairExchange(data, pairScratch_.data(), count, [&](int64_t first, int64_t n) {
-        for (int64_t i = first; i < first + n; ++i) data[i] += theirs[i];
+      pairExchange(data, pairScratch_.data(), count * sizeof(float), [&](size_t first, size_t n) {
+        for (size_t i = first / sizeof(float); i < (first + n) / sizeof(float); ++i) data[i] += theirs[i];
       });
     });
     record(Collective::AllReduce, count);
@@ -214,7 +214,7 @@ void GlooGroup::allGather(const float* input, int64_t count, float* output) {
   if (size_ == 2) {
     guarded("all-gather of " + std::to_string(count) + " floats per rank", [&] {
       std::copy(input, input + count, output + rank_ * count);
-      pairExchange(input, output + (1 - rank_) * count, count, [](int64_t, int64_t) {});
+      pairExchange(input, output + (1 - rank_) * count, count * sizeof(float), [](size_t, size_t) {});
     });
     record(Collective::AllGather, count * size_);
     return;
@@ -249,6 +249,42 @@ void GlooGroup::allGatherV(const float* input, const std::vector<int64_t>& count
     gloo::allgatherv(opts);
   });
   record(Collective::AllGather, total);
+}
+
+void GlooGroup::allToAll(const void* input, size_t bytes, void* output) {
+  auto block = [bytes](auto* base, int r) { return base + static_cast<size_t>(r) * bytes; };
+  const auto* in = static_cast<const uint8_t*>(input);
+  auto* out = static_cast<uint8_t*>(output);
+  guarded("all-to-all of " + std::to_string(bytes) + " bytes per rank pair", [&] {
+    if (size_ == 2) {
+      std::memcpy(block(out, rank_), block(in, rank_), bytes);
+      pairExchange(block(in, 1 - rank_), block(out, 1 - rank_), bytes, [](size_t, size_t) {});
+      return;
+    }
+    gloo::AlltoallOptions opts(context_);
+    opts.setInput(const_cast<uint8_t*>(in), bytes * size_);
+    opts.setOutput(out, bytes * size_);
+    opts.setTag(tag_++);
+    opts.setTimeout(timeout_);
+    gloo::alltoall(opts);
+  });
+}
+
+void GlooGroup::allGatherBytes(const void* input, size_t bytes, void* output) {
+  auto* out = static_cast<uint8_t*>(output);
+  guarded("all-gather of " + std::to_string(bytes) + " bytes per rank", [&] {
+    std::memcpy(out + rank_ * bytes, input, bytes);
+    if (size_ == 2) {
+      pairExchange(input, out + (1 - rank_) * bytes, bytes, [](size_t, size_t) {});
+      return;
+    }
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput(static_cast<uint8_t*>(const_cast<void*>(input)), bytes);
+    opts.setOutput(out, bytes * size_);
+    opts.setTag(tag_++);
+    opts.setTimeout(timeout_);
+    gloo::allgather(opts);
+  });
 }
 
 void GlooGroup::broadcast(float* data, int64_t count, int root) {

@@ -51,14 +51,19 @@ class GlooGroup : public ProcessGroup {
   const GlooOptions& options() const { return options_; }
   StoreClient& store() { return *store_; }
 
+ protected:
+  void allToAll(const void* input, size_t bytes, void* output) override;
+  void allGatherBytes(const void* input, size_t bytes, void* output) override;
+
  private:
   template <typename Fn>
   void guarded(const std::string& what, Fn&& fn);
   std::string aliveKey(int rank) const;
-  // Two ranks: sends `count` floats to the other rank while receiving as many, in segments;
-  // received(first, n) runs for each segment once it has arrived and its sent twin has left.
+  // Two ranks: sends `bytes` to the other rank while receiving as many, in segments; received(first,
+  // n) runs for each segment (its offset and length in bytes) once it has arrived and its sent twin
+  // has left.
   template <typename Fn>
-  void pairExchange(const float* send, float* receive, int64_t count, Fn&& received);
+  void pairExchange(const void* send, void* receive, size_t bytes, Fn&& received);
   static constexpr uint8_t kPairSlotPrefix = 0x7e;
   static constexpr size_t kPairSegmentBytes = size_t{4} << 20;
   void beat();

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/errors.h"
+
 namespace accordion {
 
 CollectiveCounts ProcessGroup::counts() const {
@@ -10,8 +12,9 @@ CollectiveCounts ProcessGroup::counts() const {
   return counts_;
 }
 
-void ProcessGroup::record(Collective kind, int64_t elements) {
+void ProcessGroup::record(Collective kind, int64_t elements, int64_t bytes) {
   std::lock_guard<std::mutex> lock(countsMutex_);
+  counts_.bytes += bytes < 0 ? elements * static_cast<int64_t>(sizeof(float)) : bytes;
   switch (kind) {
     case Collective::AllReduce:
       counts_.allReduceCalls += 1;
@@ -29,6 +32,47 @@ void ProcessGroup::record(Collective kind, int64_t elements) {
       counts_.barrierCalls += 1;
       break;
   }
+}
+
+static EngineError fp32Only() {
+  return invalidArgument("this process group sends fp32 only (values in 16 bits travel over Gloo and the in-process groups)");
+}
+
+void ProcessGroup::allToAll(const void*, size_t, void*) { throw fp32Only(); }
+
+void ProcessGroup::allGatherBytes(const void*, size_t, void*) { throw fp32Only(); }
+
+void ProcessGroup::allReduceSumAs(float* data, int64_t count, Precision sent) {
+  if (sent == Precision::Fp32) return allReduceSum(data, count);
+  const int world = size();
+  if (world == 1 || count == 0) return;
+  if (onDevice()) throw invalidArgument(std::string("values sent in ") + precisionName(sent) + " need host memory; this group's are on a device");
+  const int64_t share = (count + world - 1) / world;  // values per rank's share; the last is padded with zeros
+  const float inverse = 1.0f / static_cast<float>(world);
+  std::vector<uint16_t> out(static_cast<size_t>(share * world), 0), in(out.size());
+  for (int64_t i = 0; i < count; ++i) out[i] = encode(sent, data[i] * inverse);
+  allToAll(out.data(), share * sizeof(uint16_t), in.data());
+  std::vector<uint16_t> average(static_cast<size_t>(share));
+  for (int64_t j = 0; j < share; ++j) {
+    float sum = 0.0f;
+    for (int r = 0; r < world; ++r) sum += decode(sent, in[r * share + j]);
+    average[j] = encode(sent, sum);
+  }
+  allGatherBytes(average.data(), share * sizeof(uint16_t), out.data());
+  for (int64_t i = 0; i < count; ++i) data[i] = decode(sent, out[i]) * static_cast<float>(world);
+  record(Collective::AllReduce, count, count * bytesPerValue(sent));
+}
+
+void ProcessGroup::allGatherAs(const float* input, int64_t count, float* output, Precision sent) {
+  if (sent == Precision::Fp32 || size() == 1) return allGather(input, count, output);
+  if (count == 0) return;
+  if (onDevice()) throw invalidArgument(std::string("values sent in ") + precisionName(sent) + " need host memory; this group's are on a device");
+  const int world = size();
+  std::vector<uint16_t> mine(static_cast<size_t>(count)), all(static_cast<size_t>(count * world));
+  for (int64_t i = 0; i < count; ++i) mine[i] = encode(sent, input[i]);
+  allGatherBytes(mine.data(), count * sizeof(uint16_t), all.data());
+  for (int64_t i = 0; i < count * world; ++i) output[i] = decode(sent, all[i]);
+  record(Collective::AllGather, count * world, count * world * bytesPerValue(sent));
 }
 
 void LocalGroup::allGather(const float* input, int64_t count, float* output) {
@@ -57,7 +101,7 @@ class InProcessGroup::Member : public ProcessGroup {
     publish(data);
     std::vector<float> sum(count, 0.0f);
     for (int r = 0; r < size_; ++r)
-      for (int64_t i = 0; i < count; ++i) sum[i] += shared_.inputs[r][i];
+      for (int64_t i = 0; i < count; ++i) sum[i] += inputOf(r)[i];
     shared_.wait(size_);  // everyone has read every input before anyone overwrites its own
     std::copy(sum.begin(), sum.end(), data);
     shared_.wait(size_);
@@ -66,14 +110,14 @@ class InProcessGroup::Member : public ProcessGroup {
 
   void allGather(const float* input, int64_t count, float* output) override {
     publish(input);
-    for (int r = 0; r < size_; ++r) std::copy(shared_.inputs[r], shared_.inputs[r] + count, output + r * count);
+    for (int r = 0; r < size_; ++r) std::copy(inputOf(r), inputOf(r) + count, output + r * count);
     shared_.wait(size_);
     if (size_ > 1 && count > 0) record(Collective::AllGather, count * size_);
   }
 
   void broadcast(float* data, int64_t count, int root) override {
     publish(data);
-    std::vector<float> copy(shared_.inputs[root], shared_.inputs[root] + count);
+    std::vector<float> copy(inputOf(root), inputOf(root) + count);
     shared_.wait(size_);
     std::copy(copy.begin(), copy.end(), data);
     shared_.wait(size_);
@@ -85,9 +129,24 @@ class InProcessGroup::Member : public ProcessGroup {
     if (size_ > 1) record(Collective::Barrier, 0);
   }
 
+ protected:
+  void allToAll(const void* in, size_t bytes, void* out) override {
+    publish(in);
+    for (int r = 0; r < size_; ++r)
+      std::memcpy(static_cast<char*>(out) + r * bytes, static_cast<const char*>(shared_.inputs[r]) + rank_ * bytes, bytes);
+    shared_.wait(size_);
+  }
+
+  void allGatherBytes(const void* in, size_t bytes, void* out) override {
+    publish(in);
+    for (int r = 0; r < size_; ++r) std::memcpy(static_cast<char*>(out) + r * bytes, shared_.inputs[r], bytes);
+    shared_.wait(size_);
+  }
+
  private:
+  const float* inputOf(int rank) const { return static_cast<const float*>(shared_.inputs[rank]); }
   // Makes this rank's buffer visible and waits until every rank's is.
-  void publish(const float* data) {
+  void publish(const void* data) {
     {
       std::lock_guard<std::mutex> lock(shared_.mutex);
       if (shared_.inputs.size() != static_cast<size_t>(size_)) shared_.inputs.assign(size_, nullptr);

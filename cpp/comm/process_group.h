@@ -7,6 +7,8 @@
 #include <mutex>
 #include <vector>
 
+#include "comm/precision.h"
+
 namespace accordion {
 
 // What a rank's collectives have carried, counted by the group where they run, in elements (floats).
@@ -18,11 +20,14 @@ namespace accordion {
 //   broadcast of n floats                       n, on the root as on the others
 //   barrier                                     no elements (a call is counted)
 // A collective that carries nothing (a group of one worker, or zero floats) is not counted at all.
+// `bytes` counts the same elements at their size on the wire: 4 for a float, 2 for a value of an
+// all-reduce sent in 16 bits (allReduceSumAs).
 struct CollectiveCounts {
   int64_t allReduceCalls = 0, allReduceElements = 0;
   int64_t allGatherCalls = 0, allGatherElements = 0;
   int64_t broadcastCalls = 0, broadcastElements = 0;
   int64_t barrierCalls = 0;
+  int64_t bytes = 0;
   int64_t elements() const { return allReduceElements + allGatherElements + broadcastElements; }
 };
 
@@ -38,6 +43,16 @@ class ProcessGroup {
   virtual bool onDevice() const { return false; }
   // Element-wise sum over all workers, in place.
   virtual void allReduceSum(float* data, int64_t count) = 0;
+  // The same sum with the values sent in `sent` precision (Fp32: allReduceSum), accumulated in fp32:
+  // every rank divides its values by W and rounds them; rank r sums the r-th 1/W share of every
+  // rank's values in fp32, in rank order, and rounds that average; the averages are gathered and
+  // multiplied by W. Every rank gets the same result; on the wire it is half of allReduceSum's, and
+  // it counts as an all-reduce of `count` values of 2 bytes. A value beyond the precision's range
+  // (fp16: 65504 once divided by W) comes back as ±Inf. Host memory only (not onDevice()).
+  void allReduceSumAs(float* data, int64_t count, Precision sent);
+  // allGather with the values sent in `sent` precision (Fp32: allGather): each rank's values are
+  // rounded, gathered and widened back to fp32; an all-gather of count·W values of 2 bytes.
+  void allGatherAs(const float* input, int64_t count, float* output, Precision sent);
   // Every worker contributes `count` floats; `output` receives size()·count floats in rank order.
   virtual void allGather(const float* input, int64_t count, float* output) = 0;
   // Copies `root`'s data to every worker.
@@ -47,8 +62,13 @@ class ProcessGroup {
  protected:
   enum class Collective { AllReduce, AllGather, Broadcast, Barrier };
   // Implementations call this once a collective that carried `elements` (by the convention above)
-  // has completed.
-  void record(Collective kind, int64_t elements);
+  // has completed; `bytes` defaults to 4 per element.
+  void record(Collective kind, int64_t elements, int64_t bytes = -1);
+  // Raw exchanges behind allReduceSumAs, not counted; groups that do not implement them refuse it.
+  // allToAll: `input` holds size() blocks of `bytes` bytes, block r for rank r; `output` receives
+  // rank r's block for this rank at block r. allGatherBytes: every rank's `bytes` in rank order.
+  virtual void allToAll(const void* input, size_t bytes, void* output);
+  virtual void allGatherBytes(const void* input, size_t bytes, void* output);
 
  private:
   mutable std::mutex countsMutex_;
@@ -82,7 +102,7 @@ class InProcessGroup {
     std::condition_variable arrived;
     int waiting = 0;
     uint64_t generation = 0;
-    std::vector<const float*> inputs;
+    std::vector<const void*> inputs;
     void wait(int size);
   };
   Shared shared_;

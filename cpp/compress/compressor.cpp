@@ -34,13 +34,27 @@ void TimedGroup::allGather(const float* input, int64_t count, float* output) {
   seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+void TimedGroup::allReduceSumAs(float* data, int64_t count, Precision sent) {
+  if (group_.onDevice()) backend_.synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  group_.allReduceSumAs(data, count, sent);
+  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void TimedGroup::allGatherAs(const float* input, int64_t count, float* output, Precision sent) {
+  if (group_.onDevice()) backend_.synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  group_.allGatherAs(input, count, output, sent);
+  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 float* scratch(Tensor& buffer, int64_t n, Backend& backend) {
   if (buffer.numel() < n) buffer = backend.empty({n});
   return buffer.data();
 }
 
-ErrorFeedbackCompressor::ErrorFeedbackCompressor(const std::vector<Parameter*>& parameters, Backend& backend)
-    : backend_(backend), kernels_(backend.compression()), memory_(parameters.size()), owed_(parameters.size(), 0) {
+ErrorFeedbackCompressor::ErrorFeedbackCompressor(const std::vector<Parameter*>& parameters, Precision sent, Backend& backend)
+    : sent_(sent), backend_(backend), kernels_(backend.compression()), memory_(parameters.size()), owed_(parameters.size(), 0) {
   for (size_t i = 0; i < parameters.size(); ++i)
     if (parameters[i]->value.rank() > 1) memory_[i] = backend.zeros(parameters[i]->value.shape());
 }
@@ -73,7 +87,7 @@ void ErrorFeedbackCompressor::payOwed(const std::vector<size_t>& indices, const 
 
 LevelCost ErrorFeedbackCompressor::price(const MatrixView& view, const Tensor& sum, int world) {
   const int64_t numel = sum.numel();
-  LevelCost cost{view.level, 0, floats(view.rows, view.cols, view.level, world), 0};
+  LevelCost cost{view.level, 0, floats(view.rows, view.cols, view.level, world), bytes(view.rows, view.cols, view.level, world), 0};
   Tensor g = backend_.empty(sum.shape()), residual = backend_.empty(sum.shape());
   backend_.copy(g.data(), sum.data(), g.bytes());
   backend_.fill(residual.data(), numel, 0.0f);

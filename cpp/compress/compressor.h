@@ -27,6 +27,9 @@ class TimedGroup {
   int size() const { return group_.size(); }
   void allReduceSum(float* data, int64_t count);
   void allGather(const float* input, int64_t count, float* output);
+  // ProcessGroup::allReduceSumAs and allGatherAs, timed the same way.
+  void allReduceSumAs(float* data, int64_t count, Precision sent);
+  void allGatherAs(const float* input, int64_t count, float* output, Precision sent);
   double seconds = 0;
 
  private:
@@ -50,14 +53,16 @@ struct LevelCost {
   double level = 0;     // the candidate: a PowerSGD rank or TopK ratio, 0 = dense
   double error = 0;     // ‖G − C(G)‖ / ‖G‖ for the parameter's epoch sum G (0 when G = 0 or dense)
   int64_t floats = 0;   // floats this worker sends per step at this level
+  int64_t bytes = 0;    // what they take on the wire, in the exchange's precision
   double seconds = 0;   // the compression kernels' time on G
 };
 
 class ErrorFeedbackCompressor {
  public:
   // `parameters`: every parameter of the reducer; the matrices among them (more than one dimension)
-  // get a zero error memory.
-  ErrorFeedbackCompressor(const std::vector<Parameter*>& parameters, Backend& backend);
+  // get a zero error memory. `sent`: the precision the compressed values travel in; what rounding
+  // them loses joins the error memory.
+  ErrorFeedbackCompressor(const std::vector<Parameter*>& parameters, Precision sent, Backend& backend);
   virtual ~ErrorFeedbackCompressor() = default;
 
   virtual Compressor kind() const = 0;
@@ -67,11 +72,13 @@ class ErrorFeedbackCompressor {
   virtual bool compresses(int64_t rows, int64_t cols, double level) const = 0;
   // Floats this worker sends per step for such a matrix at `level`, among `world` workers.
   virtual int64_t floats(int64_t rows, int64_t cols, double level, int world) const = 0;
+  // What those floats take on the wire in the exchange's precision (indices stay 4 bytes).
+  virtual int64_t bytes(int64_t rows, int64_t cols, double level, int world) const = 0;
   // Matrix `view.index` goes to `view.level` (a change of level, or a fresh state; 0: sent dense).
   virtual void levelChanged(const MatrixView& view) {}
   // Replaces each matrix's gradient by the average over the workers of its decompressed compression,
-  // with error feedback; returns the floats this worker sent.
-  virtual int64_t exchange(const std::vector<MatrixView>& matrices, TimedGroup& group) = 0;
+  // with error feedback.
+  virtual void exchange(const std::vector<MatrixView>& matrices, TimedGroup& group) = 0;
   // What compressing `sum` (matrix `view.index`'s epoch sum) at `view.level` costs, from fresh state
   // (zero memory, a fresh Q), leaving the compressor's state as it was: the relative error of what
   // error feedback would keep, the floats, and the kernels' seconds.
@@ -95,6 +102,7 @@ class ErrorFeedbackCompressor {
   // which alone is timed.
   virtual std::function<void()> compressOnce(const MatrixView& view, Tensor& g, Tensor& residual) = 0;
 
+  Precision sent_;
   Backend& backend_;
   CompressionKernels& kernels_;
   std::vector<Tensor> memory_;  // per parameter: the error memory (PyTorch layout); undefined for 1-D

@@ -10,8 +10,8 @@ namespace accordion {
 static uint64_t mix(uint64_t a, uint64_t b) { return finalise(a * kGolden + b + 0x2545F4914F6CDD1Dull); }
 
 PowerSgdCompressor::PowerSgdCompressor(const std::vector<Parameter*>& parameters, double level, uint64_t seed,
-                                       double minCompressionRate, float eps, Backend& backend)
-    : ErrorFeedbackCompressor(parameters, backend), seed_(seed), minCompressionRate_(minCompressionRate), eps_(eps),
+                                       double minCompressionRate, float eps, Precision sent, Backend& backend)
+    : ErrorFeedbackCompressor(parameters, sent, backend), seed_(seed), minCompressionRate_(minCompressionRate), eps_(eps),
       q_(parameters.size()) {
   checkLevel(level, "initial level");
   for (size_t i = 0; i < parameters.size(); ++i) {
@@ -54,12 +54,11 @@ void PowerSgdCompressor::reset(const std::vector<MatrixView>& matrices) {
     if (q_.at(m.index).defined()) levelChanged(m);
 }
 
-int64_t PowerSgdCompressor::exchange(const std::vector<MatrixView>& views, TimedGroup& group) {
-  int64_t pTotal = 0, qTotal = 0, sent = 0;
+void PowerSgdCompressor::exchange(const std::vector<MatrixView>& views, TimedGroup& group) {
+  int64_t pTotal = 0, qTotal = 0;
   for (const MatrixView& v : views) {
     pTotal += v.rows * rank(v);
     qTotal += v.cols * rank(v);
-    sent += floats(v.rows, v.cols, v.level, group.size());
   }
   float* p = scratch(pBuffer_, pTotal, backend_);
   float* qt = scratch(qBuffer_, qTotal, backend_);  // holds Qᵀ per matrix while it travels
@@ -72,13 +71,12 @@ int64_t PowerSgdCompressor::exchange(const std::vector<MatrixView>& views, Timed
   }
   // M = g + e and P = M·Q for every matrix, then one all-reduce of all P's.
   kernels_.powerSgdProject(matrices);
-  group.allReduceSum(pBuffer_.data(), pTotal);
+  group.allReduceSumAs(pBuffer_.data(), pTotal, sent_);
   // Orthogonalise, Qᵀ = P̂ᵀ·M, then one all-reduce of all Q's.
   kernels_.powerSgdProjectBack(matrices, eps_);
-  group.allReduceSum(qBuffer_.data(), qTotal);
+  group.allReduceSumAs(qBuffer_.data(), qTotal, sent_);
   // out = P̂·Qᵀ becomes the gradient; the memory keeps M − out; Q is kept for the next step.
   kernels_.powerSgdDecompress(matrices, 1.0f / static_cast<float>(group.size()));
-  return sent;
 }
 
 std::function<void()> PowerSgdCompressor::compressOnce(const MatrixView& v, Tensor& g, Tensor& residual) {

@@ -2,7 +2,8 @@
 //   M = g + e viewed as (n, m) = (out, in·kh·kw); P = M·Q; all-reduce P; orthogonalise P (modified
 //   Gram-Schmidt, eps); Q = Mᵀ·P̂; all-reduce Q, divide by W; out = P̂·Qᵀ; e = M − out; Q is kept
 //   for the next step (warm start).                                        floats sent: (n + m)·r
-// Every matrix's P (and Q) travels in one all-reduce. The rank is clipped to min(n, m); a matrix
+// Every matrix's P (and Q) travels in one all-reduce, in the exchange's precision (summed in fp32);
+// since e = M − out is taken from the decompressed average, what rounding P and Q loses stays in e. The rank is clipped to min(n, m); a matrix
 // stays dense unless (n + m)·r·rate < n·m (PyTorch's min_compression_rate; 0 compresses all). Q is
 // drawn on the host from the shared seed and the parameter's index, so every worker and every
 // device starts alike.
@@ -14,15 +15,18 @@ namespace accordion {
 class PowerSgdCompressor : public ErrorFeedbackCompressor {
  public:
   PowerSgdCompressor(const std::vector<Parameter*>& parameters, double level, uint64_t seed, double minCompressionRate, float eps,
-                     Backend& backend);
+                     Precision sent, Backend& backend);
   Compressor kind() const override { return Compressor::PowerSgd; }
   void checkLevel(double level, const std::string& where) const override;
   bool compresses(int64_t rows, int64_t cols, double level) const override;
   int64_t floats(int64_t rows, int64_t cols, double level, int world) const override;
+  int64_t bytes(int64_t rows, int64_t cols, double level, int world) const override {
+    return floats(rows, cols, level, world) * bytesPerValue(sent_);
+  }
   // A fresh Q at a compressed level; none while the matrix is sent dense (the next compressed level
   // draws one), so a checkpoint holds a Q exactly for the matrices that use one.
   void levelChanged(const MatrixView& view) override { q_.at(view.index) = view.level > 0 ? initialQ(view) : Tensor(); }
-  int64_t exchange(const std::vector<MatrixView>& matrices, TimedGroup& group) override;
+  void exchange(const std::vector<MatrixView>& matrices, TimedGroup& group) override;
   std::vector<std::pair<std::string, Tensor*>> state(size_t index) override;
   void reset(const std::vector<MatrixView>& matrices) override;
 

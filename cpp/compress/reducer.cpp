@@ -12,8 +12,9 @@ static std::unique_ptr<ErrorFeedbackCompressor> makeCompressor(const ReducerOpti
                                                                Backend& backend) {
   switch (o.compressor) {
     case Compressor::PowerSgd:
-      return std::make_unique<PowerSgdCompressor>(parameters, o.level, o.seed, o.minCompressionRate, o.orthogonalizationEps, backend);
-    case Compressor::TopK: return std::make_unique<TopKCompressor>(parameters, o.level, backend);
+      return std::make_unique<PowerSgdCompressor>(parameters, o.level, o.seed, o.minCompressionRate, o.orthogonalizationEps, o.sent,
+                                                  backend);
+    case Compressor::TopK: return std::make_unique<TopKCompressor>(parameters, o.level, o.sent, backend);
     default: return nullptr;
   }
 }
@@ -22,6 +23,9 @@ GradientReducer::GradientReducer(std::vector<Parameter*> parameters, const Reduc
                                  Backend& backend)
     : options_(options), group_(group), backend_(backend), parameters_(parameters),
       compressor_(makeCompressor(options, parameters, backend)), finiteFlag_(1, backend) {
+  if (options.sent != Precision::Fp32 && group.onDevice())
+    throw invalidArgument(std::string("gradients sent in ") + precisionName(options.sent) +
+                          " are exchanged from host memory; this job's collectives run on the GPU (send fp32 there)");
   for (Parameter* p : parameters) {
     Slot s;
     s.parameter = p;
@@ -63,10 +67,24 @@ bool GradientReducer::compressedAt(const Slot& s, double level) const {
 
 bool GradientReducer::isCompressed(size_t index) const { return compressed(slots_.at(index)); }
 
+int64_t GradientReducer::floatsAt(const Slot& s, double level) const {
+  return compressedAt(s, level) ? compressor_->floats(s.rows, s.cols, level, group_.size()) : s.parameter->value.numel();
+}
+
+int64_t GradientReducer::bytesAt(const Slot& s, double level) const {
+  return compressedAt(s, level) ? compressor_->bytes(s.rows, s.cols, level, group_.size())
+                                : s.parameter->value.numel() * bytesPerValue(options_.sent);
+}
+
 int64_t GradientReducer::floatsPerStep() const {
   int64_t total = 0;
-  for (const Slot& s : slots_)
-    total += compressed(s) ? compressor_->floats(s.rows, s.cols, s.level, group_.size()) : s.parameter->value.numel();
+  for (const Slot& s : slots_) total += floatsAt(s, s.level);
+  return total;
+}
+
+int64_t GradientReducer::bytesPerStep() const {
+  int64_t total = 0;
+  for (const Slot& s : slots_) total += bytesAt(s, s.level);
   return total;
 }
 
@@ -147,11 +165,30 @@ void GradientReducer::exchange(const std::vector<size_t>& slots, ReduceResult& r
     if (compressed(slots_[i])) matrices.push_back(view(i));
     else dense.push_back(i);
   }
-  for (size_t i : dense) result.floatsSent += slots_[i].parameter->grad.numel();
+  for (size_t i : slots) {
+    result.floatsSent += floatsAt(slots_[i], slots_[i].level);
+    result.bytesSent += bytesAt(slots_[i], slots_[i].level);
+  }
   if (compressor_) compressor_->payOwed(dense, parameters_);
-  if (!matrices.empty()) result.floatsSent += compressor_->exchange(matrices, group);
+  if (!matrices.empty()) compressor_->exchange(matrices, group);
   reduceDense(dense, group);
   result.communicationSeconds += group.seconds;
+  if (options_.sent != Precision::Fp32 && group_.size() > 1) checkInRange(slots);
+}
+
+void GradientReducer::checkInRange(const std::vector<size_t>& slots) {
+  std::vector<ConstSpan> grads;
+  for (size_t i : slots) grads.push_back({slots_[i].parameter->grad.data(), slots_[i].parameter->grad.numel()});
+  backend_.findNonFinite(grads, finiteFlag_.data());
+  double bad = 0;
+  backend_.download(&bad, finiteFlag_.data(), sizeof(double));
+  backend_.synchronize();
+  if (bad == 0) return;
+  const std::string name = slots_[slots[static_cast<size_t>(bad) - 1]].parameter->name, precision = precisionName(options_.sent);
+  throw numericalError("the gradient of '" + name + "' left " + precision + "'s range in the exchange (" +
+                       (options_.sent == Precision::Fp16 ? "a value sent beyond ±65504" : "a value rounded to Inf") +
+                       "); the step was stopped on every worker. Send it in " +
+                       (options_.sent == Precision::Fp16 ? "bf16 (fp32's range) or fp32" : "fp32") + " (--comm-dtype)");
 }
 
 std::vector<std::vector<size_t>> gradientBuckets(const std::vector<Parameter*>& parameters, int64_t bytes) {
@@ -242,7 +279,7 @@ void GradientReducer::reduceDense(const std::vector<size_t>& slots, TimedGroup& 
   float* buffer = scratch(denseBuffer_, total, backend_);
   CompressionKernels& kernels = backend_.compression();
   kernels.pack(grads, buffer);
-  group.allReduceSum(buffer, total);
+  group.allReduceSumAs(buffer, total, options_.sent);
   kernels.unpack(buffer, grads, 1.0f / static_cast<float>(group_.size()));
 }
 
@@ -263,7 +300,7 @@ std::vector<std::vector<LevelCost>> GradientReducer::levelCosts(const std::vecto
     if (!s.matrix) continue;
     for (double level : candidates)
       out[i].push_back(compressedAt(s, level) ? compressor_->price(view(i, level), s.normSum, group_.size())
-                                              : LevelCost{level, 0, s.parameter->value.numel(), 0});
+                                              : LevelCost{level, 0, floatsAt(s, level), bytesAt(s, level), 0});
   }
   return out;
 }

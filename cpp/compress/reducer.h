@@ -6,6 +6,11 @@
 // tensor without a compressor go dense: all-reduce, divide by W (floats sent: numel), all of them in
 // one all-reduce.
 //
+// What is sent travels in ReducerOptions::sent precision (fp32, bf16, fp16), summed in fp32
+// (ProcessGroup::allReduceSumAs). The compressors' error memories absorb what rounding loses; a
+// dense gradient has no memory, so its rounding is lost. With one worker nothing travels and nothing
+// is rounded. "Bytes sent" is the floats sent at their size on the wire (indices: 4 bytes).
+//
 // "Floats sent" is the paper's figure (docs/accounting.md §1) and only that. Before them, the workers
 // agree on whether every gradient is finite: an all-reduce of W floats per step, the step's
 // overhead. With W ≥ 2, floats sent + overhead is exactly what the group's collectives carry during
@@ -33,6 +38,8 @@ struct ReducerOptions {
   float orthogonalizationEps = 1e-8f;
   // Keep Σ_t g_t per parameter over the epoch (Accordion's norms).
   bool accumulateNorms = false;
+  // The precision the gradients, P and Q, and TopK's values travel in (host memory only).
+  Precision sent = Precision::Fp32;
   // Buckets of the exchange overlapped with backward (Session, compress/bucket_exchange.h): at most
   // this many bytes of gradients each; 0 exchanges everything after backward.
   int64_t bucketBytes = 0;
@@ -49,7 +56,8 @@ std::vector<std::vector<size_t>> gradientBuckets(const std::vector<Parameter*>& 
 
 struct ReduceResult {
   int64_t floatsSent = 0;
-  int64_t overheadFloats = 0;       // the finite-gradient agreement: W floats when W ≥ 2
+  int64_t bytesSent = 0;            // the floats sent at their size on the wire
+  int64_t overheadFloats = 0;       // the finite-gradient agreement: W floats (4·W bytes) when W ≥ 2
   double communicationSeconds = 0;  // inside collectives; the rest of reduce() is compression
 };
 
@@ -100,8 +108,9 @@ class GradientReducer {
   std::vector<std::vector<LevelCost>> levelCosts(const std::vector<double>& candidates);
   // Whether the parameter is compressed at its current level (PowerSGD's rate test may leave it dense).
   bool isCompressed(size_t index) const;
-  // Floats this worker sends per step at the current levels.
+  // Floats this worker sends per step at the current levels, and their bytes on the wire.
   int64_t floatsPerStep() const;
+  int64_t bytesPerStep() const;
 
   // Restarts error feedback as at construction: every memory zero and PowerSGD's Q drawn again from
   // the shared seed (benchmarks time one round on the same state again and again).
@@ -142,6 +151,13 @@ class GradientReducer {
   void save(size_t index);
   bool compressedAt(const Slot& s, double level) const;
   bool compressed(const Slot& s) const { return compressedAt(s, s.level); }
+  // Floats and bytes of one parameter per step at `level`.
+  int64_t floatsAt(const Slot& s, double level) const;
+  int64_t bytesAt(const Slot& s, double level) const;
+  // After an exchange in 16 bits: throws, naming the parameter, where a value left the precision's
+  // range (fp16: beyond 65504) and came back as Inf. Every worker holds the same averages, so every
+  // worker throws alike.
+  void checkInRange(const std::vector<size_t>& slots);
   void reduceDense(const std::vector<size_t>& slots, TimedGroup& group);
 
   ReducerOptions options_;

@@ -104,6 +104,17 @@ Napi::Value orthogonalize(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// roundTo(values: Float32Array, commDtype: 'fp32' | 'bf16' | 'fp16') → Float32Array: each value
+// rounded as the exchange rounds what it sends (comm/precision.h), and widened back.
+Napi::Value roundTo(const Napi::CallbackInfo& info) {
+  Napi::Float32Array in = float32Arg(info, 0, "values");
+  if (!info[1].IsString()) throw typeError(info.Env(), "commDtype must be a string");
+  const Precision p = parsePrecision(info[1].As<Napi::String>().Utf8Value());
+  Napi::Float32Array out = Napi::Float32Array::New(info.Env(), in.ElementLength());
+  for (size_t i = 0; i < in.ElementLength(); ++i) out[i] = accordion::roundTo(p, in[i]);
+  return out;
+}
+
 // checkDevice("cpu" | "cuda" | "cuda:N"): throws, with the cause's code, unless a model can run there.
 Napi::Value checkDevice(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -153,6 +164,7 @@ static Napi::Object defineExports(Napi::Env env, Napi::Object exports) {
   testing.Set("ReducerProbe", ReducerProbeWrap::define(env));
   testing.Set("crossEntropy", Napi::Function::New(env, guarded<crossEntropy>));
   testing.Set("orthogonalize", Napi::Function::New(env, guarded<orthogonalize>));
+  testing.Set("roundTo", Napi::Function::New(env, guarded<roundTo>));
   exports.Set("testing", testing);
   return exports;
 }

@@ -176,6 +176,7 @@ inline Napi::Float64Array float64Array(Napi::Env env, const std::vector<double>&
 inline Napi::Object stepResultValue(Napi::Env env, const StepResult& r) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("floatsSent", static_cast<double>(r.floatsSent));
+  o.Set("bytesSent", static_cast<double>(r.bytesSent));
   o.Set("overheadFloats", static_cast<double>(r.overheadFloats));
   o.Set("broadcastFloats", static_cast<double>(r.broadcastFloats));
   o.Set("computeSeconds", r.computeSeconds);
@@ -199,6 +200,7 @@ inline Napi::Array levelCostsValue(Napi::Env env, const std::vector<std::vector<
       c.Set("level", costs[i][k].level);
       c.Set("error", costs[i][k].error);
       c.Set("floats", static_cast<double>(costs[i][k].floats));
+      c.Set("bytes", static_cast<double>(costs[i][k].bytes));
       c.Set("seconds", costs[i][k].seconds);
       list.Set(static_cast<uint32_t>(k), c);
     }
@@ -250,6 +252,7 @@ inline Napi::Object collectiveCountsValue(Napi::Env env, const CollectiveCounts&
   barrier.Set("calls", static_cast<double>(c.barrierCalls));
   o.Set("barrier", barrier);
   o.Set("elements", static_cast<double>(c.elements()));
+  o.Set("bytes", static_cast<double>(c.bytes));
   return o;
 }
 

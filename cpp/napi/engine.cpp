@@ -86,7 +86,7 @@ static cuda::NcclOptions ncclOptions(const GlooGroup& gloo, const Device& device
 
 // new Engine({ model, classes, hidden, layers, seed, dropout, device, convAlgorithms, learningRate,
 //              momentum, weightDecay, nesterov, compressor, level (with a compressor),
-//              compressionSeed, minCompressionRate, bucketBytes, broadcastBuffers, clipNorm, and optionally
+//              compressionSeed, minCompressionRate, commDtype, bucketBytes, broadcastBuffers, clipNorm, and optionally
 //              accumulateNorms, frozenBatchNorm, keepGradients, threads, group })
 // Every training option is required: its default is decided once, in the TypeScript option table
 // (Model.create fills them in); the binding checks only what the engine cannot run with.
@@ -110,6 +110,7 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
   if (reducer.compressor != Compressor::None) reducer.level = numberOption(o, "level");
   reducer.seed = static_cast<uint64_t>(intOption(o, "compressionSeed", 0, kMaxSafeInteger));
   reducer.minCompressionRate = numberOption(o, "minCompressionRate");
+  reducer.sent = parsePrecision(stringOption(o, "commDtype"));
   reducer.accumulateNorms = boolOption(o, "accumulateNorms", false);
   reducer.bucketBytes = intOption(o, "bucketBytes", 0, kMaxSafeInteger);
   int threads = static_cast<int>(intOption(o, "threads", 0, 0, 4096));

@@ -58,18 +58,21 @@ WorkerThread& ProcessGroupWrap::worker(Napi::Env env) {
   return *worker_;
 }
 
-// allReduce(data: Float32Array, average = false) → Promise<void>: element-wise sum (or mean) in place.
+// allReduce(data: Float32Array, average = false, commDtype = 'fp32') → Promise<void>: element-wise sum
+// (or mean) in place, the values sent in `commDtype` and summed in fp32 (ProcessGroup::allReduceSumAs).
 Napi::Value ProcessGroupWrap::allReduce(const Napi::CallbackInfo& info) {
   Napi::Float32Array data = float32Arg(info, 0, "data");
   const bool average = info.Length() > 1 && info[1].ToBoolean().Value();
+  if (info.Length() > 2 && !info[2].IsUndefined() && !info[2].IsString()) throw typeError(info.Env(), "commDtype must be a string");
+  const Precision sent = info.Length() > 2 && info[2].IsString() ? parsePrecision(info[2].As<Napi::String>().Utf8Value()) : Precision::Fp32;
   float* ptr = data.Data();
   const int64_t count = static_cast<int64_t>(data.ElementLength());
   ProcessGroupWrap* self = this;
   return schedule<bool>(
       info.Env(), worker(info.Env()),
-      [self, ptr, count, average] {
+      [self, ptr, count, average, sent] {
         GlooGroup& g = self->connected();
-        g.allReduceSum(ptr, count);
+        g.allReduceSumAs(ptr, count, sent);
         if (average)
           for (int64_t i = 0; i < count; ++i) ptr[i] /= static_cast<float>(g.size());
         return true;

@@ -30,7 +30,7 @@ static Napi::Value flat(Napi::Env env, Backend& backend, const Tensor& t) {
 // A probe is for small tensors: at most this many workers, parameters, and elements per parameter.
 constexpr int64_t kMaxWorkers = 64, kMaxParameters = 4096, kMaxParameterElements = int64_t{1} << 26;
 
-// new ReducerProbe(shapes: number[][], { compressor, level, workers, seed, minCompressionRate, accumulateNorms, group, device })
+// new ReducerProbe(shapes: number[][], { compressor, level, workers, seed, minCompressionRate, commDtype, accumulateNorms, group, device })
 // With `group` (a connected ProcessGroup) the probe is this process's single worker of a real job.
 // On a GPU (`device` 'cuda' or 'cuda:N') each worker has its own backend there, and the collectives
 // stage through host memory.
@@ -65,6 +65,7 @@ ReducerProbeWrap::ReducerProbeWrap(const Napi::CallbackInfo& info) try : Guarded
   options.minCompressionRate = numberOption(o, "minCompressionRate", 1.0);
   if (options.minCompressionRate < 0) throw rangeError(env, "option 'minCompressionRate' must be ≥ 0");
   options.accumulateNorms = boolOption(o, "accumulateNorms", false);
+  options.sent = parsePrecision(stringOption(o, "commDtype", "fp32"));
   const int64_t bucketBytes = intOption(o, "bucketBytes", 0, 0, kMaxSafeInteger);
   const Device device = parseDevice(stringOption(o, "device", "cpu"));
   group_ = std::make_unique<InProcessGroup>(workers);
@@ -101,7 +102,7 @@ size_t ReducerProbeWrap::parameterArg(const Napi::CallbackInfo& info, size_t ind
   return static_cast<size_t>(intArg(info, index, "parameter", 0, static_cast<int64_t>(parameters_[0].size()) - 1));
 }
 
-// step(grads: Float32Array[][] indexed [worker][parameter]) → { outputs: Float32Array[][], floatsSent }
+// step(grads: Float32Array[][] indexed [worker][parameter]) → { outputs: Float32Array[][], floatsSent, bytesSent }
 Napi::Value ReducerProbeWrap::step(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const size_t workers = reducers_.size();
@@ -158,6 +159,7 @@ Napi::Value ReducerProbeWrap::step(const Napi::CallbackInfo& info) {
   }
   out.Set("outputs", outputs);
   out.Set("floatsSent", static_cast<double>(results[0].floatsSent));
+  out.Set("bytesSent", static_cast<double>(results[0].bytesSent));
   return out;
 }
 

@@ -239,6 +239,7 @@ void Session::exchangeAndUpdate(StepResult& result, double computeSecondsSoFar, 
   const auto reduceEnd = Clock::now();
   optimizer_.step();
   result.floatsSent = reduced.floatsSent;
+  result.bytesSent = reduced.bytesSent;
   result.overheadFloats = reduced.overheadFloats;
   result.communicationSeconds = reduced.communicationSeconds;
   result.exchangeWaitSeconds = std::chrono::duration<double>(reduceEnd - reduceStart).count();

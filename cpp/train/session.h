@@ -23,6 +23,7 @@ struct StepResult {
   int64_t correct = 0;
   int64_t samples = 0;
   int64_t floatsSent = 0;  // by this worker in the gradient exchange
+  int64_t bytesSent = 0;   // the same floats at their size on the wire (ReducerOptions::sent)
   // The step's control traffic, not in floatsSent: the finite agreement, and rank 0's running
   // statistics broadcast before the step (`broadcastFloats` of them, sent by rank 0).
   int64_t overheadFloats = 0;

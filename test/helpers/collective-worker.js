@@ -44,7 +44,7 @@ async function main(spec) {
     const length = c.lengths ? c.lengths[env.rank] : c.length;
     const data = dataFor(env.rank, length, c.salt ?? 0);
     const entered = Date.now();
-    if (c.op === 'allReduce') await group.allReduce(data, { average: c.average });
+    if (c.op === 'allReduce') await group.allReduce(data, { average: c.average, commDtype: c.commDtype });
     if (c.op === 'broadcast') await group.broadcast(data, c.root);
     if (c.op === 'barrier') await group.barrier();
     const result = c.op === 'allGather' ? await group.allGather(data, c.lengths) : data;

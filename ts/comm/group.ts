@@ -4,7 +4,7 @@
  * launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR … or SLURM's or MPI's variables).
  */
 import { createHash } from 'node:crypto';
-import { binding, call, type NativeProcessGroup } from '../native/binding.js';
+import { binding, call, type CommDtype, type NativeProcessGroup } from '../native/binding.js';
 import { UsageError } from '../base/errors.js';
 import { DEFAULT_MASTER_PORT, detectLauncher, type LaunchEnvironment } from './environment.js';
 import { RendezvousError, StoreClient, StoreServer } from './store.js';
@@ -89,9 +89,14 @@ export class ProcessGroup {
     }
   }
 
-  /** Element-wise sum (or mean) over the workers, in place. */
-  async allReduce(data: Float32Array, options: { average?: boolean } = {}): Promise<void> {
-    await call(this.native.allReduce(data, options.average ?? false));
+  /**
+   * Element-wise sum (or mean) over the workers, in place. With `commDtype` 'bf16' or 'fp16' the
+   * values travel in 16 bits (half the bytes) and are summed in fp32: each is divided by the world
+   * size and rounded, each rank sums its share of every rank's values, and the rounded averages are
+   * gathered. A value beyond fp16's ±65504 once divided comes back as ±Infinity.
+   */
+  async allReduce(data: Float32Array, options: { average?: boolean; commDtype?: CommDtype } = {}): Promise<void> {
+    await call(this.native.allReduce(data, options.average ?? false, options.commDtype ?? 'fp32'));
   }
 
   /**

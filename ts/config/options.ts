@@ -7,6 +7,8 @@
 export type Architecture = 'resnet18' | 'vgg19bn' | 'lstm';
 export const ARCHITECTURES: readonly Architecture[] = ['resnet18', 'vgg19bn', 'lstm'];
 export type CompressorName = 'none' | 'powersgd' | 'topk';
+/** The precision gradients, PowerSGD's P and Q, and TopK's values travel in (sums stay in fp32). */
+export type CommDtype = 'fp32' | 'bf16' | 'fp16';
 export type DatasetName = 'synthetic' | 'cifar10' | 'cifar100' | 'wikitext2';
 export type AdaptMode = 'compression' | 'batch' | 'smith' | 'auto' | 'batch+compression';
 /** A layer's error in automatic levels' budget: squared ‖G − C(G)‖², or relative ‖G − C(G)‖ / ‖G‖. */
@@ -39,6 +41,7 @@ export interface TrainConfig {
   compressAfter: number;
   minCompressionRate: number;
   compressionSeed: number;
+  commDtype: CommDtype;
   accordion: 'auto' | 'on' | 'off';
   eta: number;
   accordionInterval: number;
@@ -158,6 +161,10 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   compressionSeed: {
     flag: '--compression-seed', type: 'int', default: 42, min: 0, max: Number.MAX_SAFE_INTEGER, modelKey: 'compressionSeed',
     help: "seed of PowerSGD's initial Q, the same on every worker",
+  },
+  commDtype: {
+    flag: '--comm-dtype', type: 'string', default: 'fp32', choices: ['fp32', 'bf16', 'fp16'], modelKey: 'commDtype',
+    help: "precision of what is sent: dense gradients, PowerSGD's P and Q, TopK's values (indices stay 32-bit); summed in fp32, the rounding kept in the error memory (dense gradients have none); CPU only",
   },
   accordion: {
     flag: '--accordion', type: 'string', default: 'auto', choices: ['auto', 'on', 'off'],

@@ -4,13 +4,13 @@
  */
 import * as os from 'node:os';
 import { UsageError } from '../base/errors.js';
-import { OPTIONS, OPTION_KEYS, boundMessage, defaultFor, meetsBound, type Architecture, type CompressorName, type DeviceName, type TrainConfig } from '../config/options.js';
+import { OPTIONS, OPTION_KEYS, boundMessage, defaultFor, meetsBound, type Architecture, type CommDtype, type CompressorName, type DeviceName, type TrainConfig } from '../config/options.js';
 import { ProcessGroup } from '../comm/group.js';
 import { describe } from './inputs.js';
 
 /**
  * Options of Model.create. Those that are training options too (learningRate as lr, momentum,
- * weightDecay, nesterov, seed, compressor, minCompressionRate, compressionSeed, hidden, layers,
+ * weightDecay, nesterov, seed, compressor, minCompressionRate, compressionSeed, commDtype, hidden, layers,
  * dropout, bucketMb, broadcastBuffers, clipNorm as clip, threads) take that option's default and bounds from
  * config/options.ts: a model built here and one a Trainer builds start alike.
  */
@@ -46,6 +46,12 @@ export interface ModelOptions {
   minCompressionRate?: number;
   /** Seed of PowerSGD's initial Q, shared by all workers (default 42). */
   compressionSeed?: number;
+  /**
+   * Precision of what the exchange sends (default 'fp32'): dense gradients, PowerSGD's P and Q,
+   * TopK's values. Sums stay in fp32; the compressors' error memories keep what rounding loses.
+   * CPU only.
+   */
+  commDtype?: CommDtype;
   /** Accumulate Σ g per parameter for gradientNorms() (default false). */
   accumulateNorms?: boolean;
   /** Exchange gradients with the other workers of this group (default: train alone). */

@@ -71,6 +71,7 @@ export class Model {
       level: options.level ?? (compressor === 'none' ? undefined : compressionSpec({ ...DEFAULT_CONFIG, compressor }).reference),
       minCompressionRate: options.minCompressionRate ?? modelDefault('minCompressionRate', options),
       compressionSeed: options.compressionSeed ?? modelDefault('compressionSeed', options),
+      commDtype: options.commDtype ?? modelDefault('commDtype', options),
       accumulateNorms: options.accumulateNorms ?? false,
       group: options.group?.native,
       frozenBatchNorm: options.frozenBatchNorm ?? false,

@@ -3,7 +3,7 @@
  * outside this file touches the raw binding. Every function, constructor, method and accessor of
  * the binding is guarded here: whatever it throws, or a promise it returns rejects with, reaches the
  * caller as a NativeError (an AccordionError) carrying the addon's code (ERR_NATIVE when it has none).
- * The test and benchmark tools (LayerProbe, ReducerProbe, crossEntropy, orthogonalize) are not in
+ * The test and benchmark tools (LayerProbe, ReducerProbe, crossEntropy, orthogonalize, roundTo) are not in
  * `binding`: they are reached through ts/testing.ts (accordion-engine/testing) only.
  */
 import { createRequire } from 'node:module';
@@ -14,12 +14,14 @@ import { AccordionError, NativeError } from '../base/errors.js';
 /**
  * What compressing one weight matrix's epoch gradient sum G at one level costs: the relative error
  * ‖G − C(G)‖ / ‖G‖ of one worker's compression from fresh state, the floats sent per step, and the
- * compression kernels' seconds on G. Level 0 is dense (error 0).
+ * compression kernels' seconds on G, and the floats' bytes on the wire in the exchange's precision.
+ * Level 0 is dense (error 0).
  */
 export interface LevelCost {
   level: number;
   error: number;
   floats: number;
+  bytes: number;
   seconds: number;
 }
 
@@ -65,6 +67,8 @@ export interface StepResult {
   samples: number;
   /** Floats this worker sent in the gradient exchange of this step (the paper's figure; docs/accounting.md §1). */
   floatsSent: number;
+  /** Those floats at their size on the wire (4 bytes, 2 for values sent in bf16 or fp16; indices 4). */
+  bytesSent: number;
   /** Floats of the step's control traffic, not in floatsSent: the workers' agreement that every
    * gradient is finite, an all-reduce of W floats, and rank 0's batch-norm running statistics
    * broadcast before the step (0 with one worker). */
@@ -95,7 +99,8 @@ export interface ExchangePlan {
 /**
  * What a group's collectives have carried on this rank, in floats: an all-reduce of n counts n, an
  * all-gather its whole result (n·W for n per rank), a broadcast n; a collective of a one-worker group
- * counts nothing. `elements` is the sum over the three kinds.
+ * counts nothing. `elements` is the sum over the three kinds; `bytes` the same elements at their size
+ * on the wire (4, or 2 for the values of an all-reduce or all-gather sent in bf16 or fp16).
  */
 export interface CollectiveCounts {
   allReduce: { calls: number; elements: number };
@@ -103,9 +108,11 @@ export interface CollectiveCounts {
   broadcast: { calls: number; elements: number };
   barrier: { calls: number };
   elements: number;
+  bytes: number;
 }
 
 export type CompressorName = 'none' | 'powersgd' | 'topk';
+export type CommDtype = 'fp32' | 'bf16' | 'fp16';
 
 export interface StateEntry {
   name: string;
@@ -131,6 +138,8 @@ export interface EngineOptions {
   level?: number;
   compressionSeed?: number;
   minCompressionRate?: number;
+  /** Precision of what the exchange sends: 'fp32', 'bf16' or 'fp16'. */
+  commDtype: CommDtype;
   accumulateNorms?: boolean;
   /** Exchange gradients with the other workers of this group. */
   group?: NativeProcessGroup;
@@ -221,7 +230,7 @@ export interface NativeEngine {
 }
 
 export interface NativeReducerProbe {
-  step(grads: Float32Array[][]): { outputs: Float32Array[][]; floatsSent: number };
+  step(grads: Float32Array[][]): { outputs: Float32Array[][]; floatsSent: number; bytesSent: number };
   memory(worker: number, param: number): Float32Array | null;
   q(worker: number, param: number): Float32Array | null;
   setQ(param: number, q: Float32Array): void;
@@ -250,7 +259,7 @@ export interface LayerStateEntry {
 
 export interface NativeProcessGroup {
   ready(): Promise<void>;
-  allReduce(data: Float32Array, average: boolean): Promise<void>;
+  allReduce(data: Float32Array, average: boolean, commDtype?: CommDtype): Promise<void>;
   allGather(data: Float32Array, counts?: number[], output?: Float32Array): Promise<Float32Array>;
   broadcast(data: Float32Array, root: number): Promise<void>;
   barrier(): Promise<void>;
@@ -293,6 +302,7 @@ export interface NativeReducerProbeOptions {
   workers?: number;
   seed?: number;
   minCompressionRate?: number;
+  commDtype?: CommDtype;
   accumulateNorms?: boolean;
   /** Exchange in buckets of at most this many bytes (BucketExchange, on its own thread per worker); 0: reduce() at once. */
   bucketBytes?: number;
@@ -306,6 +316,8 @@ export interface TestingBinding {
   ReducerProbe: new (shapes: number[][], options: NativeReducerProbeOptions) => NativeReducerProbe;
   crossEntropy(logits: Float32Array, n: number, k: number, labels: Int32Array): { loss: number; grad: Float32Array; correct: number };
   orthogonalize(matrix: Float32Array, rows: number, cols: number, eps?: number): void;
+  /** Each value rounded to `commDtype` as the exchange rounds what it sends, and widened back to fp32. */
+  roundTo(values: Float32Array, commDtype: CommDtype): Float32Array;
 }
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -409,6 +421,7 @@ export const testingBinding: TestingBinding = {
   ReducerProbe: guardClass(raw.testing.ReducerProbe),
   crossEntropy: guardFunction(raw.testing.crossEntropy),
   orthogonalize: guardFunction(raw.testing.orthogonalize),
+  roundTo: guardFunction(raw.testing.roundTo),
 };
 
 /** Awaits a native promise, converting its rejection and keeping the caller's stack. */

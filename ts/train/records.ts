@@ -27,6 +27,9 @@ export interface EpochRecord {
   /** Floats this worker sent in gradient exchanges during the epoch, and since the run began. */
   floatsSent: number;
   floatsSentTotal: number;
+  /** Those floats at their size on the wire (--comm-dtype: 4 bytes each, 2 in bf16 or fp16; TopK's indices 4). */
+  bytesSent: number;
+  bytesSentTotal: number;
   /** Floats of the epoch's steps' control traffic, not in floatsSent: each step's agreement that
    * every gradient is finite (W floats) and rank 0's running statistics broadcast before it, with
    * W ≥ 2 workers (0 alone). */
@@ -123,6 +126,6 @@ export function partialRecord(epoch: number, lr: number, batchSize: number, seco
   return {
     epoch: epoch + 1, lr, batchSize, seconds,
     trainLoss: NaN, trainAccuracy: NaN, testLoss: NaN, testAccuracy: NaN, samples: 0, steps: 0, samplesPerSecond: 0,
-    floatsSent: 0, floatsSentTotal: 0, overheadFloats: 0, broadcastFloats: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, exchangeWaitSeconds: 0, bookkeepingSeconds: 0, syncSeconds: 0,
+    floatsSent: 0, floatsSentTotal: 0, bytesSent: 0, bytesSentTotal: 0, overheadFloats: 0, broadcastFloats: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, exchangeWaitSeconds: 0, bookkeepingSeconds: 0, syncSeconds: 0,
   };
 }

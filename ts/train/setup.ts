@@ -101,6 +101,7 @@ export async function setUp(options: TrainOptions, context: TrainerContext): Pro
       level: initialLevel({ config, spec }),
       minCompressionRate: config.minCompressionRate,
       compressionSeed: config.compressionSeed,
+      commDtype: config.commDtype,
       accumulateNorms: config.accordion === 'on' || config.adapt === 'batch' || config.adapt === 'batch+compression',
       group,
       bucketMb: config.bucketMb,

@@ -184,7 +184,7 @@ export class Trainer extends EventEmitter {
     const steps = await this.task.startEpoch(this.model, epoch, microBatches);
     const bar = config.progress && this.rank === 0 ? new ProgressBar(`epoch ${epoch + 1}/${config.epochs}`, steps) : undefined;
     const begin = performance.now();
-    let lossSum = 0, correct = 0, samples = 0, stepsDone = 0, floatsSent = 0, overheadFloats = 0, broadcastFloats = 0;
+    let lossSum = 0, correct = 0, samples = 0, stepsDone = 0, floatsSent = 0, bytesSent = 0, overheadFloats = 0, broadcastFloats = 0;
     let computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0, exchangeWaitSeconds = 0;
     const levels = this.policy.setsLevels ? Array.from(await this.model.levels()) : undefined;
     for (let step = 0; step < steps; step++) {
@@ -196,6 +196,7 @@ export class Trainer extends EventEmitter {
       correct += r.correct;
       samples += r.samples;
       floatsSent += r.floatsSent;
+      bytesSent += r.bytesSent;
       overheadFloats += r.overheadFloats;
       broadcastFloats += r.broadcastFloats;
       computeSeconds += r.computeSeconds;
@@ -251,6 +252,8 @@ export class Trainer extends EventEmitter {
       samplesPerSecond: samples / seconds,
       floatsSent,
       floatsSentTotal: (this.history[this.history.length - 1]?.floatsSentTotal ?? 0) + floatsSent,
+      bytesSent,
+      bytesSentTotal: (this.history[this.history.length - 1]?.bytesSentTotal ?? 0) + bytesSent,
       overheadFloats,
       broadcastFloats,
       computeSeconds,
