@@ -135,7 +135,7 @@ function summarise(dir) {
   const levelsOf = new Map(epochs.map((e) => [e.epoch, e.levels]));
   const exchange =
     start.compressor === 'topk'
-      ? (r) => topkExchange(parameters, levelsOf.get(r.epoch) ?? parameters.map(() => start.topkRatio), start.workers, r.floatsSent)
+      ? (r) => topkExchange(parameters, levelsOf.get(r.epoch) ?? parameters.map(() => start.topkRatio), start.workers, r.bytesSent ?? 4 * r.floatsSent, start.commDtype)
       : undefined;
   const wire = compareWire(readNetworkLog(dir), { exchange });
   const ratios = wire.flatMap((w) => [w.sentRatio, w.receivedRatio]);

@@ -220,7 +220,7 @@ describe('accordion cluster (needs root)', function () {
     this.test.title += ` [${(exit.ms / 1000).toFixed(1)} s]`;
   });
 
-  it("the bytes on the wire match the floats accounting and Gloo's algorithms: all-reduce 2(n-1)/n of the buffer, all-gather (n-1)/n of the result, rank 0's running statistics down a binomial tree", async function () {
+  it("the bytes on the wire match the bytes accounting and the algorithms: all-reduce 2(n-1)/n of the buffer (in 16 bits: an all-to-all of shares, then their all-gather), all-gather (n-1)/n of the result, rank 0's running statistics down a binomial tree", async function () {
     // Rank 0's start record names the parameters and which are matrices; the checkpoint gives their sizes.
     const sizes = (dir) => {
       const start = readMetrics(path.join(dir, 'metrics.jsonl')).find((e) => e.event === 'start');
@@ -231,6 +231,9 @@ describe('accordion cluster (needs root)', function () {
       { name: 'dense, 2 hosts', hosts: 2, args: [] },
       { name: 'topk 0.1, 2 hosts', hosts: 2, args: ['--compressor', 'topk', '--topk-ratio', '0.1'], ratio: 0.1 },
       { name: 'dense, 3 hosts', hosts: 3, args: [] },
+      // 16-bit values: the all-to-all of three ranks, and TopK's values apart from their 4-byte indices.
+      { name: 'dense bf16, 3 hosts', hosts: 3, args: ['--comm-dtype', 'bf16'], commDtype: 'bf16' },
+      { name: 'topk 0.1 fp16, 2 hosts', hosts: 2, args: ['--compressor', 'topk', '--topk-ratio', '0.1', '--comm-dtype', 'fp16'], ratio: 0.1, commDtype: 'fp16' },
       // Batch norm: rank 0's 9,600 running statistics before every step, about a tenth of PowerSGD's traffic.
       {
         name: 'resnet18 powersgd, 2 hosts', hosts: 2, model: ['--model', 'resnet18', '--dataset', 'synthetic', '--synthetic-train', '128', '--synthetic-test', '64', '--batch-size', '16', '--seed', '7', '--quiet'],
@@ -239,7 +242,7 @@ describe('accordion cluster (needs root)', function () {
     ];
     const notes = [];
     for (const job of jobs) {
-      const dir = runDir(`wire-${job.hosts}-${job.ratio ?? 'dense'}-${job.model ? 'resnet' : 'lstm'}`);
+      const dir = runDir(`wire-${job.hosts}-${job.ratio ?? 'dense'}-${job.commDtype ?? 'fp32'}-${job.model ? 'resnet' : 'lstm'}`);
       const c = start(['cluster', '--hosts', String(job.hosts), '--bandwidth', '100mbit', '--', ...(job.model ?? lstm(64)), '--epochs', '2', '--checkpoint-every', '2', ...job.args, '--out', dir]);
       const exit = await finished(c, 90000, `the ${job.name} run`);
       expect(exit.code, exit.stderr).to.equal(0);
@@ -247,9 +250,12 @@ describe('accordion cluster (needs root)', function () {
       let exchange;
       if (job.ratio) {
         const params = sizes(dir);
-        exchange = (r) => topkExchange(params, params.map(() => job.ratio), job.hosts, r.floatsSent);
+        exchange = (r) => topkExchange(params, params.map(() => job.ratio), job.hosts, r.bytesSent, job.commDtype);
       }
-      const rows = compareWire(readNetworkLog(dir), { exchange });
+      const log = readNetworkLog(dir);
+      expect(log[0].commDtype).to.equal(job.commDtype ?? 'fp32');
+      if (job.commDtype && !job.ratio) for (const r of log.filter((x) => x.event === 'epoch')) expect(r.bytesSent).to.equal(2 * r.floatsSent);
+      const rows = compareWire(log, { exchange });
       expect(rows).to.have.length(2 * job.hosts);
       for (const row of rows) {
         expect(row.ok, `${job.name}, epoch ${row.epoch}, host ${row.host}: sent ${row.sentPayloadBytes} and received ${row.receivedPayloadBytes} payload bytes, predicted ${row.predictedSentBytes} and ${row.predictedReceivedBytes}`).to.equal(true);
@@ -258,10 +264,15 @@ describe('accordion cluster (needs root)', function () {
     }
     // The prediction itself: n = 2 sends the whole buffer (half in the reduce-scatter, half in the
     // all-gather); n = 3 sends 4/3 of it; an all-gather of 2 sends the half it contributed.
-    expect(predictedWireBytes({ allReduceFloats: 1000, allGatherFloats: 0 }, 2, 1)).to.equal(4000);
-    expect(predictedWireBytes({ allReduceFloats: 3000, allGatherFloats: 0 }, 3, 1)).to.equal(16000);
-    expect(predictedWireBytes({ allReduceFloats: 0, allGatherFloats: 1000 }, 2, 1)).to.equal(2000);
-    expect(predictedWireBytes({ allReduceFloats: 1000, allGatherFloats: 1000 }, 1, 4)).to.equal(0);
+    const bytes = (allReduceBytes, allGatherBytes, splitReduceBytes = 0) => ({ allReduceBytes, allGatherBytes, splitReduceBytes });
+    expect(predictedWireBytes(bytes(4000, 0), 2, 1)).to.equal(4000);
+    expect(predictedWireBytes(bytes(12000, 0), 3, 1)).to.equal(16000);
+    expect(predictedWireBytes(bytes(0, 4000), 2, 1)).to.equal(2000);
+    expect(predictedWireBytes(bytes(4000, 4000), 1, 4)).to.equal(0);
+    // In 16 bits, 2 hosts of 2 ranks: each host's two ranks send 2 of their 4 shares across (2·2/4),
+    // then the ring's all-gather 3/4: 1.75 of the buffer, where the fp32 ring sends 2·3/4 = 1.5.
+    expect(predictedWireBytes(bytes(0, 0, 4000), 2, 2)).to.equal(7000);
+    expect(predictedWireBytes(bytes(0, 0, 3000), 3, 1)).to.equal(4000);
     // Rank 0's broadcast down Gloo's binomial tree (rank r hears from r less its highest bit):
     // 4 hosts of one rank: 0 → 1, 0 → 2, 1 → 3; 2 hosts of 2 ranks: 0 → 1 stays on host 0, 0 → 2 and 1 → 3 cross.
     expect(broadcastWireBytes(10, 2, 1)).to.deep.equal({ sent: [40, 0], received: [0, 40] });

@@ -28,16 +28,19 @@ export interface NetworkRecord {
   procsPerHost?: number;
   workers?: number;
   compressor?: string;
+  /** The precision the exchange sent (--comm-dtype); absent in logs of runs before it existed (fp32). */
+  commDtype?: string;
   bitsPerSecond?: number;
   delaySeconds?: number;
   loss?: number;
-  /** epoch: counts since the previous record of this host, and rank 0's floats accounting. */
+  /** epoch: counts since the previous record of this host, and rank 0's floats and bytes accounting. */
   txBytes?: number;
   rxBytes?: number;
   txPackets?: number;
   rxPackets?: number;
   floatsSent?: number;
   floatsSentTotal?: number;
+  bytesSent?: number;
   /** epoch: the floats rank 0 broadcast (its running statistics, before each step and evaluation). */
   broadcastFloats?: number;
 }
@@ -157,6 +160,7 @@ export class CounterSampler {
           rxPackets: now.rxPackets - before.rxPackets,
           floatsSent: event.floatsSent,
           floatsSentTotal: event.floatsSentTotal,
+          bytesSent: event.bytesSent,
           broadcastFloats: event.broadcastFloats,
         });
       } else {
@@ -165,6 +169,7 @@ export class CounterSampler {
           procsPerHost: this.options.nprocPerHost,
           workers: event.workers,
           compressor: event.compressor,
+          commDtype: event.commDtype,
           bitsPerSecond: this.options.shape.bitsPerSecond,
           delaySeconds: this.options.shape.delaySeconds,
           loss: this.options.shape.loss,

@@ -1,6 +1,6 @@
 /**
- * What the wire should carry: the bytes a host puts on the wire, predicted from the engine's floats
- * accounting and Gloo's algorithms (predictedWireBytes, broadcastWireBytes, topkExchange), and
+ * What the wire should carry: the bytes a host puts on the wire, predicted from the engine's bytes
+ * accounting and the collectives' algorithms (predictedWireBytes, broadcastWireBytes, topkExchange), and
  * compared with the kernel's counters in network.jsonl (compareWire).
  */
 import { UsageError } from '../base/errors.js';
@@ -9,25 +9,44 @@ import type { NetworkRecord } from './network-log.js';
 /** Bytes of Ethernet (14), IPv4 (20) and TCP (32, with timestamps) headers in front of each packet's payload. */
 export const PACKET_HEADER_BYTES = 66;
 
-/** Floats one worker hands to the collectives: all-reduced buffers, and all-gather results. */
+/**
+ * Bytes one worker hands to the collectives, by how they travel: fp32 all-reduces (Gloo's ring, or
+ * two ranks' pair exchange), all-reduces of values sent in 16 bits (an all-to-all of shares, then an
+ * all-gather of their sums: ProcessGroup::allReduceSumAs), and all-gathers (their whole result).
+ */
 export interface Exchange {
-  allReduceFloats: number;
-  allGatherFloats: number;
+  allReduceBytes: number;
+  splitReduceBytes: number;
+  allGatherBytes: number;
 }
 
 /**
- * Payload bytes one host sends (and, by symmetry, receives) for an exchange, by Gloo's algorithms
- * over n = hosts × procsPerHost workers, ranks placed host by host:
+ * Payload bytes one host sends (and, by symmetry, receives) for an exchange, by the algorithms over
+ * n = hosts × procsPerHost workers, ranks placed host by host, p = procsPerHost:
  *  - all-reduce (gloo::allreduce, ring: reduce-scatter then all-gather of n chunks) sends
  *    2(n−1)/n of the buffer to the ring's next rank. For n = 2 each rank sends the half it does not
  *    own, receives the reduced other half back, and sends its reduced half: 2 × ½ = the whole buffer.
  *  - all-gather (gloo::allgather, ring) forwards n−1 of the n contributions: (n−1)/n of the result.
- * Only one edge of each ring leaves a host, so a host sends what one rank does; nothing with one host.
+ *    Only one edge of each ring leaves a host, so a host sends what one rank does.
+ *  - an all-reduce sent in 16 bits: every rank sends the 1/n share of its buffer that another rank
+ *    sums to that rank directly, p(n−p)/n of the buffer leaving a host, then the sums travel as an
+ *    all-gather, (n−1)/n. For n = 2: ½ + ½, the whole (16-bit) buffer, as the ring's.
+ * Nothing leaves a single host.
  */
 export function predictedWireBytes(exchange: Exchange, hosts: number, procsPerHost: number): number {
   if (hosts < 2) return 0;
-  const n = hosts * procsPerHost;
-  return 4 * ((exchange.allReduceFloats * 2 * (n - 1)) / n + (exchange.allGatherFloats * (n - 1)) / n);
+  const n = hosts * procsPerHost, p = procsPerHost;
+  return (exchange.allReduceBytes * 2 * (n - 1)) / n + (exchange.splitReduceBytes * (p * (n - p) + n - 1)) / n + (exchange.allGatherBytes * (n - 1)) / n;
+}
+
+/** Bytes of a value sent in `commDtype` (fp32 when absent). */
+export function valueBytes(commDtype: string | undefined): number {
+  return commDtype === 'bf16' || commDtype === 'fp16' ? 2 : 4;
+}
+
+/** An exchange where everything is all-reduced (dense, PowerSGD): `bytes` in the precision sent. */
+export function allReduced(bytes: number, commDtype: string | undefined): Exchange {
+  return valueBytes(commDtype) === 4 ? { allReduceBytes: bytes, splitReduceBytes: 0, allGatherBytes: 0 } : { allReduceBytes: 0, splitReduceBytes: bytes, allGatherBytes: 0 };
 }
 
 /**
@@ -50,20 +69,21 @@ export function broadcastWireBytes(floats: number, hosts: number, procsPerHost: 
 }
 
 /**
- * The exchange of `floatsSent` floats of TopK steps: each step all-reduces the 1-D tensors and the
- * matrices at level 0 (dense), and all-gathers, of every other matrix i, 2·max(1, ⌊ratios[i]·numel⌋)
- * floats (indices and values) from each of the `workers`. Floats that are not whole steps are an
- * error in the accounting.
+ * The exchange of `bytesSent` bytes of TopK steps: each step all-reduces the 1-D tensors and the
+ * matrices at level 0 (dense), and all-gathers, of every other matrix i, s = max(1, ⌊ratios[i]·numel⌋)
+ * pairs from each of the `workers`: a 4-byte index and a value (4 bytes, or 2 sent in bf16 or fp16).
+ * Bytes that are not whole steps are an error in the accounting.
  */
-export function topkExchange(parameters: { numel: number; matrix: boolean }[], ratios: number[], workers: number, floatsSent: number): Exchange {
+export function topkExchange(parameters: { numel: number; matrix: boolean }[], ratios: number[], workers: number, bytesSent: number, commDtype?: string): Exchange {
+  const v = valueBytes(commDtype);
   let dense = 0, gathered = 0;
   parameters.forEach((p, i) => {
-    if (p.matrix && ratios[i]! > 0) gathered += 2 * Math.max(1, Math.floor(ratios[i]! * p.numel)) * workers;
-    else dense += p.numel;
+    if (p.matrix && ratios[i]! > 0) gathered += (4 + v) * Math.max(1, Math.floor(ratios[i]! * p.numel)) * workers;
+    else dense += v * p.numel;
   });
-  const steps = floatsSent / (dense + gathered);
-  if (!Number.isInteger(steps)) throw new Error(`${floatsSent} floats are not whole TopK steps of ${dense} all-reduced + ${gathered} all-gathered floats`);
-  return { allReduceFloats: steps * dense, allGatherFloats: steps * gathered };
+  const steps = bytesSent / (dense + gathered);
+  if (!Number.isInteger(steps)) throw new Error(`${bytesSent} bytes are not whole TopK steps of ${dense} all-reduced + ${gathered} all-gathered bytes`);
+  return { ...allReduced(steps * dense, commDtype), allGatherBytes: steps * gathered };
 }
 
 export interface WireComparison {
@@ -82,10 +102,10 @@ export interface WireComparison {
 }
 
 /**
- * Compares each epoch record of network.jsonl with the prediction from rank 0's floats: the
+ * Compares each epoch record of network.jsonl with the prediction from rank 0's bytes sent: the
  * gradient exchange and rank 0's broadcasts of its running statistics. With compressor none or
- * powersgd every float sent is all-reduced; topk all-reduces the 1-D tensors and all-gathers the
- * rest, so `exchange` must split its floats. The small collectives (the finite agreement, the
+ * powersgd every byte sent is all-reduced; topk all-reduces the 1-D tensors and all-gathers the
+ * rest, so `exchange` must split its bytes. The small collectives (the finite agreement, the
  * replica digests) are not predicted.
  */
 export function compareWire(records: NetworkRecord[], options: { exchange?: (r: NetworkRecord) => Exchange; tolerance?: number } = {}): WireComparison[] {
@@ -100,7 +120,7 @@ export function compareWire(records: NetworkRecord[], options: { exchange?: (r: 
     if (!start) throw new UsageError('network.jsonl: an epoch record comes before any start record');
     let exchange: Exchange;
     if (options.exchange) exchange = options.exchange(r);
-    else if (start.compressor === 'none' || start.compressor === 'powersgd') exchange = { allReduceFloats: r.floatsSent ?? 0, allGatherFloats: 0 };
+    else if (start.compressor === 'none' || start.compressor === 'powersgd') exchange = allReduced(r.bytesSent ?? 4 * (r.floatsSent ?? 0), start.commDtype);
     else throw new UsageError(`compareWire: the ${start.compressor} exchange mixes all-reduce and all-gather; give options.exchange`);
     const hosts = start.hosts ?? 1, procsPerHost = start.procsPerHost ?? 1;
     const exchanged = predictedWireBytes(exchange, hosts, procsPerHost);

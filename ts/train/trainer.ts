@@ -110,6 +110,7 @@ export class Trainer extends EventEmitter {
       dataset: config.dataset,
       workers: config.workers,
       compressor: config.compressor,
+      commDtype: config.commDtype,
       accordion: config.accordion === 'on',
       adapt: config.adapt,
       eta: config.eta,
