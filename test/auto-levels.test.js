@@ -162,10 +162,12 @@ describe('automatic levels: the plan', function () {
 
   it('costs in seconds: kernel time plus the bytes a host sends (ring all-reduce 2(W−1)/W, all-gather (W−1)/W)', function () {
     const link = { kind: 'seconds', bytesPerSecond: 1e6, workers: 4 };
-    const c = { level: 2, error: 0.1, floats: 1000, seconds: 0.01 };
+    const c = { level: 2, error: 0.1, floats: 1000, bytes: 4000, seconds: 0.01 };
     expect(levelCost(c, { ...link, compressor: 'powersgd' })).to.be.closeTo(0.01 + (4000 * 1.5) / 1e6, 1e-12);
     expect(levelCost(c, { ...link, compressor: 'topk' })).to.be.closeTo(0.01 + (4000 * 0.75) / 1e6, 1e-12);
     expect(levelCost({ ...c, level: 0, seconds: 0 }, { ...link, compressor: 'topk' })).to.be.closeTo((4000 * 1.5) / 1e6, 1e-12); // dense is all-reduced
+    // Sent in 16 bits the same floats are half the bytes, and half the seconds on the link.
+    expect(levelCost({ ...c, bytes: 2000, seconds: 0 }, { ...link, compressor: 'powersgd' })).to.be.closeTo((2000 * 1.5) / 1e6, 1e-12);
     expect(levelCost(c, { kind: 'floats' })).to.equal(1000);
   });
 

@@ -197,6 +197,12 @@ describe('data parallel: floats accounting against what the collectives carried'
     // The exchange overlapped with backward: the same floats, in a few collectives per bucket.
     { name: 'resnet18 powersgd mixed ranks in 1 MiB buckets', model: { architecture: 'resnet18', classes: 10, compressor: 'powersgd', level: 2, bucketMb: 1 }, cycle: [1, 4, 0], steps: 2 },
     { name: 'resnet18 topk in 4 MiB buckets', model: { architecture: 'resnet18', classes: 10, compressor: 'topk', level: 0.01, bucketMb: 4 }, steps: 2 },
+    // Values in 16 bits: the same floats in half the bytes (TopK's indices stay 4 bytes and travel
+    // in an all-gather of their own).
+    { name: 'lstm dense in bf16', model: { ...lstm, compressor: 'none', commDtype: 'bf16' }, steps: 2 },
+    { name: 'lstm powersgd rank 2 in fp16', model: { ...lstm, compressor: 'powersgd', level: 2, minCompressionRate: 0, commDtype: 'fp16' }, steps: 2 },
+    { name: 'lstm topk 0.1 in bf16', model: { ...lstm, compressor: 'topk', level: 0.1, commDtype: 'bf16' }, steps: 2 },
+    { name: 'resnet18 powersgd mixed ranks in 1 MiB buckets, bf16', model: { architecture: 'resnet18', classes: 10, compressor: 'powersgd', level: 2, bucketMb: 1, commDtype: 'bf16' }, cycle: [1, 4, 0], steps: 2 },
   ];
 
   /** A case's levels per parameter: the cycle's levels over the matrices in turn, 0 for 1-D ones. */
@@ -214,16 +220,18 @@ describe('data parallel: floats accounting against what the collectives carried'
    * What each kind of collective must carry in one step, from the shapes and levels alone, and how
    * many calls: per bucket of the overlapped exchange (`buckets`; none: one exchange of everything).
    */
-  function expected(compressor, shapes, levels, minCompressionRate = 1, buckets = []) {
+  function expected(compressor, shapes, levels, minCompressionRate = 1, buckets = [], commDtype = 'fp32') {
     const groups = buckets.length ? buckets : [shapes.map((_, i) => i)];
-    const total = { floats: 0, allReduce: { elements: W, calls: 1 }, allGather: { elements: 0, calls: 0 } };
+    const v = commDtype === 'fp32' ? 4 : 2; // bytes per value sent; TopK's indices take 4
+    const total = { floats: 0, bytes: 0, allReduce: { elements: W, calls: 1 }, allGather: { elements: 0, calls: 0 } };
     for (const group of groups) {
       const g = exchangeOf(compressor, group.map((i) => shapes[i]), group.map((i) => levels[i]), minCompressionRate);
       total.floats += g.dense + g.powerSgd + g.topK;
+      total.bytes += v * (g.dense + g.powerSgd) + (g.topK / 2) * (4 + v);
       total.allReduce.elements += g.dense + g.powerSgd;
       total.allReduce.calls += (g.dense > 0 ? 1 : 0) + (g.powerSgd > 0 ? 2 : 0);
       total.allGather.elements += g.topK;
-      total.allGather.calls += g.topK > 0 ? 1 : 0;
+      total.allGather.calls += g.topK > 0 ? (v === 4 ? 1 : 2) : 0;
     }
     return total;
   }
@@ -258,7 +266,7 @@ describe('data parallel: floats accounting against what the collectives carried'
       const label = `rank ${result.rank}`;
       result.cases.forEach((got, k) => {
         const c = spec.cases[k];
-        const want = expected(c.model.compressor, got.shapes, got.levels, c.model.minCompressionRate, got.buckets);
+        const want = expected(c.model.compressor, got.shapes, got.levels, c.model.minCompressionRate, got.buckets, c.model.commDtype);
         if (c.model.bucketMb) expect(got.buckets.length, `${label} ${c.name}: buckets`).to.be.above(1);
         if (c.levels) expect(got.levels, `${label} ${c.name}: levels`).to.deep.equal(c.levels);
         if (c.name.includes('mixed')) expect(new Set(got.levels.filter((l) => l > 0)).size, `${c.name}: levels in use`).to.be.at.least(2);
@@ -269,6 +277,8 @@ describe('data parallel: floats accounting against what the collectives carried'
           expect(step.overheadFloats, `${what}: overhead`).to.equal(W + got.bufferFloats);
           expect(step.broadcastFloats, `${what}: of it, broadcast`).to.equal(got.bufferFloats);
           expect(step.carried.elements, `${what}: carried = floats sent + overhead`).to.equal(step.floatsSent + step.overheadFloats);
+          expect(step.bytesSent, `${what}: bytes sent (docs/accounting.md §1)`).to.equal(want.bytes);
+          expect(step.carried.bytes, `${what}: carried bytes = bytes sent + 4·overhead`).to.equal(step.bytesSent + 4 * step.overheadFloats);
           expect(step.carried.allReduce, `${what}: all-reduce`).to.deep.equal(want.allReduce);
           expect(step.carried.allGather, `${what}: all-gather`).to.deep.equal(want.allGather);
           expect(step.carried.broadcast, `${what}: broadcast`).to.deep.equal(got.bufferFloats ? { calls: 1, elements: got.bufferFloats } : { calls: 0, elements: 0 });
@@ -283,6 +293,7 @@ describe('data parallel: floats accounting against what the collectives carried'
         broadcast: { calls: 1, elements: 7 },
         barrier: { calls: 1 },
         elements: 5 + 3 * W + 3 + 7,
+        bytes: 4 * (5 + 3 * W + 3 + 7),
       });
     }
   });

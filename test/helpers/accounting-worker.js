@@ -2,12 +2,12 @@
 // and, for each case of argv[2], builds a model whose gradients travel over the job's group, trains
 // a few steps, and reads around every step what the group's collectives carried
 // (collectiveCounts(), counted where the collectives run). Prints one JSON line:
-// { rank, cases: [{ name, shapes, levels, buckets, bufferFloats, steps: [{ floatsSent, overheadFloats, broadcastFloats, carried }] }] },
+// { rank, cases: [{ name, shapes, levels, buckets, bufferFloats, steps: [{ floatsSent, bytesSent, overheadFloats, broadcastFloats, carried }] }] },
 // where `carried` is the step's difference of the counts, per kind, and `buckets` the overlapped
 // exchange's buckets ([] when it follows backward).
 //
 // Spec: { timeoutMs, cases: [{ name, model: { architecture, classes, hidden?, layers?, compressor,
-//   level?, minCompressionRate?, bucketMb? }, levels?: number[] (per parameter, set before the first step),
+//   level?, minCompressionRate?, bucketMb?, commDtype? }, levels?: number[] (per parameter, set before the first step),
 //   steps }] }.
 import { Model, setThreads } from '../../lib/index.js';
 import { mulberry32 } from '../../lib/base/random.js';
@@ -36,6 +36,7 @@ function difference(after, before) {
   );
   out.barrier = { calls: after.barrier.calls - before.barrier.calls };
   out.elements = after.elements - before.elements;
+  out.bytes = after.bytes - before.bytes;
   return out;
 }
 
@@ -51,7 +52,7 @@ async function runCase(c, group) {
       const before = await model.native.collectiveCounts();
       const r = await model.trainStep(input(model, group.rank, s));
       const after = await model.native.collectiveCounts();
-      record.steps.push({ floatsSent: r.floatsSent, overheadFloats: r.overheadFloats, broadcastFloats: r.broadcastFloats, carried: difference(after, before) });
+      record.steps.push({ floatsSent: r.floatsSent, bytesSent: r.bytesSent, overheadFloats: r.overheadFloats, broadcastFloats: r.broadcastFloats, carried: difference(after, before) });
     }
     return record;
   } finally {

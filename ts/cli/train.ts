@@ -89,7 +89,8 @@ export async function train(argv: string[]): Promise<number> {
         `final test accuracy ${(100 * summary.finalTestAccuracy).toFixed(2)}%, best ${(100 * summary.bestTestAccuracy).toFixed(2)}%` +
           (last?.testPerplexity !== undefined ? `; perplexity: validation ${last.validPerplexity!.toFixed(2)}, test ${last.testPerplexity.toFixed(2)}` : ''),
         `compressor ${describeCompressor(config)}: ${summary.floatsSentTotal.toLocaleString('en-US')} floats sent by this worker` +
-          (last ? ` (${last.floatsSent.toLocaleString('en-US')} in the last epoch)` : ''),
+          (last ? ` (${last.floatsSent.toLocaleString('en-US')} in the last epoch)` : '') +
+          `, ${(last?.bytesSentTotal ?? 0).toLocaleString('en-US')} bytes in ${config.commDtype}`,
         ...(config.adapt !== 'compression' && config.adapt !== 'auto' && summary.epochs.length
           ? [`global batch ${summary.epochs[0]!.batchSize} → ${summary.epochs[summary.epochs.length - 1]!.batchSize} (${config.adapt === 'smith' ? 'grown at the LR milestones' : 'Accordion on the whole-model norm'})`]
           : []),

@@ -109,14 +109,15 @@ export type CostModel = { kind: 'floats' } | { kind: 'seconds'; bytesPerSecond: 
 
 /**
  * A level's cost per step. In seconds: its kernel time plus the bytes one host sends over the link:
- * an all-reduce (dense, PowerSGD) sends 2(W−1)/W of its floats, TopK's all-gather (W−1)/W of
- * the gathered floats it is counted by.
+ * an all-reduce (dense, PowerSGD) sends 2(W−1)/W of its bytes (in fp32 or, sent in 16 bits, as an
+ * all-to-all and an all-gather alike), TopK's all-gather (W−1)/W of the gathered bytes it is
+ * counted by. Bytes are the level's floats at the size --comm-dtype sends them.
  */
 export function levelCost(c: LevelCost, model: CostModel): number {
   if (model.kind === 'floats') return c.floats;
   const w = model.workers;
   const share = collectiveAt(model.compressor, c.level) === 'all-reduce' ? (2 * (w - 1)) / w : (w - 1) / w;
-  return c.seconds + (4 * c.floats * share) / model.bytesPerSecond;
+  return c.seconds + (c.bytes * share) / model.bytesPerSecond;
 }
 
 export interface AutoPlan {

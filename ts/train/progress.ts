@@ -58,14 +58,14 @@ export function formatCount(n: number): string {
   return String(n);
 }
 
-/** The line printed after an epoch: rate, losses, accuracies, floats sent, levels and time. */
+/** The line printed after an epoch: rate, losses, accuracies, floats sent (and their bytes), levels and time. */
 export function epochLine(record: EpochRecord, epochs: number, matrices: boolean[]): string {
   return (
     `epoch ${record.epoch}/${epochs}  lr ${record.lr.toPrecision(3)}  train loss ${record.trainLoss.toFixed(4)}` +
     `  acc ${(100 * record.trainAccuracy).toFixed(2)}%  test loss ${record.testLoss.toFixed(4)}` +
     `  acc ${(100 * record.testAccuracy).toFixed(2)}%` +
     (record.validPerplexity !== undefined ? `  valid ppl ${record.validPerplexity.toFixed(2)}  test ppl ${record.testPerplexity!.toFixed(2)}` : '') +
-    `  floats sent ${formatCount(record.floatsSent)}` +
+    `  floats sent ${formatCount(record.floatsSent)} (${formatCount(record.bytesSent)}B)` +
     (record.levels ? `  levels ${describeLevels(record.levels, matrices)}` : '') +
     `  (${formatDuration(record.seconds)})\n`
   );
