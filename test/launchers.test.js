@@ -439,3 +439,81 @@ describe('launchers: workers of accordion launch when the launcher is killed', f
     expect(epochsIn(dir), 'checkpoints after the launcher was killed').to.deep.equal(before);
   });
 });
+
+describe('launchers: accordion launch --max-restarts', function () {
+  let root;
+  afterEach(killLeftovers);
+
+  before(function () {
+    root = fs.mkdtempSync(path.join(os.tmpdir(), 'accordion-restarts-'));
+  });
+
+  after(function () {
+    if (root) fs.rmSync(root, { recursive: true, force: true });
+  });
+
+  const train = ['--model', 'resnet18', '--dataset', 'synthetic', '--synthetic-train', '128', '--synthetic-test', '32', '--batch-size', '16',
+    '--eval-batch-size', '32', '--checkpoint-every', '1', '--seed', '3', '--quiet'];
+  const launch = async (job, args) =>
+    start(process.execPath, [CLI, 'launch', '--nproc-per-node', '2', '--master-port', String(await freePort()), ...args], cleanEnv({ XDG_CACHE_HOME: path.join(root, 'cache'), RESTART_JOB: job }));
+
+  it('kill -9 of a worker mid-epoch: the job restarts from the last checkpoint and ends with the weights of a run stopped and resumed there by hand', async function () {
+    this.timeout(480000);
+    const dir = path.join(root, 'restarted');
+    const job = `restart-${randomBytes(4).toString('hex')}`;
+    const launcher = await launch(job, ['--max-restarts', '1', '--', ...train, '--epochs', '3', '--out', dir]);
+    const latest = path.join(dir, 'checkpoints', 'latest');
+    await waitFor('the first checkpoint', () => {
+      if (launcher.child.exitCode !== null) throw new Error(`the job ended before its first checkpoint; stderr:\n${launcher.stderr}`);
+      return fs.existsSync(latest);
+    }, 240000);
+    const rank1 = processesWithEnv('RESTART_JOB', job).find((p) => p.environ.includes('RANK=1'));
+    expect(rank1, 'rank 1 of the first attempt').to.not.equal(undefined);
+    process.kill(rank1.pid, 'SIGKILL');
+    const exit = await exitWithin(launcher, 300000);
+    expect(exit.timedOut, 'the restarted job hung').to.not.equal(true);
+    expect(exit.code, exit.stderr).to.equal(0);
+    expect(exit.stderr).to.include('accordion launch: job failed: rank 1 was killed by SIGKILL');
+    const from = /restart 1 of 1, every worker from the checkpoint (\S+epoch-(\d+))/.exec(exit.stderr);
+    expect(from, exit.stderr).to.not.equal(null);
+    const resumedAt = Number(from[2]);
+    expect(markedProcesses('RESTART_JOB', job), 'processes of the job left running').to.deep.equal([]);
+
+    // By hand: the same job stopped after that checkpoint's epoch, then resumed to the end.
+    const manual = path.join(root, 'manual');
+    const first = await exitWithin(await launch(`${job}-a`, ['--', ...train, '--epochs', String(resumedAt), '--out', manual]), 300000);
+    expect(first.code, first.stderr).to.equal(0);
+    const second = await exitWithin(await launch(`${job}-b`, ['--', ...train, '--epochs', '3', '--resume', manual]), 300000);
+    expect(second.code, second.stderr).to.equal(0);
+    const a = loadCheckpoint(dir, 0).model, b = loadCheckpoint(manual, 0).model;
+    expect(a.map((t) => t.name)).to.deep.equal(b.map((t) => t.name));
+    const differ = a.filter((t, i) => !Buffer.from(t.data).equals(Buffer.from(b[i].data))).map((t) => t.name);
+    expect(differ, `tensors that differ (restarted from epoch ${resumedAt})`).to.deep.equal([]);
+    this.test.title += ` [restarted from epoch ${resumedAt}]`;
+  });
+
+  it('a job that fails on every attempt ends after N restarts with the last attempt\'s exit code, leaving nothing running', async function () {
+    this.timeout(240000);
+    const dir = path.join(root, 'failing');
+    const job = `failing-${randomBytes(4).toString('hex')}`;
+    const launcher = await launch(job, ['--max-restarts', '2', '--', '--model', 'resnet18', '--dataset', 'cifar10', '--data', path.join(root, 'no-such-data'), '--quiet', '--out', dir]);
+    const exit = await exitWithin(launcher, 200000);
+    expect(exit.timedOut, 'the launcher hung').to.not.equal(true);
+    expect(exit.code, exit.stderr).to.equal(1);
+    expect(exit.stderr.match(/accordion launch: job failed: rank \d exited with code \d+/g), exit.stderr).to.have.length(3);
+    expect(exit.stderr).to.include('restart 1 of 2, from the start');
+    expect(exit.stderr).to.include('restart 2 of 2, from the start');
+    expect(exit.stderr).to.include('no restart left (2 used)');
+    expect(markedProcesses('RESTART_JOB', job), 'processes of the job left running').to.deep.equal([]);
+  });
+
+  it('refuses --max-restarts over several nodes, and a count that is not a number', function () {
+    const run = (args) => spawnSync(process.execPath, [CLI, 'launch', ...args, '--', '--model', 'resnet18'], { encoding: 'utf8', env: cleanEnv({}) });
+    let r = run(['--nnodes', '2', '--max-restarts', '1', '--token', 'x']);
+    expect(r.status).to.equal(2);
+    expect(r.stderr).to.include('--max-restarts restarts the job of one node');
+    r = run(['--max-restarts', 'two']);
+    expect(r.status).to.equal(2);
+    expect(r.stderr).to.include("option --max-restarts: expected a non-negative integer, got 'two'");
+  });
+});

@@ -1,11 +1,14 @@
 /**
  * `accordion launch`: one training process per worker on this node, as torchrun starts them; also
- * what `accordion train --workers N` becomes outside a launched job.
+ * what `accordion train --workers N` becomes outside a launched job. With `--max-restarts N`, a
+ * failed job is started again, every worker from the run's last checkpoint, up to N times.
  */
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { UsageError } from '../base/errors.js';
 import { launch } from '../cluster/launch.js';
+import { resolveCheckpointDir } from '../train/checkpoint.js';
 import { checkRunDir } from '../train/rundir.js';
 import { parseTrainArgs } from './args.js';
 import { parseWrapperArgs, wrapperHelp, type WrapperOption } from './wrapper-args.js';
@@ -20,6 +23,7 @@ const LAUNCH_OPTIONS: WrapperOption[] = [
   { flag: '--master-addr', value: 'VALUE', help: "node 0's address (the store listens there)", dflt: '127.0.0.1' },
   { flag: '--master-port', value: 'N', help: "the store's port", dflt: '29500' },
   { flag: '--token', value: 'VALUE', help: 'job token shared by all nodes (default: ACCORDION_JOB_TOKEN, or random for one node)', dflt: '' },
+  { flag: '--max-restarts', value: 'N', help: "restarts of the whole job after a worker fails, each from the run's last checkpoint (one node)", dflt: '0' },
 ];
 
 /** Runs the training command once per worker through the launcher and returns its exit code. */
@@ -30,25 +34,78 @@ export async function runLaunch(options: {
   masterAddr?: string;
   masterPort?: number;
   token?: string;
+  maxRestarts?: number;
   trainArgs: string[];
 }): Promise<number> {
-  const trainArgs = [...options.trainArgs];
+  let trainArgs = [...options.trainArgs];
   // Every worker must write to the same run directory, so it is chosen once, here.
   const parsed = parseTrainArgs(trainArgs);
   if (!parsed.outDir && !parsed.resume) trainArgs.push('--out', defaultRunDir(String(parsed.model ?? 'run')));
   // Rank 0 checks this too; checking here, where rank 0's node starts, refuses before any worker starts.
   if ((options.nodeRank ?? 0) === 0) checkRunDir(parsed as { outDir?: string; resume?: string; overwrite?: boolean });
-  const result = await launch({
-    nprocPerNode: options.nprocPerNode,
-    nnodes: options.nnodes ?? 1,
-    nodeRank: options.nodeRank ?? 0,
-    masterAddr: options.masterAddr ?? '127.0.0.1',
-    masterPort: options.masterPort ?? 29500,
-    token: options.token || undefined,
-    command: [process.execPath, CLI_PATH, 'train', ...trainArgs],
-  });
-  if (result.failure) process.stderr.write(`accordion launch: job failed: ${result.failure}\n`);
-  return result.exitCode;
+  const maxRestarts = options.maxRestarts ?? 0;
+  if (maxRestarts > 0 && (options.nnodes ?? 1) > 1)
+    throw new UsageError('--max-restarts restarts the job of one node: with --nnodes above 1 the nodes would have to agree on each restart, which they do not yet');
+  for (let attempt = 0; ; attempt++) {
+    const result = await launch({
+      nprocPerNode: options.nprocPerNode,
+      nnodes: options.nnodes ?? 1,
+      nodeRank: options.nodeRank ?? 0,
+      masterAddr: options.masterAddr ?? '127.0.0.1',
+      masterPort: options.masterPort ?? 29500,
+      token: options.token || undefined,
+      command: [process.execPath, CLI_PATH, 'train', ...trainArgs],
+    });
+    if (!result.failure) return result.exitCode;
+    process.stderr.write(`accordion launch: job failed: ${result.failure}\n`);
+    if (attempt >= maxRestarts || result.interrupted) {
+      if (maxRestarts > 0 && !result.interrupted) process.stderr.write(`accordion launch: no restart left (${maxRestarts} used)\n`);
+      return result.exitCode;
+    }
+    const restart = restartArgs(trainArgs);
+    process.stderr.write(`accordion launch: restart ${attempt + 1} of ${maxRestarts}, ${restart.from}\n`);
+    trainArgs = restart.args;
+  }
+}
+
+/** The value of a training flag (`--flag value` or `--flag=value`), or undefined. */
+function flagValue(args: string[], flag: string): string | undefined {
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === flag) return args[i + 1];
+    if (args[i]!.startsWith(`${flag}=`)) return args[i]!.slice(flag.length + 1);
+  }
+  return undefined;
+}
+
+/** The arguments without a flag (and its value, unless it is a switch). */
+function withoutFlag(args: string[], flag: string, takesValue: boolean): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === flag) {
+      if (takesValue) i++;
+      continue;
+    }
+    if (!args[i]!.startsWith(`${flag}=`)) out.push(args[i]!);
+  }
+  return out;
+}
+
+/**
+ * The training arguments of a restart and where it starts from: the run's last checkpoint when its
+ * directory holds one (`--resume DIR`, continuing the run in place), else the start again (the
+ * failed attempt's files replaced with `--overwrite`).
+ */
+export function restartArgs(args: string[]): { args: string[]; from: string } {
+  const resumed = flagValue(args, '--resume');
+  const runDir = flagValue(args, '--out') ?? (resumed && path.resolve(resolveCheckpointDir(resumed), '..', '..'));
+  if (!runDir) throw new UsageError('a restart needs the run directory (--out or --resume)');
+  const latest = path.join(runDir, 'checkpoints', 'latest');
+  if (fs.existsSync(latest)) {
+    const args2 = withoutFlag(withoutFlag(args, '--resume', true), '--overwrite', false);
+    return { args: [...args2, '--resume', runDir], from: `every worker from the checkpoint ${path.join(runDir, 'checkpoints', fs.readFileSync(latest, 'utf8').trim())}` };
+  }
+  const again = args.includes('--overwrite') ? args : [...args, '--overwrite'];
+  return { args: again, from: `from the start (${runDir} holds no checkpoint yet)` };
 }
 
 export function defaultRunDir(model: string): string {
@@ -76,6 +133,7 @@ export async function launchCommand(argv: string[]): Promise<number> {
     masterAddr: values.get('--master-addr')!,
     masterPort,
     token: values.get('--token')!,
+    maxRestarts: count('--max-restarts'),
     trainArgs,
   });
 }

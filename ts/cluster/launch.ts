@@ -37,6 +37,8 @@ export interface LaunchResult {
   exitCode: number;
   /** The first failure, e.g. "rank 1 was killed by SIGKILL". */
   failure?: string;
+  /** The launcher itself was stopped by SIGINT or SIGTERM (a user's stop: not to be restarted). */
+  interrupted?: boolean;
 }
 
 /** Copies a child's stream to `target`, prefixing each complete line. */
@@ -194,6 +196,6 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   await Promise.all(exits);
   workers.close();
   await store?.close();
-  if (failure) return { exitCode: workers.interrupted ? signalExitCode(workers.interrupted) : 1, failure };
+  if (failure) return { exitCode: workers.interrupted ? signalExitCode(workers.interrupted) : 1, failure, ...(workers.interrupted ? { interrupted: true } : {}) };
   return { exitCode: 0 };
 }
