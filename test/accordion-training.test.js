@@ -654,6 +654,23 @@ describe('Accordion in training', function () {
       expect(firstDifference(stateB, stateA), 'stateDict(true) after 1 + 2 epochs vs 3').to.equal(undefined);
     });
 
+    it("Accordion's levels wait through the phase: records show dense (0) for its epochs, the policy's levels after it", async function () {
+      // 4 steps an epoch: the phase is epochs 1 and 2; Accordion checks after every epoch meanwhile.
+      const options = { ...base(), compressor: 'powersgd', accordion: 'on', accordionInterval: 1, compressAfter: 8, lr: 0.02, epochs: 3 };
+      const a = await runTrainer({ ...options, outDir: runDir('dense-start-accordion') });
+      const shapes = a.trainer.model.parameters().map((p) => p.shape);
+      await a.trainer.dispose();
+      const numel = (shape) => shape.reduce((x, y) => x * y, 1);
+      const dense = shapes.reduce((sum, shape) => sum + numel(shape), 0);
+      const matrixLevels = (e) => e.levels.filter((_, i) => a.matrices[i]);
+      expect(matrixLevels(a.epochs[0]).every((l) => l === 0), 'epoch 1 levels').to.equal(true);
+      expect(matrixLevels(a.epochs[1]).every((l) => l === 0), 'epoch 2 levels').to.equal(true);
+      expect(a.epochs.slice(0, 2).map((e) => e.floatsSent)).to.deep.equal([4 * dense, 4 * dense]);
+      // After the phase every matrix has one of Accordion's two ranks (low 2, high 1).
+      expect(matrixLevels(a.epochs[2]).every((l) => l === 1 || l === 2), `epoch 3 levels ${matrixLevels(a.epochs[2])}`).to.equal(true);
+      expect(a.epochs[2].floatsSent).to.be.below(dense);
+    });
+
     it('refuses --compress-after without a compressor', async function () {
       let error;
       try {
