@@ -139,9 +139,12 @@ export function resolveCheckpointDir(target: string): string {
 /**
  * Loads a checkpoint: the model state and the trainer state of `rank` (rank 0's for a single
  * process). Another rank's model state is the shared weights with its own buffers (a checkpoint
- * written before ranks saved their buffers gives rank 0's).
+ * written before ranks saved their buffers gives rank 0's). With `worldSize` other than the number
+ * of workers that wrote it, the state of `rank` in a job of that size (`regrouped`).
  */
-export function loadCheckpoint(target: string, rank = 0): LoadedCheckpoint {
+export function loadCheckpoint(target: string, rank = 0, worldSize?: number): LoadedCheckpoint {
+  const saved = worldSize === undefined ? undefined : savedWorkers(target);
+  if (saved !== undefined && saved !== worldSize) return regrouped(target, rank, saved);
   const dir = resolveCheckpointDir(target);
   const model = readSafetensors(path.join(dir, 'model.safetensors'));
   const file = path.join(dir, trainerFile(rank));
@@ -172,6 +175,43 @@ export function loadCheckpoint(target: string, rank = 0): LoadedCheckpoint {
     modelState[at] = t;
   }
   return { dir, model: modelState, trainer: own.filter((t) => isTrainer(t.name)), position };
+}
+
+/** The number of workers that wrote a checkpoint (1 for a checkpoint without it in its configuration). */
+function savedWorkers(target: string): number {
+  const workers = loadCheckpoint(target, 0).position.config.workers;
+  return typeof workers === 'number' ? workers : 1;
+}
+
+/**
+ * The state of `rank` in a job of another size than the `saved` workers that wrote the checkpoint:
+ * - every rank's error memory becomes the mean of the saved ranks' memories, so the gradient mass
+ *   owed to the averaged gradient, (1/W)·Σ_r e_r, is the same before and after;
+ * - what every rank holds alike (weights, momentum, PowerSGD's Q, levels) is rank 0's;
+ * - a saved rank keeps its own batch-norm statistics and random streams; a new rank takes rank 0's
+ *   statistics (equal to every rank's at a checkpoint) and the random streams a fresh worker of its
+ *   rank draws.
+ */
+function regrouped(target: string, rank: number, saved: number): LoadedCheckpoint {
+  const base = loadCheckpoint(target, rank < saved ? rank : 0);
+  const memories = new Map<string, Float64Array>();
+  for (let r = 0; r < saved; r++)
+    for (const t of loadCheckpoint(target, r).trainer) {
+      if (!t.name.startsWith('compressor.memory.')) continue;
+      const values = new Float32Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength));
+      const sum = memories.get(t.name) ?? new Float64Array(values.length);
+      values.forEach((v, i) => (sum[i]! += v));
+      memories.set(t.name, sum);
+    }
+  const trainer = base.trainer
+    .filter((t) => rank < saved || !t.name.startsWith('rng.'))
+    .map((t) => {
+      const sum = memories.get(t.name);
+      if (!sum) return t;
+      const mean = Float32Array.from(sum, (v) => v / saved);
+      return { ...t, data: new Uint8Array(mean.buffer) };
+    });
+  return { ...base, trainer };
 }
 
 function isObject(x: unknown): x is Record<string, unknown> {

@@ -14,10 +14,10 @@ import * as os from 'node:os';
 export type TrainOptions = Partial<TrainConfig> & { model: TrainConfig['model'] };
 
 /** Settings that must match between a checkpoint and the run that resumes it. */
-export const RESUME_MUST_MATCH: (keyof TrainConfig)[] = ['model', 'dataset', 'batchSize', 'workers', 'seed', 'compressor', 'accordion', 'adapt'];
+export const RESUME_MUST_MATCH: (keyof TrainConfig)[] = ['model', 'dataset', 'batchSize', 'seed', 'compressor', 'accordion', 'adapt'];
 
 /** Modes that grow the global batch by micro-batches, which must then be whole. */
-const BATCH_MODES: TrainConfig['adapt'][] = ['batch', 'smith', 'batch+compression'];
+export const BATCH_MODES: TrainConfig['adapt'][] = ['batch', 'smith', 'batch+compression'];
 
 /** The configuration of a run: defaults, presets, bounds and the options' agreement. */
 export function resolveConfig(options: TrainOptions): TrainConfig {

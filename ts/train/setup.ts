@@ -14,7 +14,7 @@ import { loadImageDataset } from '../data/datasets.js';
 import { readWikiText } from '../data/wikitext.js';
 import { Model } from '../engine/model.js';
 import { loadCheckpoint } from './checkpoint.js';
-import { RESUME_MUST_MATCH, checkJob, resolveConfig, type TrainOptions } from './config.js';
+import { BATCH_MODES, RESUME_MUST_MATCH, checkJob, resolveConfig, type TrainOptions } from './config.js';
 import { checkRunDir } from './rundir.js';
 import { ImageTask, LanguageTask, type TrainingTask } from './tasks.js';
 import { initialLevel } from './policies/choose.js';
@@ -65,8 +65,18 @@ export async function setUp(options: TrainOptions, context: TrainerContext): Pro
       const { threads: _threads, progress: _progress, overwrite: _overwrite, device, ...shared } = config;
       await group.checkConfig({ ...shared, device: device === 'cpu' ? 'cpu' : 'cuda' });
     }
-    const checkpoint = config.resume ? loadCheckpoint(config.resume, rank) : undefined;
+    const checkpoint = config.resume ? loadCheckpoint(config.resume, rank, config.workers) : undefined;
     if (checkpoint) {
+      const savedWorkers = checkpoint.position.config.workers;
+      if (typeof savedWorkers === 'number' && savedWorkers !== config.workers && BATCH_MODES.includes(config.adapt))
+        throw new CheckpointError(
+          `cannot resume from ${checkpoint.dir} with ${config.workers} workers: it was trained with ${savedWorkers}, and --adapt ${config.adapt} sets the global batch in samples (--batch-low, --batch-high), which another worker count would not split alike`,
+        );
+      if (rank === 0 && typeof savedWorkers === 'number' && savedWorkers !== config.workers)
+        process.stderr.write(
+          `accordion: resuming a run of ${savedWorkers} workers with ${config.workers}: every worker's error memory starts as the mean of the ${savedWorkers} saved ones ` +
+            `(the mass owed to the averaged gradient is kept); weights, momentum and compressor state are rank 0's; new ranks take rank 0's batch-norm statistics\n`,
+        );
       const saved = checkpoint.position.config as Partial<TrainConfig>;
       for (const key of RESUME_MUST_MATCH) {
         if (JSON.stringify(saved[key]) !== JSON.stringify(config[key]))

@@ -6,22 +6,18 @@ import { BasePolicy } from './policy.js';
 import { scheduledRate, type PolicySettings } from './settings.js';
 
 export class StaticPolicy extends BasePolicy {
-  protected globalBatch: number;
-
   constructor(protected readonly s: PolicySettings) {
     super();
-    this.globalBatch = s.config.batchSize * s.config.workers;
   }
 
+  /** One batch per worker: the global batch follows the job's size, also when a resume changes it. */
   plan(epoch: number): { lr: number; batch: number } {
-    return { lr: scheduledRate(this.s, epoch), batch: this.globalBatch };
+    return { lr: scheduledRate(this.s, epoch), batch: this.s.config.batchSize * this.s.config.workers };
   }
 
   save(): Record<string, unknown> {
-    return { globalBatch: this.globalBatch };
+    return {};
   }
 
-  restore(saved: Record<string, unknown>): void {
-    if (typeof saved.globalBatch === 'number') this.globalBatch = saved.globalBatch;
-  }
+  restore(_saved: Record<string, unknown>): void {}
 }
