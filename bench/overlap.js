@@ -7,7 +7,7 @@
 // compute and compression in turn, and the exchange cannot start before forward has ended, so a step
 // takes at least max(compute + compression, forward + exchange): the floor, with forward timed alone
 // (one thread, the same batch). The peer is PyTorch DDP over Gloo with the
-// same buckets, dense and with its PowerSGD hook (rank 2), in the same shaped network. Each run
+// same buckets, dense, with its PowerSGD hook (rank 2) and with its fp16 hook, in the same shaped network. Each run
 // trains 3 epochs of 5 steps; its figures are the median over the epochs after the first (which
 // warms up). Each round runs every side once (overlapped, after backward, DDP), rounds alternating
 // their order; the tables give medians over the `--rounds` rounds (3) and the median of the paired
@@ -17,7 +17,7 @@
 // 35 × 20 tokens of the file, learning rate 0.2, gradient clipping off: a clipped gradient is final only once every
 // gradient is, so clipping leaves nothing to overlap); no DDP peer and no floor there.
 //
-//   sudo node bench/overlap.js [--bandwidths 1gbit,100mbit] [--exchanges dense,powersgd-r2,topk-10]
+//   sudo node bench/overlap.js [--bandwidths 1gbit,100mbit] [--exchanges dense,powersgd-r2,topk-10,dense-bf16,dense-fp16,powersgd-r2-bf16]
 //        [--bucket-mb 25] [--rounds 3] [--model resnet18|lstm] [--text FILE] [--out DIR] [--fresh]
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -34,9 +34,14 @@ const EXCHANGES = {
   dense: ['--compressor', 'none'],
   'powersgd-r2': ['--compressor', 'powersgd', '--accordion', 'off', '--rank', '2'],
   'topk-10': ['--compressor', 'topk', '--accordion', 'off', '--topk-ratio', '0.1'],
+  // Values sent in 16 bits (--comm-dtype), summed in fp32.
+  'dense-bf16': ['--compressor', 'none', '--comm-dtype', 'bf16'],
+  'dense-fp16': ['--compressor', 'none', '--comm-dtype', 'fp16'],
+  'powersgd-r2-bf16': ['--compressor', 'powersgd', '--accordion', 'off', '--rank', '2', '--comm-dtype', 'bf16'],
 };
-// The engine's exchange and the DDP hook it is compared with.
-const PEER_HOOK = { dense: 'none', 'powersgd-r2': 'powersgd' };
+// The engine's exchange and the DDP hook it is compared with (PyTorch 1.13's Gloo refuses a bf16
+// all-reduce, so the bf16 exchanges have no peer).
+const PEER_HOOK = { dense: 'none', 'powersgd-r2': 'powersgd', 'dense-fp16': 'fp16' };
 
 const { values: opts } = parseArgs({
   options: {

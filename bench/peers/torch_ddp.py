@@ -3,7 +3,7 @@
 the engine's overlapped exchange (bench/overlap.js runs one per simulated host).
 
 DDP buckets the gradients (bucket_cap_mb) and all-reduces each bucket while
-backward runs, optionally through PyTorch's PowerSGD communication hook. A step
+backward runs, optionally through PyTorch's PowerSGD or fp16 communication hook. A step
 is zero_grad, forward, cross-entropy, backward (with the overlapped all-reduces)
 and the SGD update (lr 0.1, momentum 0.9, nesterov, weight_decay 1e-4) on a
 fixed random CIFAR-shaped batch. Rank 0's batch-norm buffers are broadcast before
@@ -27,7 +27,7 @@ timing.require_omp('torch_ddp.py', 1)
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook  # noqa: E402
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 import models  # noqa: E402
@@ -37,7 +37,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description='Time PyTorch DDP steps of ResNet-18 on the CPU over Gloo.')
     timing.add_group_args(p)
     p.add_argument('--bucket-mb', type=float, default=25.0)
-    p.add_argument('--hook', choices=['none', 'powersgd'], default='none')
+    p.add_argument('--hook', choices=['none', 'powersgd', 'fp16'], default='none')
     p.add_argument('--powersgd-rank', type=int, default=2)
     p.add_argument('--batch', type=int, default=64, help='per worker')
     p.add_argument('--warmup', type=int, default=3)
@@ -56,6 +56,9 @@ def main(argv=None):
                                             start_powerSGD_iter=2, min_compression_rate=0,
                                             use_error_feedback=True, warm_start=True)
         model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    elif args.hook == 'fp16':
+        # Each bucket cast to fp16, divided by the world size, all-reduced in fp16, cast back.
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-4)
     generator = torch.Generator().manual_seed(args.rank)
     images = torch.randn(args.batch, 3, 32, 32, generator=generator)

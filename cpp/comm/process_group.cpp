@@ -40,13 +40,17 @@ static EngineError fp32Only() {
 
 void ProcessGroup::allToAll(const void*, size_t, void*) { throw fp32Only(); }
 
+static void requireHost(const ProcessGroup& group, Precision sent) {
+  if (group.onDevice()) throw invalidArgument(std::string("values sent in ") + precisionName(sent) + " need host memory; this group's are on a device");
+}
+
 void ProcessGroup::allGatherBytes(const void*, size_t, void*) { throw fp32Only(); }
 
 void ProcessGroup::allReduceSumAs(float* data, int64_t count, Precision sent) {
   if (sent == Precision::Fp32) return allReduceSum(data, count);
   const int world = size();
   if (world == 1 || count == 0) return;
-  if (onDevice()) throw invalidArgument(std::string("values sent in ") + precisionName(sent) + " need host memory; this group's are on a device");
+  requireHost(*this, sent);
   const int64_t share = (count + world - 1) / world;  // values per rank's share; the last is padded with zeros
   const float inverse = 1.0f / static_cast<float>(world);
   std::vector<uint16_t> out(static_cast<size_t>(share * world), 0), in(out.size());
@@ -66,7 +70,7 @@ void ProcessGroup::allReduceSumAs(float* data, int64_t count, Precision sent) {
 void ProcessGroup::allGatherAs(const float* input, int64_t count, float* output, Precision sent) {
   if (sent == Precision::Fp32 || size() == 1) return allGather(input, count, output);
   if (count == 0) return;
-  if (onDevice()) throw invalidArgument(std::string("values sent in ") + precisionName(sent) + " need host memory; this group's are on a device");
+  requireHost(*this, sent);
   const int world = size();
   std::vector<uint16_t> mine(static_cast<size_t>(count)), all(static_cast<size_t>(count * world));
   for (int64_t i = 0; i < count; ++i) mine[i] = encode(sent, input[i]);
