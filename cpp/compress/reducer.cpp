@@ -176,13 +176,18 @@ void GradientReducer::exchange(const std::vector<size_t>& slots, ReduceResult& r
   if (options_.sent != Precision::Fp32 && group_.size() > 1) checkInRange(slots);
 }
 
-void GradientReducer::checkInRange(const std::vector<size_t>& slots) {
+int64_t GradientReducer::firstNonFiniteAmong(const std::vector<size_t>& slots) {
   std::vector<ConstSpan> grads;
   for (size_t i : slots) grads.push_back({slots_[i].parameter->grad.data(), slots_[i].parameter->grad.numel()});
   backend_.findNonFinite(grads, finiteFlag_.data());
   double bad = 0;
   backend_.download(&bad, finiteFlag_.data(), sizeof(double));
   backend_.synchronize();
+  return static_cast<int64_t>(bad);
+}
+
+void GradientReducer::checkInRange(const std::vector<size_t>& slots) {
+  const int64_t bad = firstNonFiniteAmong(slots);
   if (bad == 0) return;
   const std::string name = slots_[slots[static_cast<size_t>(bad) - 1]].parameter->name, precision = precisionName(options_.sent);
   throw numericalError("the gradient of '" + name + "' left " + precision + "'s range in the exchange (" +
@@ -228,12 +233,7 @@ void GradientReducer::reduceBucket(const std::vector<size_t>& bucket, ReduceResu
   // Checked in parameter order, so that the first non-finite one is named as reduce() would name it.
   std::vector<size_t> ascending(bucket);
   std::sort(ascending.begin(), ascending.end());
-  std::vector<ConstSpan> grads;
-  for (size_t i : ascending) grads.push_back({slots_[i].parameter->grad.data(), slots_[i].parameter->grad.numel()});
-  backend_.findNonFinite(grads, finiteFlag_.data());
-  double bad = 0;
-  backend_.download(&bad, finiteFlag_.data(), sizeof(double));
-  backend_.synchronize();
+  const int64_t bad = firstNonFiniteAmong(ascending);
   if (bad > 0) {
     // Noted for the agreement; the bucket still travels (as zeros), so every worker's collectives match.
     const int64_t first = static_cast<int64_t>(ascending[static_cast<size_t>(bad) - 1]) + 1;

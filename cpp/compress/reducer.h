@@ -154,6 +154,8 @@ class GradientReducer {
   // Floats and bytes of one parameter per step at `level`.
   int64_t floatsAt(const Slot& s, double level) const;
   int64_t bytesAt(const Slot& s, double level) const;
+  // 1 + the position in `slots` of the first parameter whose gradient is not finite, or 0.
+  int64_t firstNonFiniteAmong(const std::vector<size_t>& slots);
   // After an exchange in 16 bits: throws, naming the parameter, where a value left the precision's
   // range (fp16: beyond 65504) and came back as Inf. Every worker holds the same averages, so every
   // worker throws alike.
