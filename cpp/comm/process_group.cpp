@@ -53,17 +53,19 @@ void ProcessGroup::allReduceSumAs(float* data, int64_t count, Precision sent) {
   requireHost(*this, sent);
   const int64_t share = (count + world - 1) / world;  // values per rank's share; the last is padded with zeros
   const float inverse = 1.0f / static_cast<float>(world);
-  std::vector<uint16_t> out(static_cast<size_t>(share * world), 0), in(out.size());
-  for (int64_t i = 0; i < count; ++i) out[i] = encode(sent, data[i] * inverse);
-  allToAll(out.data(), share * sizeof(uint16_t), in.data());
-  std::vector<uint16_t> average(static_cast<size_t>(share));
+  sending_.resize(static_cast<size_t>(share * world));
+  receiving_.resize(sending_.size());
+  shares_.resize(static_cast<size_t>(share));
+  for (int64_t i = 0; i < count; ++i) sending_[i] = encode(sent, data[i] * inverse);
+  std::fill(sending_.begin() + count, sending_.end(), uint16_t{0});
+  allToAll(sending_.data(), share * sizeof(uint16_t), receiving_.data());
   for (int64_t j = 0; j < share; ++j) {
     float sum = 0.0f;
-    for (int r = 0; r < world; ++r) sum += decode(sent, in[r * share + j]);
-    average[j] = encode(sent, sum);
+    for (int r = 0; r < world; ++r) sum += decode(sent, receiving_[r * share + j]);
+    shares_[j] = encode(sent, sum);
   }
-  allGatherBytes(average.data(), share * sizeof(uint16_t), out.data());
-  for (int64_t i = 0; i < count; ++i) data[i] = decode(sent, out[i]) * static_cast<float>(world);
+  allGatherBytes(shares_.data(), share * sizeof(uint16_t), sending_.data());
+  for (int64_t i = 0; i < count; ++i) data[i] = decode(sent, sending_[i]) * static_cast<float>(world);
   record(Collective::AllReduce, count, count * bytesPerValue(sent));
 }
 
@@ -72,10 +74,11 @@ void ProcessGroup::allGatherAs(const float* input, int64_t count, float* output,
   if (count == 0) return;
   requireHost(*this, sent);
   const int world = size();
-  std::vector<uint16_t> mine(static_cast<size_t>(count)), all(static_cast<size_t>(count * world));
-  for (int64_t i = 0; i < count; ++i) mine[i] = encode(sent, input[i]);
-  allGatherBytes(mine.data(), count * sizeof(uint16_t), all.data());
-  for (int64_t i = 0; i < count * world; ++i) output[i] = decode(sent, all[i]);
+  sending_.resize(static_cast<size_t>(count));
+  receiving_.resize(static_cast<size_t>(count * world));
+  for (int64_t i = 0; i < count; ++i) sending_[i] = encode(sent, input[i]);
+  allGatherBytes(sending_.data(), count * sizeof(uint16_t), receiving_.data());
+  for (int64_t i = 0; i < count * world; ++i) output[i] = decode(sent, receiving_[i]);
   record(Collective::AllGather, count * world, count * world * bytesPerValue(sent));
 }
 

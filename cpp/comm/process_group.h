@@ -73,6 +73,8 @@ class ProcessGroup {
  private:
   mutable std::mutex countsMutex_;
   CollectiveCounts counts_;
+  // allReduceSumAs's and allGatherAs's 16-bit buffers, kept between calls (one collective at a time).
+  std::vector<uint16_t> sending_, receiving_, shares_;
 };
 
 // The group of a single process: every collective is the identity.

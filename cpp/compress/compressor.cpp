@@ -20,31 +20,10 @@ const char* compressorName(Compressor c) {
   }
 }
 
-void TimedGroup::allReduceSum(float* data, int64_t count) {
+void TimedGroup::timed(const std::function<void()>& collective) {
   if (group_.onDevice()) backend_.synchronize();
   const auto start = std::chrono::steady_clock::now();
-  group_.allReduceSum(data, count);
-  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-void TimedGroup::allGather(const float* input, int64_t count, float* output) {
-  if (group_.onDevice()) backend_.synchronize();
-  const auto start = std::chrono::steady_clock::now();
-  group_.allGather(input, count, output);
-  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-void TimedGroup::allReduceSumAs(float* data, int64_t count, Precision sent) {
-  if (group_.onDevice()) backend_.synchronize();
-  const auto start = std::chrono::steady_clock::now();
-  group_.allReduceSumAs(data, count, sent);
-  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-void TimedGroup::allGatherAs(const float* input, int64_t count, float* output, Precision sent) {
-  if (group_.onDevice()) backend_.synchronize();
-  const auto start = std::chrono::steady_clock::now();
-  group_.allGatherAs(input, count, output, sent);
+  collective();
   seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

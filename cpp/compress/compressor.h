@@ -25,14 +25,17 @@ class TimedGroup {
  public:
   TimedGroup(ProcessGroup& group, Backend& backend) : group_(group), backend_(backend) {}
   int size() const { return group_.size(); }
-  void allReduceSum(float* data, int64_t count);
-  void allGather(const float* input, int64_t count, float* output);
-  // ProcessGroup::allReduceSumAs and allGatherAs, timed the same way.
-  void allReduceSumAs(float* data, int64_t count, Precision sent);
-  void allGatherAs(const float* input, int64_t count, float* output, Precision sent);
+  // ProcessGroup::allReduceSumAs and allGatherAs (fp32: allReduceSum and allGather).
+  void allReduceSum(float* data, int64_t count, Precision sent = Precision::Fp32) {
+    timed([&] { group_.allReduceSumAs(data, count, sent); });
+  }
+  void allGather(const float* input, int64_t count, float* output, Precision sent = Precision::Fp32) {
+    timed([&] { group_.allGatherAs(input, count, output, sent); });
+  }
   double seconds = 0;
 
  private:
+  void timed(const std::function<void()>& collective);
   ProcessGroup& group_;
   Backend& backend_;
 };

@@ -71,10 +71,10 @@ void PowerSgdCompressor::exchange(const std::vector<MatrixView>& views, TimedGro
   }
   // M = g + e and P = M·Q for every matrix, then one all-reduce of all P's.
   kernels_.powerSgdProject(matrices);
-  group.allReduceSumAs(pBuffer_.data(), pTotal, sent_);
+  group.allReduceSum(pBuffer_.data(), pTotal, sent_);
   // Orthogonalise, Qᵀ = P̂ᵀ·M, then one all-reduce of all Q's.
   kernels_.powerSgdProjectBack(matrices, eps_);
-  group.allReduceSumAs(qBuffer_.data(), qTotal, sent_);
+  group.allReduceSum(qBuffer_.data(), qTotal, sent_);
   // out = P̂·Qᵀ becomes the gradient; the memory keeps M − out; Q is kept for the next step.
   kernels_.powerSgdDecompress(matrices, 1.0f / static_cast<float>(group.size()));
 }

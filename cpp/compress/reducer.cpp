@@ -279,7 +279,7 @@ void GradientReducer::reduceDense(const std::vector<size_t>& slots, TimedGroup& 
   float* buffer = scratch(denseBuffer_, total, backend_);
   CompressionKernels& kernels = backend_.compression();
   kernels.pack(grads, buffer);
-  group.allReduceSumAs(buffer, total, options_.sent);
+  group.allReduceSum(buffer, total, options_.sent);
   kernels.unpack(buffer, grads, 1.0f / static_cast<float>(group_.size()));
 }
 

@@ -64,7 +64,7 @@ void TopKCompressor::gatherRounded(const std::vector<TopKTensor>& tensors, int64
   allIndices_.resize(pairs * world);
   allValues_.resize(pairs * world);
   group.allGather(indices_.data(), pairs, allIndices_.data());
-  group.allGatherAs(values_.data(), pairs, allValues_.data(), sent_);
+  group.allGather(values_.data(), pairs, allValues_.data(), sent_);
   for (int w = 0; w < world; ++w) {
     k = w * pairs;
     for (const TopKTensor& t : tensors) {

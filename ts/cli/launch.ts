@@ -95,7 +95,7 @@ function withoutFlag(args: string[], flag: string, takesValue: boolean): string[
  * directory holds one (`--resume DIR`, continuing the run in place), else the start again (the
  * failed attempt's files replaced with `--overwrite`).
  */
-export function restartArgs(args: string[]): { args: string[]; from: string } {
+function restartArgs(args: string[]): { args: string[]; from: string } {
   const resumed = flagValue(args, '--resume');
   const runDir = flagValue(args, '--out') ?? (resumed && path.resolve(resolveCheckpointDir(resumed), '..', '..'));
   if (!runDir) throw new UsageError('a restart needs the run directory (--out or --resume)');

@@ -40,12 +40,12 @@ export function predictedWireBytes(exchange: Exchange, hosts: number, procsPerHo
 }
 
 /** Bytes of a value sent in `commDtype` (fp32 when absent). */
-export function valueBytes(commDtype: string | undefined): number {
+function valueBytes(commDtype: string | undefined): number {
   return commDtype === 'bf16' || commDtype === 'fp16' ? 2 : 4;
 }
 
 /** An exchange where everything is all-reduced (dense, PowerSGD): `bytes` in the precision sent. */
-export function allReduced(bytes: number, commDtype: string | undefined): Exchange {
+function allReduced(bytes: number, commDtype: string | undefined): Exchange {
   return valueBytes(commDtype) === 4 ? { allReduceBytes: bytes, splitReduceBytes: 0, allGatherBytes: 0 } : { allReduceBytes: 0, splitReduceBytes: bytes, allGatherBytes: 0 };
 }
 

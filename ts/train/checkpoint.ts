@@ -143,9 +143,19 @@ export function resolveCheckpointDir(target: string): string {
  * of workers that wrote it, the state of `rank` in a job of that size (`regrouped`).
  */
 export function loadCheckpoint(target: string, rank = 0, worldSize?: number): LoadedCheckpoint {
-  const saved = worldSize === undefined ? undefined : savedWorkers(target);
-  if (saved !== undefined && saved !== worldSize) return regrouped(target, rank, saved);
   const dir = resolveCheckpointDir(target);
+  const own = fs.existsSync(path.join(dir, trainerFile(rank)));
+  // A rank the checkpoint does not have starts from rank 0's state, when the job's size changed.
+  const loaded = loadRank(dir, own || worldSize === undefined ? rank : 0);
+  const workers = loaded.position.config.workers;
+  const saved = typeof workers === 'number' ? workers : 1;
+  if (!own && (worldSize === undefined || saved === worldSize || rank < saved))
+    throw new CheckpointError(`${dir} holds no trainer state for rank ${rank} (${trainerFile(rank)})`);
+  return worldSize === undefined || saved === worldSize ? loaded : regrouped(dir, loaded, rank, saved);
+}
+
+/** Rank `rank`'s state as written, from the checkpoint directory `dir`. */
+function loadRank(dir: string, rank: number): LoadedCheckpoint {
   const model = readSafetensors(path.join(dir, 'model.safetensors'));
   const file = path.join(dir, trainerFile(rank));
   if (!fs.existsSync(file)) throw new CheckpointError(`${dir} holds no trainer state for rank ${rank} (${trainerFile(rank)})`);
@@ -177,14 +187,9 @@ export function loadCheckpoint(target: string, rank = 0, worldSize?: number): Lo
   return { dir, model: modelState, trainer: own.filter((t) => isTrainer(t.name)), position };
 }
 
-/** The number of workers that wrote a checkpoint (1 for a checkpoint without it in its configuration). */
-function savedWorkers(target: string): number {
-  const workers = loadCheckpoint(target, 0).position.config.workers;
-  return typeof workers === 'number' ? workers : 1;
-}
-
 /**
- * The state of `rank` in a job of another size than the `saved` workers that wrote the checkpoint:
+ * The state of `rank` in a job of another size than the `saved` workers that wrote the checkpoint,
+ * from `base` (the rank's own state, or rank 0's for a rank the checkpoint does not have):
  * - every rank's error memory becomes the mean of the saved ranks' memories, so the gradient mass
  *   owed to the averaged gradient, (1/W)·Σ_r e_r, is the same before and after;
  * - what every rank holds alike (weights, momentum, PowerSGD's Q, levels) is rank 0's;
@@ -192,11 +197,10 @@ function savedWorkers(target: string): number {
  *   statistics (equal to every rank's at a checkpoint) and the random streams a fresh worker of its
  *   rank draws.
  */
-function regrouped(target: string, rank: number, saved: number): LoadedCheckpoint {
-  const base = loadCheckpoint(target, rank < saved ? rank : 0);
+function regrouped(dir: string, base: LoadedCheckpoint, rank: number, saved: number): LoadedCheckpoint {
   const memories = new Map<string, Float64Array>();
   for (let r = 0; r < saved; r++)
-    for (const t of loadCheckpoint(target, r).trainer) {
+    for (const t of readSafetensors(path.join(dir, trainerFile(r))).tensors.values()) {
       if (!t.name.startsWith('compressor.memory.')) continue;
       const values = new Float32Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength));
       const sum = memories.get(t.name) ?? new Float64Array(values.length);
