@@ -278,7 +278,7 @@ describe('several workers: PyTorch DDP semantics, against PyTorch DDP and float6
     }
   });
 
-  it('one epoch of the synthetic recipe: 2 workers\' test loss with their saved statistics is within the 1-worker run\'s gap to statistics recomputed in float64, plus 2%', async function () {
+  it('one epoch of the synthetic recipe: 2 workers\' test loss with their saved statistics is within the 1-worker run\'s gap to statistics recomputed by PyTorch, plus 2%', async function () {
     const data = path.join(tmp, 'gap-data');
     const common = { model: 'resnet18', dataset: 'synthetic', dataDir: data, syntheticTrain: 640, syntheticTest: 200, batchSize: 32, epochs: 1, threads: 1, progress: false };
     const solo = await Trainer.create({ ...common, outDir: path.join(tmp, 'gap-1') });
@@ -293,19 +293,18 @@ describe('several workers: PyTorch DDP semantics, against PyTorch DDP and float6
       await Promise.all(joined.map((g) => g.dispose()));
     }
     // The relative excess of the test loss with the saved statistics over the loss with statistics
-    // recomputed from 320 training images through the final weights (bench/peers, float64).
-    const excess = (dir) => {
-      const r = spawnSync(PYTHON, [path.join(PEERS, 'torch_recomputed_loss.py'), '--model', 'resnet18', '--checkpoint', path.join(loadCheckpoint(dir).dir, 'model.safetensors'), '--data', data, '--train-images', '320'], {
-        encoding: 'utf8',
-        env: { ...process.env, OMP_NUM_THREADS: '2' },
-        timeout: 300000,
-      });
-      expect(r.status, `torch_recomputed_loss.py failed: ${r.stderr}`).to.equal(0);
-      const { saved, recomputed } = JSON.parse(r.stdout);
+    // recomputed from 320 training images through the final weights (bench/peers). In float32: the
+    // bound is 2% and PyTorch's float32 losses agree with its float64 ones to 1e-6 here, in a
+    // quarter of the time.
+    const r = spawnSync(PYTHON, [
+      path.join(PEERS, 'torch_recomputed_loss.py'), '--model', 'resnet18', '--data', data, '--train-images', '320', '--dtype', 'float32',
+      ...['gap-1', 'gap-2'].flatMap((run) => ['--checkpoint', path.join(loadCheckpoint(path.join(tmp, run)).dir, 'model.safetensors')]),
+    ], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '2' }, timeout: 300000 });
+    expect(r.status, `torch_recomputed_loss.py failed: ${r.stderr}`).to.equal(0);
+    const [one, two] = r.stdout.trim().split('\n').map((line) => {
+      const { saved, recomputed } = JSON.parse(line);
       return { saved, recomputed, excess: saved / recomputed - 1 };
-    };
-    const one = excess(path.join(tmp, 'gap-1'));
-    const two = excess(path.join(tmp, 'gap-2'));
+    });
     this.test.title += ` [1 worker ${one.saved.toFixed(3)} saved / ${one.recomputed.toFixed(3)} recomputed, 2 workers ${two.saved.toFixed(3)} / ${two.recomputed.toFixed(3)}]`;
     expect(two.excess).to.be.at.most(one.excess + 0.02);
   });

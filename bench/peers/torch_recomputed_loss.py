@@ -1,19 +1,19 @@
 #!/usr/bin/python3
 """A checkpoint's test loss with its saved batch-norm statistics and with statistics
-recomputed from the training set, both in float64: how far a run's running
-statistics are from its final weights' (test/ddp.test.js).
+recomputed from the training set: how far a run's running statistics are from its
+final weights' (test/ddp.test.js).
 
-The checkpoint's model.safetensors (ResNet-18 or VGG-19bn, PyTorch's names) is
-loaded in float64. Its test loss is measured on test_batch.bin of --data with the
-saved running statistics; then every batch norm's statistics are recomputed from
-the training images (data_batch_*.bin, or their first --train-images; normalised,
-no augmentation) as PyTorch's
-cumulative average (momentum None) of the means and unbiased variances of batches
-of --batch, and the test loss is measured again.
-Prints one JSON line: {"saved": loss, "recomputed": loss}.
+Each --checkpoint's model.safetensors (ResNet-18 or VGG-19bn, PyTorch's names) is
+loaded in --dtype (float64 by default). Its test loss is measured on test_batch.bin
+of --data with the saved running statistics; then every batch norm's statistics are
+recomputed from the training images (data_batch_*.bin, or their first
+--train-images; normalised, no augmentation) as PyTorch's cumulative average
+(momentum None) of the means and unbiased variances of batches of --batch, and the
+test loss is measured again.
+Prints one JSON line per checkpoint, in order: {"saved": loss, "recomputed": loss}.
 
     OMP_NUM_THREADS=2 /usr/bin/python3 bench/peers/torch_recomputed_loss.py --model resnet18 \
-        --checkpoint RUN/checkpoints/latest/model.safetensors --data DIR
+        --checkpoint RUN/checkpoints/epoch-0001/model.safetensors --data DIR
 """
 
 import argparse
@@ -34,9 +34,9 @@ import models  # noqa: E402
 import safetensors_io  # noqa: E402
 
 
-def read(directory, names):
-    """Normalised float64 images and their labels."""
-    images, labels = cifar.read(directory, names, np.float64)
+def read(directory, names, dtype):
+    """Normalised images in `dtype` and their labels."""
+    images, labels = cifar.read(directory, names, dtype)
     return cifar.normalise(images), labels
 
 
@@ -50,28 +50,31 @@ def main(argv=None):
     p = argparse.ArgumentParser(description='Test loss with saved and with recomputed batch-norm statistics, in float64.')
     p.add_argument('--model', choices=sorted(models.MODELS), required=True)
     p.add_argument('--classes', type=int, default=10)
-    p.add_argument('--checkpoint', required=True, help='model.safetensors')
+    p.add_argument('--checkpoint', required=True, action='append', help='model.safetensors (repeat for several)')
     p.add_argument('--data', required=True, help='directory of data_batch_*.bin and test_batch.bin')
     p.add_argument('--batch', type=int, default=256)
     p.add_argument('--train-images', type=int, default=0, help='recompute from the first N training images (0: all)')
+    p.add_argument('--dtype', choices=['float64', 'float32'], default='float64')
     args = p.parse_args(argv)
     torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
-    model = models.build(args.model, args.classes).double()
-    model.load_state_dict(safetensors_io.load_state_dict(args.checkpoint))
-    train_x, _ = read(args.data, sorted(f for f in os.listdir(args.data) if f.startswith('data_batch_')))
+    dtype = np.float64 if args.dtype == 'float64' else np.float32
+    train_x, _ = read(args.data, sorted(f for f in os.listdir(args.data) if f.startswith('data_batch_')), dtype)
     if args.train_images:
         train_x = train_x[:args.train_images]
-    test_x, test_y = read(args.data, ['test_batch.bin'])
-    saved = test_loss(model, test_x, test_y, args.batch)
-    for m in model.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.reset_running_stats()
-            m.momentum = None
-    model.train()
-    with torch.no_grad():
-        for i in range(0, len(train_x), args.batch):
-            model(train_x[i:i + args.batch])
-    print(json.dumps({'saved': saved, 'recomputed': test_loss(model, test_x, test_y, args.batch)}))
+    test_x, test_y = read(args.data, ['test_batch.bin'], dtype)
+    for checkpoint in args.checkpoint:
+        model = models.build(args.model, args.classes).to(getattr(torch, args.dtype))
+        model.load_state_dict(safetensors_io.load_state_dict(checkpoint))
+        saved = test_loss(model, test_x, test_y, args.batch)
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.reset_running_stats()
+                m.momentum = None
+        model.train()
+        with torch.no_grad():
+            for i in range(0, len(train_x), args.batch):
+                model(train_x[i:i + args.batch])
+        print(json.dumps({'saved': saved, 'recomputed': test_loss(model, test_x, test_y, args.batch)}), flush=True)
 
 
 if __name__ == '__main__':
