@@ -288,10 +288,23 @@ describe('Accordion in training', function () {
       const plans = logged(runDir('auto-dp'), 'epoch').map((e) => e.auto);
       expect(plans.map((p) => p.costUnit)).to.deep.equal(['seconds', 'seconds']);
       expect(ranks[0].epochs[1].levels).to.deep.equal(plans[0].levels);
-      // Dense costs only its bytes; a compressed level its kernel time and fewer bytes.
-      const dense = plans[0].candidates[0];
-      const numel = logged(runDir('auto-dp'), 'start')[0].parameterSizes[dense.index];
-      expect(dense.costs[0]).to.be.closeTo((4 * numel * 2 * (1 / 2)) / link.bytesPerSecond, 1e-12);
+      // Dense costs only its bytes, in fp32 or (on the CPU with an fp32 exchange, priced in seconds)
+      // in bf16 for a small error; a compressed level its kernel time and fewer bytes.
+      const sizes = logged(runDir('auto-dp'), 'start')[0].parameterSizes;
+      for (const c of plans[0].candidates) {
+        expect(c.levels).to.deep.equal([-1, 0, 1, 2, 4, 8]);
+        const share = 2 * (1 / 2); // an all-reduce among 2 sends 2(W − 1)/W of its bytes
+        expect(c.costs[1], `dense, parameter ${c.index}`).to.be.closeTo((4 * sizes[c.index] * share) / link.bytesPerSecond, 1e-12);
+        expect(c.costs[0], `dense in bf16, parameter ${c.index}`).to.be.closeTo((2 * sizes[c.index] * share) / link.bytesPerSecond, 1e-12);
+        expect(c.errors[1]).to.equal(0);
+      }
+      // Squared errors: (relative error × ‖G‖)², the relative error of bf16's rounding at most 2⁻⁸.
+      const norms = logged(runDir('auto-dp'), 'epoch')[0].norms;
+      for (const c of plans[0].candidates) expect(Math.sqrt(c.errors[0]) / norms[c.index], `parameter ${c.index}`).to.be.within(0, 2 ** -8);
+      // Small matrices cost less dense in bf16 than through any compression kernel: the plan picks
+      // it somewhere, and the second epoch sends those matrices so on both ranks.
+      expect(plans[0].levels.filter((l) => l === -1).length, 'matrices planned dense in bf16').to.be.above(0);
+      expect(ranks[0].epochs[1].levels.filter((l) => l === -1).length).to.be.above(0);
     });
   });
 

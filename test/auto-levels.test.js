@@ -2,7 +2,8 @@
 // and its tightening by Accordion's regimes, and the costs in seconds.
 import { expect } from 'chai';
 import { ERROR_STEPS, chooseLevels, levelCost, planLevels } from '../lib/train/auto-levels.js';
-import { candidateLevels } from '../lib/config/compression.js';
+import { candidateLevels, compressionSpec } from '../lib/config/compression.js';
+import { DEFAULT_CONFIG } from '../lib/config/options.js';
 import { makeRng as seeded } from './helpers/gradcheck.js';
 
 // Seeded uniform numbers in [0, 1), so that a failing table reproduces.
@@ -169,10 +170,18 @@ describe('automatic levels: the plan', function () {
     // Sent in 16 bits the same floats are half the bytes, and half the seconds on the link.
     expect(levelCost({ ...c, bytes: 2000, seconds: 0 }, { ...link, compressor: 'powersgd' })).to.be.closeTo((2000 * 1.5) / 1e6, 1e-12);
     expect(levelCost(c, { kind: 'floats' })).to.equal(1000);
+    // Dense in bf16 is all-reduced too, TopK's as PowerSGD's.
+    expect(levelCost({ ...c, level: -1, bytes: 2000, seconds: 0 }, { ...link, compressor: 'topk' })).to.be.closeTo((2000 * 1.5) / 1e6, 1e-12);
   });
 
-  it('candidates: the given levels, the reference and dense, once each, in order', function () {
+  it('candidates: the given levels, the reference and dense, once each, in order; dense in bf16 where priced in seconds on the CPU with an fp32 exchange', function () {
     expect(candidateLevels([1, 2, 4, 8], 2)).to.deep.equal([0, 1, 2, 4, 8]);
     expect(candidateLevels([0.01, 0.1], 0.05)).to.deep.equal([0, 0.01, 0.05, 0.1]);
+    expect(candidateLevels([1, 2], 2, true)).to.deep.equal([-1, 0, 1, 2]);
+    const spec = (o) => compressionSpec({ ...DEFAULT_CONFIG, compressor: 'powersgd', autoCost: 'seconds', ...o }).candidates;
+    expect(spec({})).to.deep.equal([-1, 0, 1, 2, 4, 8]);
+    expect(spec({ autoCost: 'floats' }), 'in floats it costs as dense').to.deep.equal([0, 1, 2, 4, 8]);
+    expect(spec({ commDtype: 'bf16' }), 'dense already travels in 16 bits').to.deep.equal([0, 1, 2, 4, 8]);
+    expect(spec({ device: 'cuda' }), 'the 16-bit exchange is the CPU\'s').to.deep.equal([0, 1, 2, 4, 8]);
   });
 });

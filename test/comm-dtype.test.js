@@ -135,6 +135,37 @@ describe('values sent in 16 bits (--comm-dtype)', function () {
       expect(err.message).to.include("'p0' left fp16's range");
     });
 
+    /**
+     * Runs 40 steps of W workers through `p` (and `exact`, the same reducer in fp32) and checks that
+     * error feedback kept what rounding lost: Σ out + mean e = Σ mean g, while the outputs differ from fp32's.
+     */
+    function expectRoundingFedBack(p, exact, shapes, W, rng, what) {
+      const sumOut = shapes.map((s) => new Float64Array(numelOf(s)));
+      const sumG = shapes.map((s) => new Float64Array(numelOf(s)));
+      let differs = 0;
+      for (let t = 0; t < 40; t++) {
+        const grads = Array.from({ length: W }, () => shapes.map((s) => randn(rng, numelOf(s))));
+        const { outputs } = p.step(grads);
+        const fp32 = exact.step(grads).outputs;
+        shapes.forEach((_, i) => {
+          outputs[0][i].forEach((v, k) => {
+            sumOut[i][k] += v;
+            if (v !== fp32[0][i][k]) differs++;
+          });
+          for (let w = 0; w < W; w++) grads[w][i].forEach((v, k) => (sumG[i][k] += v / W));
+        });
+      }
+      expect(differs, `${what}: the rounding changed the outputs`).to.be.above(0);
+      shapes.forEach((_, i) => {
+        const lhs = Float64Array.from(sumOut[i]);
+        for (let w = 0; w < W; w++) p.memory(w, i).forEach((v, k) => (lhs[k] += v / W));
+        const scale = 1 + Math.max(...sumG[i].map(Math.abs));
+        const worst = Math.max(...lhs.map((v, k) => Math.abs(v - sumG[i][k])));
+        // fp32 arithmetic over 40 steps; a lost rounding (2⁻⁹ or 2⁻¹² of every value sent) is 10× larger.
+        expect(worst, `${what} p${i}`).to.be.below(2e-4 * scale);
+      });
+    }
+
     it('feeds the rounding back: over 40 steps Σ out + mean e = Σ mean g (PowerSGD and TopK, W = 2 and 3), as in fp32', function () {
       const shapes = [[16, 8, 3, 3], [10, 20], [33, 5]];
       for (const compressor of ['powersgd', 'topk']) {
@@ -144,33 +175,92 @@ describe('values sent in 16 bits (--comm-dtype)', function () {
             const level = compressor === 'powersgd' ? 2 : 0.05;
             const p = new ReducerProbe(shapes, { compressor, level, workers: W, minCompressionRate: 0, commDtype: dtype });
             const exact = new ReducerProbe(shapes, { compressor, level, workers: W, minCompressionRate: 0 });
-            const sumOut = shapes.map((s) => new Float64Array(numelOf(s)));
-            const sumG = shapes.map((s) => new Float64Array(numelOf(s)));
-            let differs = 0;
-            for (let t = 0; t < 40; t++) {
-              const grads = Array.from({ length: W }, () => shapes.map((s) => randn(rng, numelOf(s))));
-              const { outputs } = p.step(grads);
-              const fp32 = exact.step(grads).outputs;
-              shapes.forEach((_, i) => {
-                outputs[0][i].forEach((v, k) => {
-                  sumOut[i][k] += v;
-                  if (v !== fp32[0][i][k]) differs++;
-                });
-                for (let w = 0; w < W; w++) grads[w][i].forEach((v, k) => (sumG[i][k] += v / W));
-              });
-            }
-            expect(differs, `${compressor} ${dtype}: the rounding changed the outputs`).to.be.above(0);
-            shapes.forEach((_, i) => {
-              const lhs = Float64Array.from(sumOut[i]);
-              for (let w = 0; w < W; w++) p.memory(w, i).forEach((v, k) => (lhs[k] += v / W));
-              const scale = 1 + Math.max(...sumG[i].map(Math.abs));
-              const worst = Math.max(...lhs.map((v, k) => Math.abs(v - sumG[i][k])));
-              // fp32 arithmetic over 40 steps; a lost rounding (2⁻⁹ or 2⁻¹² of every value sent) is 10× larger.
-              expect(worst, `${compressor} ${dtype} W=${W} p${i}`).to.be.below(2e-4 * scale);
-            });
+            expectRoundingFedBack(p, exact, shapes, W, rng, `${compressor} ${dtype} W=${W}`);
           }
         }
       }
+    });
+
+    describe('a matrix sent dense in bf16 (level -1) in an fp32 exchange', function () {
+      const shapes = [[6, 4], [5, 3], [7]];
+
+      it('sends M = g + e divided by W and rounded to bf16, sums in fp32, keeps e = M − out; the other tensors travel in fp32', function () {
+        for (const compressor of ['powersgd', 'topk']) {
+          for (const W of [2, 3]) {
+            const rng = makeRng(11 * W + compressor.length);
+            const level = compressor === 'powersgd' ? 1 : 0.5;
+            const p = new ReducerProbe(shapes, { compressor, level, workers: W, minCompressionRate: 0 });
+            const fp32 = new ReducerProbe(shapes, { compressor, level, workers: W, minCompressionRate: 0 });
+            p.setLevel(0, -1);
+            fp32.setLevel(0, 0);
+            expect(p.level(0)).to.equal(-1);
+            expect(p.isCompressed(0)).to.equal(false);
+            for (let t = 0; t < 3; t++) {
+              const grads = Array.from({ length: W }, () => shapes.map((s) => randn(rng, numelOf(s), 3)));
+              const memories = Array.from({ length: W }, (_, w) => p.memory(w, 0));
+              const r = p.step(grads);
+              const other = fp32.step(grads);
+              const M = grads.map((g, w) => g[0].map((v, k) => Math.fround(v + memories[w][k])));
+              const expected = Array.from({ length: 24 }, (_, k) => denseReference(M.map((m) => m[k]), 'bf16'));
+              for (let w = 0; w < W; w++) {
+                expect(Array.from(r.outputs[w][0]), `${compressor} W=${W} step ${t} worker ${w}: the bf16 average`).to.deep.equal(expected);
+                expect(Array.from(p.memory(w, 0)), `worker ${w}: e = M − out`).to.deep.equal(Array.from(M[w], (m, k) => Math.fround(m - expected[k])));
+                // The compressed matrix and the bias are what an fp32 exchange makes of them.
+                expect(Array.from(r.outputs[w][2]), 'bias in fp32').to.deep.equal(Array.from(other.outputs[w][2]));
+                expect(Array.from(r.outputs[w][1]), 'compressed matrix').to.deep.equal(Array.from(other.outputs[w][1]));
+              }
+              // Floats: 24 dense values; bytes: 2 each, the rest at fp32's 4.
+              expect(r.floatsSent - other.floatsSent, 'floats as dense').to.equal(0);
+              expect(other.bytesSent - r.bytesSent, 'bytes saved').to.equal(24 * 2);
+            }
+          }
+        }
+      });
+
+      it('feeds the rounding back: over 40 steps Σ out + mean e = Σ mean g (W = 2 and 3)', function () {
+        for (const W of [2, 3]) {
+          const matrices = shapes.slice(0, 2);
+          const p = new ReducerProbe(matrices, { compressor: 'powersgd', level: 1, workers: W, minCompressionRate: 0 });
+          const exact = new ReducerProbe(matrices, { compressor: 'powersgd', level: 1, workers: W, minCompressionRate: 0 });
+          for (const i of [0, 1]) {
+            p.setLevel(i, -1);
+            exact.setLevel(i, 0);
+          }
+          expectRoundingFedBack(p, exact, matrices, W, makeRng(W), `dense bf16 W=${W}`);
+        }
+      });
+
+      it("prices it as the relative error of rounding the epoch sum to bf16, at the floats of dense and 2 bytes a value", function () {
+        const rng = makeRng(3);
+        const p = new ReducerProbe(shapes, { compressor: 'powersgd', level: 1, accumulateNorms: true, minCompressionRate: 0 });
+        const grads = [0, 1].map(() => shapes.map((s) => randn(rng, numelOf(s))));
+        for (const g of grads) p.step([g]);
+        const costs = p.levelCosts(0, [-1, 0, 1]);
+        for (const i of [0, 1]) {
+          const sum = Float32Array.from(grads[0][i], (v, k) => v + grads[1][i][k]);
+          const rounded = roundTo(sum, 'bf16');
+          let lost = 0, norm = 0;
+          sum.forEach((v, k) => {
+            lost += (v - rounded[k]) ** 2;
+            norm += v * v;
+          });
+          const [bf16, dense] = costs[i];
+          expect(bf16.level).to.equal(-1);
+          expect(bf16.error).to.be.closeTo(Math.sqrt(lost / norm), 1e-12);
+          expect(bf16.error, 'about 2⁻⁹ of each value').to.be.within(2 ** -12, 2 ** -8);
+          expect(bf16.floats).to.equal(dense.floats);
+          expect(bf16.bytes).to.equal(2 * sum.length);
+          expect(dense.bytes).to.equal(4 * sum.length);
+          expect(bf16.seconds).to.equal(0);
+        }
+      });
+
+      it('is refused where it is not a level: other negative values, 1-D tensors, no compressor', function () {
+        const p = new ReducerProbe(shapes, { compressor: 'powersgd', level: 1 });
+        expect(thrownBy(() => p.setLevel(0, -2)).message).to.include('a PowerSGD rank must be a positive integer (or 0: dense, -1: dense in bf16), got -2');
+        expect(thrownBy(() => p.setLevel(2, -1)).message).to.include('the parameter is 1-D and always sent dense');
+        expect(thrownBy(() => new ReducerProbe(shapes, {}).setLevel(0, -1)).message).to.include('no compressor is active');
+      });
     });
 
     it('counts bytes as predicted from the shapes: 2 per value sent, 4 per TopK index', function () {

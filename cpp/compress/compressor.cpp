@@ -64,6 +64,28 @@ void ErrorFeedbackCompressor::payOwed(const std::vector<size_t>& indices, const 
   for (size_t i : paid) backend_.fill(memory_[i].data(), memory_[i].numel(), 0.0f);
 }
 
+void ErrorFeedbackCompressor::exchangeRounded(const std::vector<MatrixView>& matrices, Precision sent, TimedGroup& group) {
+  std::vector<Span> grads, memories;
+  std::vector<ConstSpan> memoryValues, gradValues;
+  int64_t total = 0;
+  for (const MatrixView& v : matrices) {
+    Tensor& g = v.parameter->grad;
+    Tensor& e = memory_.at(v.index);
+    grads.push_back({g.data(), g.numel()});
+    memories.push_back({e.data(), e.numel()});
+    memoryValues.push_back({e.data(), e.numel()});
+    gradValues.push_back({g.data(), g.numel()});
+    total += g.numel();
+  }
+  float* buffer = scratch(roundedBuffer_, total, backend_);
+  backend_.accumulate(grads, memoryValues);  // g = M = g + e
+  kernels_.pack(grads, buffer);
+  group.allReduceSum(buffer, total, sent);
+  kernels_.unpack(buffer, memories, -1.0f / static_cast<float>(group.size()));  // e = −out
+  backend_.accumulate(memories, gradValues);                                      // e = M − out
+  kernels_.unpack(buffer, grads, 1.0f / static_cast<float>(group.size()));      // g = out
+}
+
 LevelCost ErrorFeedbackCompressor::price(const MatrixView& view, const Tensor& sum, int world) {
   const int64_t numel = sum.numel();
   LevelCost cost{view.level, 0, floats(view.rows, view.cols, view.level, world), bytes(view.rows, view.cols, view.level, world), 0};

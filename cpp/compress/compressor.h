@@ -43,12 +43,18 @@ class TimedGroup {
 // A buffer of at least `n` floats on the backend's device, reused between steps.
 float* scratch(Tensor& buffer, int64_t n, Backend& backend);
 
+// A matrix's level that sends it dense with its values in bf16 (summed in fp32, as
+// ProcessGroup::allReduceSumAs), what the rounding loses kept in its error memory. Beside the
+// compressor's own levels (> 0) and dense in the exchange's precision (0), it is a candidate of
+// automatic levels where the exchange otherwise sends fp32.
+constexpr double kDenseBf16 = -1;
+
 // One weight matrix in an exchange: its gradient viewed as (rows, cols) = (shape[0], numel / shape[0]).
 struct MatrixView {
   size_t index;  // the parameter's index in the reducer
   Parameter* parameter;
   int64_t rows, cols;
-  double level;  // PowerSGD rank or TopK ratio (not 0: compressed)
+  double level;  // PowerSGD rank or TopK ratio (> 0: compressed), or kDenseBf16
 };
 
 // What compressing one weight matrix's gradient at one level costs (GradientReducer::levelCosts).
@@ -82,6 +88,10 @@ class ErrorFeedbackCompressor {
   // Replaces each matrix's gradient by the average over the workers of its decompressed compression,
   // with error feedback.
   virtual void exchange(const std::vector<MatrixView>& matrices, TimedGroup& group) = 0;
+  // The same for matrices sent dense with their values rounded to `sent` (level kDenseBf16):
+  // M = g + e is all-reduced in `sent`, summed in fp32; the average `out` becomes the gradient and
+  // e = M − out keeps what the rounding lost. Host memory only, as every 16-bit exchange.
+  void exchangeRounded(const std::vector<MatrixView>& matrices, Precision sent, TimedGroup& group);
   // What compressing `sum` (matrix `view.index`'s epoch sum) at `view.level` costs, from fresh state
   // (zero memory, a fresh Q), leaving the compressor's state as it was: the relative error of what
   // error feedback would keep, the floats, and the kernels' seconds.
@@ -110,6 +120,7 @@ class ErrorFeedbackCompressor {
   CompressionKernels& kernels_;
   std::vector<Tensor> memory_;  // per parameter: the error memory (PyTorch layout); undefined for 1-D
   std::vector<char> owed_;
+  Tensor roundedBuffer_;  // exchangeRounded's values in flight
 };
 
 }  // namespace accordion

@@ -22,7 +22,7 @@ PowerSgdCompressor::PowerSgdCompressor(const std::vector<Parameter*>& parameters
 
 void PowerSgdCompressor::checkLevel(double level, const std::string& where) const {
   if (!std::isfinite(level) || level < 1 || level != std::floor(level))
-    throw invalidArgument(where + ": a PowerSGD rank must be a positive integer (or 0: dense), got " + std::to_string(level));
+    throw invalidArgument(where + ": a PowerSGD rank must be a positive integer (or 0: dense, -1: dense in bf16), got " + std::to_string(level));
 }
 
 bool PowerSgdCompressor::compresses(int64_t rows, int64_t cols, double level) const {

@@ -47,6 +47,12 @@ MatrixView GradientReducer::view(size_t index, double level) const {
 void GradientReducer::checkLevel(double level, const std::string& where, bool allowDense) const {
   if (!compressor_) throw invalidArgument(where + ": no compressor is active, so there are no levels to set");
   if (allowDense && level == 0) return;
+  if (allowDense && level == kDenseBf16) {
+    if (group_.onDevice())
+      throw invalidArgument(where + ": dense in bf16 (" + std::to_string(static_cast<int>(kDenseBf16)) +
+                            ") is exchanged from host memory; this job's collectives run on the GPU");
+    return;
+  }
   compressor_->checkLevel(level, where);
 }
 
@@ -62,8 +68,10 @@ void GradientReducer::setLevel(size_t index, double level) {
 }
 
 bool GradientReducer::compressedAt(const Slot& s, double level) const {
-  return s.matrix && compressor_ && level != 0 && compressor_->compresses(s.rows, s.cols, level);
+  return s.matrix && compressor_ && level > 0 && compressor_->compresses(s.rows, s.cols, level);
 }
+
+bool GradientReducer::roundedAt(const Slot& s, double level) const { return s.matrix && compressor_ && level == kDenseBf16; }
 
 bool GradientReducer::isCompressed(size_t index) const { return compressed(slots_.at(index)); }
 
@@ -72,8 +80,8 @@ int64_t GradientReducer::floatsAt(const Slot& s, double level) const {
 }
 
 int64_t GradientReducer::bytesAt(const Slot& s, double level) const {
-  return compressedAt(s, level) ? compressor_->bytes(s.rows, s.cols, level, group_.size())
-                                : s.parameter->value.numel() * bytesPerValue(options_.sent);
+  if (compressedAt(s, level)) return compressor_->bytes(s.rows, s.cols, level, group_.size());
+  return s.parameter->value.numel() * bytesPerValue(roundedAt(s, level) ? Precision::Bf16 : options_.sent);
 }
 
 int64_t GradientReducer::floatsPerStep() const {
@@ -160,9 +168,10 @@ void GradientReducer::exchange(const std::vector<size_t>& slots, ReduceResult& r
   }
   TimedGroup group(group_, backend_);
   std::vector<size_t> dense;
-  std::vector<MatrixView> matrices;
+  std::vector<MatrixView> matrices, rounded;
   for (size_t i : slots) {
     if (compressed(slots_[i])) matrices.push_back(view(i));
+    else if (roundedAt(slots_[i], slots_[i].level)) rounded.push_back(view(i));
     else dense.push_back(i);
   }
   for (size_t i : slots) {
@@ -171,9 +180,10 @@ void GradientReducer::exchange(const std::vector<size_t>& slots, ReduceResult& r
   }
   if (compressor_) compressor_->payOwed(dense, parameters_);
   if (!matrices.empty()) compressor_->exchange(matrices, group);
+  if (!rounded.empty() && group_.size() > 1) compressor_->exchangeRounded(rounded, Precision::Bf16, group);
   reduceDense(dense, group);
   result.communicationSeconds += group.seconds;
-  if (options_.sent != Precision::Fp32 && group_.size() > 1) checkInRange(slots);
+  if ((options_.sent != Precision::Fp32 || !rounded.empty()) && group_.size() > 1) checkInRange(slots);
 }
 
 int64_t GradientReducer::firstNonFiniteAmong(const std::vector<size_t>& slots) {
@@ -189,11 +199,12 @@ int64_t GradientReducer::firstNonFiniteAmong(const std::vector<size_t>& slots) {
 void GradientReducer::checkInRange(const std::vector<size_t>& slots) {
   const int64_t bad = firstNonFiniteAmong(slots);
   if (bad == 0) return;
-  const std::string name = slots_[slots[static_cast<size_t>(bad) - 1]].parameter->name, precision = precisionName(options_.sent);
-  throw numericalError("the gradient of '" + name + "' left " + precision + "'s range in the exchange (" +
-                       (options_.sent == Precision::Fp16 ? "a value sent beyond ±65504" : "a value rounded to Inf") +
+  const Slot& s = slots_[slots[static_cast<size_t>(bad) - 1]];
+  const Precision sent = roundedAt(s, s.level) ? Precision::Bf16 : options_.sent;
+  throw numericalError("the gradient of '" + s.parameter->name + "' left " + precisionName(sent) + "'s range in the exchange (" +
+                       (sent == Precision::Fp16 ? "a value sent beyond ±65504" : "a value rounded to Inf") +
                        "); the step was stopped on every worker. Send it in " +
-                       (options_.sent == Precision::Fp16 ? "bf16 (fp32's range) or fp32" : "fp32") + " (--comm-dtype)");
+                       (sent == Precision::Fp16 ? "bf16 (fp32's range) or fp32" : "fp32") + " (--comm-dtype)");
 }
 
 std::vector<std::vector<size_t>> gradientBuckets(const std::vector<Parameter*>& parameters, int64_t bytes) {
@@ -298,11 +309,28 @@ std::vector<std::vector<LevelCost>> GradientReducer::levelCosts(const std::vecto
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& s = slots_[i];
     if (!s.matrix) continue;
-    for (double level : candidates)
-      out[i].push_back(compressedAt(s, level) ? compressor_->price(view(i, level), s.normSum, group_.size())
-                                              : LevelCost{level, 0, floatsAt(s, level), bytesAt(s, level), 0});
+    for (double level : candidates) {
+      if (compressedAt(s, level)) {
+        out[i].push_back(compressor_->price(view(i, level), s.normSum, group_.size()));
+        continue;
+      }
+      LevelCost cost{level, 0, floatsAt(s, level), bytesAt(s, level), 0};
+      if (roundedAt(s, level)) cost.error = roundingError(s.normSum, Precision::Bf16);
+      out[i].push_back(cost);
+    }
   }
   return out;
+}
+
+double GradientReducer::roundingError(const Tensor& sum, Precision p) const {
+  const Tensor host = backend_.toHost(sum);
+  double lost = 0, norm = 0;
+  for (int64_t k = 0; k < host.numel(); ++k) {
+    const double x = host.data()[k], d = x - roundTo(p, host.data()[k]);
+    lost += d * d;
+    norm += x * x;
+  }
+  return norm > 0 ? std::sqrt(lost / norm) : 0;
 }
 
 std::vector<double> GradientReducer::takeGradientNorms() {

@@ -8,8 +8,10 @@
 //
 // What is sent travels in ReducerOptions::sent precision (fp32, bf16, fp16), summed in fp32
 // (ProcessGroup::allReduceSumAs). The compressors' error memories absorb what rounding loses; a
-// dense gradient has no memory, so its rounding is lost. With one worker nothing travels and nothing
-// is rounded. "Bytes sent" is the floats sent at their size on the wire (indices: 4 bytes).
+// dense gradient has no memory, so its rounding is lost. A matrix at level kDenseBf16 is the
+// exception: sent dense in bf16 whatever the exchange's precision, in its own all-reduce, through
+// its error memory (ErrorFeedbackCompressor::exchangeRounded). With one worker nothing travels and
+// nothing is rounded. "Bytes sent" is the floats sent at their size on the wire (indices: 4 bytes).
 //
 // "Floats sent" is the paper's figure (docs/accounting.md §1) and only that. Before them, the workers
 // agree on whether every gradient is finite: an all-reduce of W floats per step, the step's
@@ -94,17 +96,20 @@ class GradientReducer {
 
   Compressor compressor() const { return compressor_ ? compressor_->kind() : Compressor::None; }
   // Levels: PowerSGD rank (a positive integer) or TopK ratio in (0, 1]; 0 for parameters sent dense
-  // (1-D ones always, a matrix when its level is set to 0).
+  // (1-D ones always, a matrix when its level is set to 0); kDenseBf16 for a matrix sent dense in
+  // bf16 with error feedback (compress/compressor.h).
   double level(size_t index) const { return slots_.at(index).level; }
   // Changing a level keeps the error-feedback memory and re-draws PowerSGD's Q from the shared seed;
   // setting the current level again changes nothing. A matrix set to 0 is sent dense from the next
-  // step, its memory added to its first dense gradient (error feedback owes it) and then zero.
+  // step, its memory added to its first dense gradient (error feedback owes it) and then zero. A
+  // matrix set to kDenseBf16 keeps its memory and adds it to every gradient it sends.
   void setLevel(size_t index, double level);
   // For every matrix, what each candidate level (0: dense) would cost on the sum of its raw local
   // gradients since the last takeGradientNorms(): the relative error of compressing that sum as one
-  // worker's reduce() would from fresh state (zero memory, Q drawn from the shared seed), the floats
-  // sent per step and the kernels' seconds. Empty for 1-D parameters. Needs accumulateNorms; leaves
-  // the sums, memories, Q and levels as they were.
+  // worker's reduce() would from fresh state (zero memory, Q drawn from the shared seed; at
+  // kDenseBf16, of rounding it to bf16), the floats sent per step and the kernels' seconds (none for
+  // the dense levels: their rounding is part of the collective). Empty for 1-D parameters. Needs
+  // accumulateNorms; leaves the sums, memories, Q and levels as they were.
   std::vector<std::vector<LevelCost>> levelCosts(const std::vector<double>& candidates);
   // Whether the parameter is compressed at its current level (PowerSGD's rate test may leave it dense).
   bool isCompressed(size_t index) const;
@@ -151,6 +156,10 @@ class GradientReducer {
   void save(size_t index);
   bool compressedAt(const Slot& s, double level) const;
   bool compressed(const Slot& s) const { return compressedAt(s, s.level); }
+  // Whether a matrix at `level` is sent dense in bf16 with error feedback (kDenseBf16).
+  bool roundedAt(const Slot& s, double level) const;
+  // ‖G − round(G)‖ / ‖G‖ (0 for G = 0): what rounding `sum` to `p` loses, relative to it.
+  double roundingError(const Tensor& sum, Precision p) const;
   // Floats and bytes of one parameter per step at `level`.
   int64_t floatsAt(const Slot& s, double level) const;
   int64_t bytesAt(const Slot& s, double level) const;

@@ -13,7 +13,7 @@ TopKCompressor::TopKCompressor(const std::vector<Parameter*>& parameters, double
 
 void TopKCompressor::checkLevel(double level, const std::string& where) const {
   if (!(level > 0 && level <= 1))
-    throw invalidArgument(where + ": a TopK ratio must lie in (0, 1] (or be 0: dense), got " + std::to_string(level));
+    throw invalidArgument(where + ": a TopK ratio must lie in (0, 1] (or be 0: dense, -1: dense in bf16), got " + std::to_string(level));
 }
 
 int64_t TopKCompressor::count(double ratio, int64_t numel) {

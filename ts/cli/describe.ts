@@ -1,7 +1,7 @@
 /**
  * How the command line describes a run's compression and its level switches.
  */
-import { compressionSpec, describeLevel, levelUnit, showLevel } from '../config/compression.js';
+import { DENSE_BF16, compressionSpec, describeLevel, isDense, levelUnit, showLevel } from '../config/compression.js';
 import type { TrainConfig } from '../config/options.js';
 import type { TrainSummary } from '../train/records.js';
 
@@ -11,9 +11,10 @@ export function describeCompressor(c: TrainConfig): string {
   const unit = levelUnit(spec.kind)!;
   const every = `η ${c.eta}, checked every ${c.accordionInterval} epoch${c.accordionInterval > 1 ? 's' : ''}`;
   if (c.adapt === 'auto') {
-    const given = spec.candidates.filter((l) => l !== 0);
+    const given = spec.candidates.filter((l) => !isDense(l));
+    const dense = spec.candidates.includes(DENSE_BF16) ? 'dense (fp32 or bf16)' : 'dense';
     return (
-      `${c.compressor} with automatic levels (${unit}s ${given.join(', ')} or dense, costed in ${c.autoCost}; ${c.errorMeasure} error budget ${c.errorBudget} × ` +
+      `${c.compressor} with automatic levels (${unit}s ${given.join(', ')} or ${dense}, costed in ${c.autoCost}; ${c.errorMeasure} error budget ${c.errorBudget} × ` +
       `that of ${describeLevel(spec.kind, spec.reference)}, ×${c.criticalBudget} for critical layers; ${every})`
     );
   }

@@ -105,7 +105,8 @@ export interface WireComparison {
  * Compares each epoch record of network.jsonl with the prediction from rank 0's bytes sent: the
  * gradient exchange and rank 0's broadcasts of its running statistics. With compressor none or
  * powersgd every byte sent is all-reduced; topk all-reduces the 1-D tensors and all-gathers the
- * rest, so `exchange` must split its bytes. The small collectives (the finite agreement, the
+ * rest, so `exchange` must split its bytes. Matrices that automatic levels send dense in bf16 in an
+ * fp32 job are all-reduced in 16 bits (split); on two hosts the two algorithms send alike. The small collectives (the finite agreement, the
  * replica digests) are not predicted.
  */
 export function compareWire(records: NetworkRecord[], options: { exchange?: (r: NetworkRecord) => Exchange; tolerance?: number } = {}): WireComparison[] {

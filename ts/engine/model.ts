@@ -296,7 +296,10 @@ export class Model {
     }
   }
 
-  /** Per parameter (state_dict order): PowerSGD rank or TopK ratio; 0 for parameters sent dense. */
+  /**
+   * Per parameter (state_dict order): PowerSGD rank or TopK ratio; 0 for parameters sent dense,
+   * DENSE_BF16 (-1) for a matrix sent dense in bf16 through its error memory.
+   */
   async levels(): Promise<Float64Array> {
     return call(this.native.levels());
   }
@@ -312,9 +315,9 @@ export class Model {
   }
 
   /**
-   * Per parameter, what each candidate level (a PowerSGD rank or TopK ratio; 0: dense) would cost on
-   * the sum of its raw local gradients since the last gradientNorms(): relative error, floats per
-   * step, kernel seconds. An empty list for 1-D parameters. Needs accumulateNorms; call it before
+   * Per parameter, what each candidate level (a PowerSGD rank or TopK ratio; 0: dense; DENSE_BF16:
+   * dense in bf16) would cost on the sum of its raw local gradients since the last gradientNorms():
+   * relative error, floats and bytes per step, kernel seconds. An empty list for 1-D parameters. Needs accumulateNorms; call it before
    * gradientNorms(), which restarts the sums.
    */
   async levelCosts(candidates: number[]): Promise<LevelCost[][]> {

@@ -15,7 +15,7 @@ import { readMetricsLog, type MetricsEvent } from '../base/metrics.js';
 import { UsageError } from '../base/errors.js';
 import { writeFileAtomicAsync } from '../base/files.js';
 import { formatRate } from '../cluster/cluster.js';
-import { compressionSpec, describeLevel, levelTitle } from '../config/compression.js';
+import { DENSE_BF16, compressionSpec, describeLevel, levelTitle } from '../config/compression.js';
 import { DEFAULT_CONFIG, OPTIONS, type CompressorName, type TrainConfig } from '../config/options.js';
 
 export interface RunSeries {
@@ -187,22 +187,25 @@ if (adaptive) {
   const cells = [];
   const epochLabels = adaptive.epochs.map((e) => String(e.epoch));
   for (const e of adaptive.epochs) if (e.levels) for (const l of layers) cells.push({ x: String(e.epoch), y: l.name, v: e.levels[l.i] });
-  // Level 0 is a matrix sent dense (automatic levels): no compression at all, drawn darkest.
+  // Level 0 is a matrix sent dense (automatic levels): no compression at all, drawn darkest; level
+  // ${DENSE_BF16}, dense in bf16, next to it.
   const values = cells.map((c) => c.v).filter((v) => v > 0);
   const lo = values.length ? Math.min(...values) : 0, hi = values.length ? Math.max(...values) : 0;
-  const dense = cells.some((c) => c.v === 0);
+  const dense = cells.some((c) => c.v === 0), denseBf16 = cells.some((c) => c.v === ${DENSE_BF16});
   // Darker is less compression (a higher PowerSGD rank or TopK ratio); compressed levels span 0.2 to 0.8.
-  const shade = (v) => 'rgba(31, 119, 180, ' + (v === 0 ? 1 : hi === lo ? 0.8 : 0.2 + 0.6 * (v - lo) / (hi - lo)).toFixed(3) + ')';
+  const shade = (v) => 'rgba(31, 119, 180, ' + (v === 0 ? 1 : v === ${DENSE_BF16} ? 0.9 : hi === lo ? 0.8 : 0.2 + 0.6 * (v - lo) / (hi - lo)).toFixed(3) + ')';
+  const show = (v) => (v === 0 ? 'dense' : v === ${DENSE_BF16} ? 'dense in bf16' : v);
   const unit = adaptive.levelTitle + ' ';
   const levelsUsed = [...new Set(values)].sort((a, b) => a - b);
-  document.getElementById('heatmap-note').textContent = adaptive.name + ': darker cells are lower compression' + (dense ? ' (darkest: sent dense)' : '') +
-    '; levels used: ' + unit + levelsUsed.join(', ') + (dense ? ', dense' : '') + '.';
+  document.getElementById('heatmap-note').textContent = adaptive.name + ': darker cells are lower compression' +
+    (dense ? ' (darkest: sent dense' + (denseBf16 ? '; next: dense in bf16)' : ')') : denseBf16 ? ' (darkest: dense in bf16)' : '') +
+    '; levels used: ' + unit + levelsUsed.join(', ') + (denseBf16 ? ', dense in bf16' : '') + (dense ? ', dense' : '') + '.';
   charts.levels = new Chart(document.getElementById('levels-heatmap'), {
     type: 'matrix',
     data: { datasets: [{ label: 'level', data: cells, backgroundColor: (ctx) => shade(ctx.raw.v), borderWidth: 1, borderColor: '#fff',
       width: ({ chart }) => (chart.chartArea || {}).width / epochLabels.length - 1,
       height: ({ chart }) => (chart.chartArea || {}).height / layers.length - 1 }] },
-    options: { maintainAspectRatio: false, plugins: { legend: { display: false }, tooltip: { callbacks: { label: (ctx) => ctx.raw.y + ' epoch ' + ctx.raw.x + ': ' + (ctx.raw.v === 0 ? 'dense' : ctx.raw.v) } } },
+    options: { maintainAspectRatio: false, plugins: { legend: { display: false }, tooltip: { callbacks: { label: (ctx) => ctx.raw.y + ' epoch ' + ctx.raw.x + ': ' + show(ctx.raw.v) } } },
       scales: { x: { type: 'category', labels: epochLabels, offset: true, grid: { display: false }, title: { display: true, text: 'epoch' } },
                 y: { type: 'category', labels: layers.map((l) => l.name), offset: true, grid: { display: false }, ticks: { autoSkip: false, font: { size: 9 } } } } },
   });
