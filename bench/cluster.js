@@ -14,22 +14,36 @@
 //        [--quick] [-- extra training options]
 //
 // Configs: dense, powersgd-rN (static rank N), topk-P (static ratio P%), and powersgd- or topk-
-// followed by accordion (Accordion's two levels) or auto (levels chosen under an error budget).
-// Then `node lib/cli.js report <out>/100mbit/*` draws the runs of one bandwidth against wall-clock time.
+// followed by accordion (Accordion's two levels) or auto (levels chosen under an error budget); any
+// of them followed by -bf16 or -fp16 sends its values in 16 bits (--comm-dtype). The peers: ddp,
+// ddp-fp16 and ddp-powersgd-rN train ResNet-18 with PyTorch DDP (bench/peers/torch_train.py: dense,
+// its fp16 hook, its PowerSGD hook) over the same 2 shaped hosts, from the engine's initial weights on
+// the same files with the same schedule (its milestones excepted: keep them beyond --epochs).
+// Then `node lib/cli.js report <out>/100mbit/*` draws the engine's runs of one bandwidth against
+// wall-clock time.
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { ROOT, fmt, formatTable } from './common.js';
+import { PYTHON, ROOT, fmt, formatTable, onShapedHosts, peerEnv, runLogged } from './common.js';
 import { readMetrics } from '../lib/base/metrics.js';
 import { compareWire, formatRate, parseBandwidth, readNetworkLog, topkExchange } from '../lib/cluster/cluster.js';
-import { missingCapabilities } from '../lib/cluster/netns.js';
+import { HOST_DEVICE, missingCapabilities } from '../lib/cluster/netns.js';
+import { parseTrainArgs } from '../lib/cli/args.js';
+import { resolveConfig } from '../lib/train/config.js';
+import { loadImageDataset } from '../lib/data/datasets.js';
+import { Model, writeSafetensors } from '../lib/index.js';
 
 const DEFAULT_CONFIGS = ['dense', 'powersgd-r2', 'powersgd-r1', 'powersgd-accordion', 'topk-10', 'topk-accordion'];
 
 /** The training options of a config name, or undefined for a name that is none. */
 function configArgs(name) {
+  const sent = /^(.+)-(bf16|fp16)$/.exec(name);
+  if (sent && !peerArgs(name)) {
+    const args = configArgs(sent[1]);
+    return args && [...args, '--comm-dtype', sent[2]];
+  }
   if (name === 'dense') return ['--compressor', 'none'];
   let m = /^powersgd-r(\d+)$/.exec(name);
   if (m) return ['--compressor', 'powersgd', '--accordion', 'off', '--rank', m[1]];
@@ -40,10 +54,19 @@ function configArgs(name) {
   return undefined;
 }
 
+/** A PyTorch DDP peer's options of bench/peers/torch_train.py, or undefined for a name that is none. */
+function peerArgs(name) {
+  if (name === 'ddp') return [];
+  if (name === 'ddp-fp16') return ['--fp16'];
+  const m = /^ddp-powersgd-r(\d+)$/.exec(name);
+  return m ? ['--powersgd-rank', m[1]] : undefined;
+}
+
 const USAGE = `usage: sudo node bench/cluster.js [options] [-- extra training options]
   --bandwidths LIST  each host's outgoing rate, tc units (default 10gbit,1gbit,100mbit)
   --configs LIST     dense, powersgd-rN, topk-P (percent), powersgd-accordion, topk-accordion,
-                     powersgd-auto, topk-auto (default ${DEFAULT_CONFIGS.join(',')})
+                     powersgd-auto, topk-auto, each optionally -bf16 or -fp16; PyTorch DDP:
+                     ddp, ddp-fp16, ddp-powersgd-rN (default ${DEFAULT_CONFIGS.join(',')})
   --latency TIME     delay on each host's egress (netem; default 1ms; 0ms where the kernel has no netem)
   --target X         the test accuracy (a fraction; for the LSTM a perplexity) whose wall-clock
                      time is reported (default 0.5)
@@ -78,8 +101,9 @@ const fail = (message) => {
 const bandwidths = opts.bandwidths.split(',').filter(Boolean);
 bandwidths.forEach(parseBandwidth); // a bad rate is an error before anything runs
 const configs = opts.configs.split(',').filter(Boolean);
-for (const c of configs) if (!configArgs(c)) fail(`unknown config '${c}' (see --help)`);
+for (const c of configs) if (!configArgs(c) && !peerArgs(c)) fail(`unknown config '${c}' (see --help)`);
 const language = opts.model === 'lstm';
+if (language && configs.some(peerArgs)) fail('the PyTorch DDP peers train ResNet-18 only');
 if (!language && opts.model !== 'resnet18') fail(`--model: resnet18 or lstm, got '${opts.model}'`);
 if (language && !opts.text) fail('--model lstm trains on a plain text file: give --text FILE');
 const target = Number(opts.target);
@@ -115,8 +139,58 @@ function runCell(bandwidth, config, dir) {
   });
 }
 
+/**
+ * The PyTorch DDP peer on 2 hosts shaped as the engine's: the engine's configuration for the
+ * recipe, its synthetic files and its initial weights; rank 0's epoch records go to <dir>/ddp.jsonl.
+ */
+async function runPeer(bandwidth, config, dir) {
+  fs.rmSync(dir, { recursive: true, force: true });
+  fs.mkdirSync(dir, { recursive: true });
+  const c = resolveConfig({ ...parseTrainArgs(training), workers: 2 });
+  if (c.milestones.some((m) => m + 2 < c.epochs)) fail(`the DDP peer has no milestones: keep --milestones beyond --epochs (got ${c.milestones.join(',')})`);
+  const data = loadImageDataset('synthetic', c.dataDir, { train: c.syntheticTrain, test: c.syntheticTest, seed: c.seed }).dir;
+  const init = path.join(dir, 'init.safetensors');
+  const model = await Model.create({ architecture: 'resnet18', classes: 10, seed: c.seed });
+  writeSafetensors(init, await model.stateDict());
+  await model.dispose();
+  const recipe = ['--data', data, '--state', init, '--epochs', String(c.epochs), '--batch', String(c.batchSize), '--lr', String(c.lr),
+    '--warmup-epochs', String(c.warmupEpochs), '--seed', String(c.seed), ...peerArgs(config)];
+  const script = path.join(ROOT, 'bench', 'peers', 'torch_train.py');
+  return onShapedHosts(2, '10.89.0.0/24', parseBandwidth(bandwidth), async (network) => {
+    const master = `${network.hosts[0].address}:29513`;
+    // Gloo listens on the address of the interface named here (else on the hostname's, loopback).
+    const env = { ...peerEnv(1), GLOO_SOCKET_IFNAME: HOST_DEVICE };
+    const runs = network.hosts.map((host) =>
+      runLogged('ip', ['netns', 'exec', host.namespace, PYTHON, script, '--rank', String(host.index), '--world', '2', '--master', master, ...recipe],
+        path.join(dir, `rank${host.index}.log`), { stdout: 'pipe', spawn: { env } }),
+    );
+    // One rank failing stops the other, which would wait for it until Gloo's 30-minute timeout.
+    for (const r of runs) r.then(({ code }) => code !== 0 && runs.forEach((o) => o.child.kill('SIGKILL')));
+    const [rank0, rank1] = await Promise.all(runs);
+    fs.writeFileSync(path.join(dir, 'ddp.jsonl'), rank0.out);
+    return rank0.code || rank1.code;
+  });
+}
+
+/** The figures of a PyTorch DDP peer's run: its epoch records, timed as the engine's. */
+function summarisePeer(dir) {
+  const epochs = fs.readFileSync(path.join(dir, 'ddp.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  const steps = epochs.reduce((a, e) => a + e.steps, 0);
+  const reached = epochs.find(reaches);
+  return {
+    steps,
+    stepSeconds: epochs.reduce((a, e) => a + e.seconds, 0) / steps,
+    final: quality(epochs.at(-1)),
+    best: Math.max(...epochs.map(quality)),
+    secondsToTarget: reached ? reached.wallSeconds : null,
+    epochsToTarget: reached ? reached.epoch : null,
+    wallSeconds: epochs.at(-1).wallSeconds,
+  };
+}
+
 /** The figures of a finished run directory. */
 function summarise(dir) {
+  if (fs.existsSync(path.join(dir, 'ddp.jsonl'))) return summarisePeer(dir);
   const events = readMetrics(path.join(dir, 'metrics.jsonl'));
   const start = events.find((e) => e.event === 'start');
   const epochs = events.filter((e) => e.event === 'epoch');
@@ -166,11 +240,12 @@ for (const bandwidth of bandwidths) {
     const dir = path.join(opts.out, bandwidth, config);
     const started = Date.now();
     process.stdout.write(`${bandwidth} ${config} … `);
-    const code = await runCell(bandwidth, config, dir);
+    const code = peerArgs(config) ? await runPeer(bandwidth, config, dir) : await runCell(bandwidth, config, dir);
     if (code !== 0) {
       // A failed cell (a kernel without netem for --latency, a crash) is looked at before the grid goes on.
-      const tail = fs.readFileSync(`${dir}.log`, 'utf8').trimEnd().split('\n').slice(-5).join('\n');
-      console.log(`failed (exit ${code}); its output is in ${dir}.log, ending:\n${tail}`);
+      const log = peerArgs(config) ? path.join(dir, 'rank0.log') : `${dir}.log`;
+      const tail = fs.readFileSync(log, 'utf8').trimEnd().split('\n').slice(-5).join('\n');
+      console.log(`failed (exit ${code}); its output is in ${log}, ending:\n${tail}`);
       process.exit(1);
     }
     const result = { key, bandwidth, latency: opts.latency, config, target, ...summarise(dir), date: new Date().toISOString() };
@@ -188,7 +263,7 @@ for (const bandwidth of bandwidths) {
     .filter(Boolean)
     .map((r) => {
       const dir = path.join(opts.out, r.bandwidth, r.config);
-      return fs.existsSync(path.join(dir, 'network.jsonl')) ? { ...r, ...summarise(dir) } : r;
+      return fs.existsSync(path.join(dir, 'network.jsonl')) || fs.existsSync(path.join(dir, 'ddp.jsonl')) ? { ...r, ...summarise(dir) } : r;
     });
   if (!rows.length) continue;
   const dense = rows.find((r) => r.config === 'dense');
@@ -209,14 +284,14 @@ for (const bandwidth of bandwidths) {
   const table = rows.map((r) => ({
     run: r.config,
     step: fmt(r.stepSeconds, 2),
-    compute: fmt(r.computePerStep, 2),
-    comm: fmt(r.communicationPerStep, 2),
+    compute: r.computePerStep === undefined ? '' : fmt(r.computePerStep, 2),
+    comm: r.communicationPerStep === undefined ? '' : fmt(r.communicationPerStep, 2),
     speedup: dense ? fmt(dense.stepSeconds / r.stepSeconds, 2) : 'n/a',
     toTarget: r.secondsToTarget === null ? 'not reached' : fmt(r.secondsToTarget, 0),
     epochs: r.epochsToTarget ?? '-',
     final: language ? fmt(r.final, 1) : `${fmt(100 * r.final, 1)}%`,
-    floats: `${fmt(r.floatsSent / 1e6, 1)}M`,
-    wire: `${r.wireRatioMin.toFixed(3)}–${r.wireRatioMax.toFixed(3)}${r.wireOk ? '' : ' (off by > 10%)'}`,
+    floats: r.floatsSent === undefined ? '' : `${fmt(r.floatsSent / 1e6, 1)}M`,
+    wire: r.wireRatioMin === undefined ? '' : `${r.wireRatioMin.toFixed(3)}–${r.wireRatioMax.toFixed(3)}${r.wireOk ? '' : ' (off by > 10%)'}`,
   }));
   console.log(formatTable(columns, table, { markdown: true }));
 }

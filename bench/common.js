@@ -1,7 +1,7 @@
 // Helpers shared by the bench suites: a suite's command line, engine and exit, statistics, table
 // output, machine facts, the PyTorch peer and simulated hosts.
-import { execFile, spawnSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { execFile, spawn, spawnSync } from 'node:child_process';
+import { closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -280,4 +280,19 @@ export async function onShapedHosts(hosts, subnet, bitsPerSecond, fn) {
   } finally {
     await removeNetwork(network.id);
   }
+}
+
+/** Runs a command, its output to `logFile` (stdout kept instead with `stdout: 'pipe'`); { code, out, child }. */
+export function runLogged(command, args, logFile, options = {}) {
+  const log = openSync(logFile, 'w');
+  const child = spawn(command, args, { stdio: ['ignore', options.stdout ?? log, log], ...options.spawn });
+  let out = '';
+  child.stdout?.setEncoding('utf8').on('data', (s) => (out += s));
+  const exited = new Promise((resolve) => {
+    child.on('exit', (code) => {
+      closeSync(log);
+      resolve({ code, out });
+    });
+  });
+  return Object.assign(exited, { child });
 }

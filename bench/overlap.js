@@ -24,7 +24,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { PYTHON, ROOT, fmt, formatTable, median, onShapedHosts } from './common.js';
+import { PYTHON, ROOT, fmt, formatTable, median, onShapedHosts, runLogged as run } from './common.js';
 import { readMetrics } from '../lib/base/metrics.js';
 import { Model } from '../lib/index.js';
 import { parseBandwidth } from '../lib/cluster/cluster.js';
@@ -93,21 +93,6 @@ const common = ['--threads', '1', '--checkpoint-every', '100', '--epochs', '3'];
 const training = language
   ? ['--model', 'lstm', '--text', path.resolve(opts.text), '--batch-size', '20', '--bptt', '35', '--clip', '0', '--lr', '0.2', ...common]
   : ['--model', 'resnet18', '--dataset', 'synthetic', '--synthetic-train', '640', '--synthetic-test', '64', ...common];
-
-/** Runs a command, its output to `logFile` (stdout kept instead with `stdout: 'pipe'`); { code, out, child }. */
-function run(command, args, logFile, options = {}) {
-  const log = fs.openSync(logFile, 'w');
-  const child = spawn(command, args, { stdio: ['ignore', options.stdout ?? log, log], ...options.spawn });
-  let out = '';
-  child.stdout?.setEncoding('utf8').on('data', (s) => (out += s));
-  const exited = new Promise((resolve) => {
-    child.on('exit', (code) => {
-      fs.closeSync(log);
-      resolve({ code, out });
-    });
-  });
-  return Object.assign(exited, { child });
-}
 
 /**
  * The engine over 2 hosts, one run: per step, the step, compute, exchange and wait seconds, each the

@@ -8,16 +8,18 @@ DistributedSampler does (seeded, padded to equal shards), augmented by a random
 crop with 4 black pixels of padding and a horizontal flip, then normalised with
 CIFAR-10's mean and standard deviation. ResNet-18 (bench/peers/models.py) trains under
 DistributedDataParallel over Gloo (broadcast_buffers on), optionally through
-PyTorch's PowerSGD communication hook, with SGD (momentum 0.9, Nesterov, weight
+PyTorch's PowerSGD communication hook or its fp16 hook, with SGD (momentum 0.9, Nesterov, weight
 decay 1e-4) at the engine's schedule: --lr for epoch 0, then a linear warm-up
 to --lr × workers over --warmup-epochs (the rate computed at the end of an epoch
 is used in the next). After every epoch rank 0 evaluates the test set with its
 running statistics and prints one JSON line:
-{"epoch": N (1-based), "lr", "trainLoss", "testLoss", "testAccuracy", "seconds"}.
+{"epoch": N (1-based), "lr", "trainLoss", "testLoss", "testAccuracy", "steps",
+ "seconds" (the epoch's training), "wallSeconds" (since the group was joined and the
+ data read, the evaluation included)}.
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/peers/torch_train.py --rank 0 --world 2 \
         --master 127.0.0.1:29513 --data ~/.cache/accordion-engine/synthetic-2560-1000-42 \
-        --epochs 2 --batch 64 --lr 0.05 --warmup-epochs 5 [--powersgd-rank 2] [--state init.safetensors]
+        --epochs 2 --batch 64 --lr 0.05 --warmup-epochs 5 [--powersgd-rank 2 | --fp16] [--state init.safetensors]
 """
 
 import argparse
@@ -33,7 +35,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook  # noqa: E402
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -77,11 +79,13 @@ def main(argv=None):
     p.add_argument('--seed', type=int, default=42)
     p.add_argument('--state', help='safetensors state_dict to start from (default: PyTorch\'s initialisation)')
     p.add_argument('--powersgd-rank', type=int, default=0, help='0: dense all-reduce')
+    p.add_argument('--fp16', action='store_true', help="PyTorch's fp16_compress_hook: each bucket cast to fp16, divided by the world size, all-reduced")
     args = p.parse_args(argv)
     torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
     dist.init_process_group('gloo', init_method=f'tcp://{args.master}', rank=args.rank, world_size=args.world)
     train_x, train_y = read(args.data, sorted(f for f in os.listdir(args.data) if f.startswith('data_batch_')))
     test_x, test_y = read(args.data, ['test_batch.bin'])
+    joined = time.time()
     torch.manual_seed(args.seed)
     model = models.resnet18(10)
     if args.state:
@@ -92,6 +96,8 @@ def main(argv=None):
                                             start_powerSGD_iter=2, min_compression_rate=1,
                                             use_error_feedback=True, warm_start=True)
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    elif args.fp16:
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, nesterov=True, weight_decay=1e-4)
     generator = torch.Generator().manual_seed(args.seed * 1000 + args.rank)
     per_rank = -(-len(train_y) // args.world)
@@ -110,6 +116,7 @@ def main(argv=None):
             loss.backward()
             opt.step()
             losses.append(loss.item())
+        trained = time.time()
         if args.rank == 0:
             model.eval()
             with torch.no_grad():
@@ -120,7 +127,9 @@ def main(argv=None):
                 'trainLoss': float(np.mean(losses)),
                 'testLoss': F.cross_entropy(logits, test_y).item(),
                 'testAccuracy': (logits.argmax(1) == test_y).float().mean().item(),
-                'seconds': time.time() - began,
+                'steps': len(losses),
+                'seconds': trained - began,
+                'wallSeconds': time.time() - joined,
             }
             print(json.dumps(record), flush=True)
         dist.barrier()
