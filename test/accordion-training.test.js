@@ -285,6 +285,14 @@ describe('Accordion in training', function () {
       const [link] = logged(runDir('auto-dp'), 'link');
       expect(link.bytesPerSecond).to.be.above(1e6); // loopback: far above a megabyte per second
       expect(link.latencySeconds).to.be.above(0).and.below(1);
+      // The link as training measures it from its own collectives: an agreement and at least one
+      // transfer each step, their seconds within the step's communication (the statistics' broadcast
+      // is the rest).
+      for (const e of logged(runDir('auto-dp'), 'epoch')) {
+        expect(e.link.collectives, `epoch ${e.epoch}: collectives`).to.be.at.least(2 * e.steps);
+        expect(e.link.bytesPerSecond, `epoch ${e.epoch}: bandwidth`).to.be.above(1e6);
+        expect(e.link.waitSeconds + e.link.transferSeconds).to.be.at.most(e.communicationSeconds + 1e-9);
+      }
       const plans = logged(runDir('auto-dp'), 'epoch').map((e) => e.auto);
       expect(plans.map((p) => p.costUnit)).to.deep.equal(['seconds', 'seconds']);
       expect(ranks[0].epochs[1].levels).to.deep.equal(plans[0].levels);

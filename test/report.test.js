@@ -45,12 +45,12 @@ describe('HTML report', function () {
     expect(loadRun(staticRun).accordion).to.equal(false);
   });
 
-  it('opens in headless Chromium without console errors and shows the five plots with the runs’ data', async function () {
+  it('opens in headless Chromium without console errors and shows the six plots with the runs’ data', async function () {
     requireChromium();
     const file = await writeReport([accordionRun, staticRun], path.join(tmp, 'report.html'));
     const { problems, charts } = await openReport(file);
     expect(problems).to.deep.equal([]);
-    expect(Object.keys(charts)).to.have.members(['accuracyEpochs', 'accuracyFloats', 'accuracyWall', 'levels', 'ratios']);
+    expect(Object.keys(charts)).to.have.members(['accuracyEpochs', 'accuracyFloats', 'accuracyWall', 'levels', 'ratios', 'link']);
     for (const [name, chart] of Object.entries(charts)) expect(chart.unfinished, `${name}: points still animating`).to.equal(0);
     expect(charts.accuracyEpochs.points).to.deep.equal([4, 4]); // both runs, every epoch
     expect(charts.accuracyFloats.points).to.deep.equal([4, 4]);
@@ -59,17 +59,21 @@ describe('HTML report', function () {
     expect(charts.levels.points).to.deep.equal([21 * 4]); // every weight matrix, every epoch
     expect(charts.ratios.points.slice(0, -1).every((n) => n === 3)).to.equal(true); // checks after epochs 2-4
     expect(charts.ratios.points.at(-1)).to.equal(2); // the η line
+    expect(charts.link.points, 'one worker: no link measured').to.deep.equal([]);
     for (const c of Object.values(charts)) expect(c.width * c.height).to.be.above(0);
   });
 
-  it('a heatmap of automatic levels: more than two levels, dense drawn darkest', async function () {
+  it('a heatmap of automatic levels: more than two levels, dense drawn darkest, dense in bf16 next; the link over time', async function () {
     requireChromium();
     const run = path.join(tmp, 'auto');
     fs.mkdirSync(run);
     const names = ['a.weight', 'a.bias', 'b.weight', 'c.weight'];
-    const levels = [[2, 0, 2, 2], [1, 0, 4, 0], [0, 0, 8, 1]];
-    const lines = [{ event: 'start', epochsCompleted: 0, compressor: 'powersgd', accordion: true, adapt: 'auto', eta: 0.5, parameterNames: names, matrices: [true, false, true, true] }];
-    levels.forEach((l, i) => lines.push({ event: 'epoch', epoch: i + 1, testAccuracy: 0.1 * (i + 1), floatsSentTotal: 1000 * (i + 1), levels: l }));
+    const levels = [[2, 0, 2, 2], [1, 0, 4, 0], [0, 0, 8, -1]];
+    const time = (s) => new Date(Date.UTC(2026, 0, 1, 0, 0, s)).toISOString();
+    const lines = [{ event: 'start', time: time(0), epochsCompleted: 0, compressor: 'powersgd', accordion: true, adapt: 'auto', eta: 0.5, parameterNames: names, matrices: [true, false, true, true] }];
+    // The link drops from 1 Gbit/s to 100 Mbit/s after the first epoch.
+    const links = [125e6, 12.5e6, 12.5e6].map((bytesPerSecond) => ({ bytesPerSecond, latencySeconds: 0.0005, waitSeconds: 0, transferSeconds: 1, collectives: 10 }));
+    levels.forEach((l, i) => lines.push({ event: 'epoch', time: time(10 * (i + 1)), epoch: i + 1, testAccuracy: 0.1 * (i + 1), floatsSentTotal: 1000 * (i + 1), levels: l, link: links[i] }));
     fs.writeFileSync(path.join(run, 'metrics.jsonl'), lines.map((l) => JSON.stringify(l) + '\n').join(''));
     const file = await writeReport([run, staticRun], path.join(tmp, 'auto.html'));
     const { problems, charts, heatmap } = await openReport(file);
@@ -81,7 +85,11 @@ describe('HTML report', function () {
     expect(alpha(at('b.weight', '3')), 'rank 8, the highest').to.equal(0.8);
     expect(alpha(at('a.weight', '2')), 'rank 1, the lowest').to.equal(0.2);
     expect(alpha(at('b.weight', '1'))).to.be.above(0.2).and.below(0.8);
-    expect(heatmap.note).to.include('PowerSGD rank 1, 2, 4, 8, dense');
+    expect(alpha(at('c.weight', '3')), 'dense in bf16').to.equal(0.9);
+    expect(heatmap.note).to.include('PowerSGD rank 1, 2, 4, 8, dense in bf16, dense');
+    // The link: bandwidth and latency of the measured run, at its epochs' times.
+    expect(charts.link.points).to.deep.equal([3, 3]);
+    expect(charts.link.values[0]).to.deep.equal([{ x: 10, y: 1000 }, { x: 20, y: 100 }, { x: 30, y: 100 }]);
     expect(heatmap.note).to.include('auto (powersgd, automatic levels)');
   });
 });
@@ -101,7 +109,7 @@ async function openReport(file) {
     page.on('console', (m) => m.type() === 'error' && problems.push(m.text()));
     page.on('pageerror', (e) => problems.push(e.message));
     await page.goto('file://' + file);
-    await page.waitForFunction(() => window.reportCharts && Object.keys(window.reportCharts).length === 5);
+    await page.waitForFunction(() => window.reportCharts && Object.keys(window.reportCharts).length === 6);
     const charts = await page.evaluate(() =>
       Object.fromEntries(
         Object.entries(window.reportCharts).map(([name, chart]) => [
@@ -109,12 +117,13 @@ async function openReport(file) {
           {
             type: chart.config.type,
             points: chart.data.datasets.map((d) => d.data.length),
+            values: chart.config.type === 'matrix' ? [] : chart.data.datasets.map((d) => d.data),
             width: chart.width,
             height: chart.height,
             // Points of the line and scatter charts not yet at their value's pixel: a chart still
             // animating shows unfinished curves to a screenshot or a print.
             unfinished: chart.config.type === 'matrix' ? 0 : chart.data.datasets.flatMap((d, k) =>
-              chart.getDatasetMeta(k).data.filter((el, i) => Math.abs(el.y - chart.scales.y.getPixelForValue(d.data[i].y)) > 0.5)).length,
+              chart.getDatasetMeta(k).data.filter((el, i) => Math.abs(el.y - chart.scales[chart.getDatasetMeta(k).yAxisID].getPixelForValue(d.data[i].y)) > 0.5)).length,
           },
         ]),
       ),

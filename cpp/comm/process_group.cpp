@@ -7,6 +7,9 @@
 
 namespace accordion {
 
+double allReduceSentBytes(double bytes, int world) { return world > 1 ? bytes * 2.0 * (world - 1) / world : 0.0; }
+double allGatherSentBytes(double bytes, int world) { return world > 1 ? bytes * (world - 1) : 0.0; }
+
 CollectiveCounts ProcessGroup::counts() const {
   std::lock_guard<std::mutex> lock(countsMutex_);
   return counts_;

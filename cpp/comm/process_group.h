@@ -31,6 +31,14 @@ struct CollectiveCounts {
   int64_t elements() const { return allReduceElements + allGatherElements + broadcastElements; }
 };
 
+// Bytes one rank sends in a collective among `world` ranks, by the algorithms the groups run: an
+// all-reduce of `bytes` (Gloo's ring, two ranks' pair exchange, or the 16-bit all-to-all then
+// all-gather of allReduceSumAs) sends 2(W − 1)/W of them; an all-gather of `bytes` per rank sends
+// (W − 1)·bytes (a ring forwards every other rank's part once; two ranks swap theirs). A link is
+// estimated from these over the collectives' times (the link estimate of the training loop).
+double allReduceSentBytes(double bytes, int world);
+double allGatherSentBytes(double bytes, int world);
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;

@@ -20,11 +20,13 @@ const char* compressorName(Compressor c) {
   }
 }
 
-void TimedGroup::timed(const std::function<void()>& collective) {
+void TimedGroup::timed(double sentBytes, const std::function<void()>& collective) {
   if (group_.onDevice()) backend_.synchronize();
   const auto start = std::chrono::steady_clock::now();
   collective();
-  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  seconds += took;
+  if (group_.size() > 1) times.push_back({sentBytes, took});
 }
 
 float* scratch(Tensor& buffer, int64_t n, Backend& backend) {

@@ -19,23 +19,33 @@ enum class Compressor { None, PowerSgd, TopK };
 Compressor parseCompressor(const std::string& name);
 const char* compressorName(Compressor c);
 
+// One collective of an exchange as the link saw it: the bytes this rank sent (allReduceSentBytes,
+// allGatherSentBytes) and the seconds it took, waiting for a late peer included.
+struct CollectiveTime {
+  double bytes = 0, seconds = 0;
+};
+
 // The group a step's collectives run on, timing them: `seconds` grows by each collective's duration
-// (on a GPU group after the device has finished the buffer, so that only the collective is timed).
+// (on a GPU group after the device has finished the buffer, so that only the collective is timed),
+// and `times` keeps each one's (with two or more ranks).
 class TimedGroup {
  public:
   TimedGroup(ProcessGroup& group, Backend& backend) : group_(group), backend_(backend) {}
   int size() const { return group_.size(); }
   // ProcessGroup::allReduceSumAs and allGatherAs (fp32: allReduceSum and allGather).
   void allReduceSum(float* data, int64_t count, Precision sent = Precision::Fp32) {
-    timed([&] { group_.allReduceSumAs(data, count, sent); });
+    timed(allReduceSentBytes(static_cast<double>(count * bytesPerValue(sent)), size()),
+          [&] { group_.allReduceSumAs(data, count, sent); });
   }
   void allGather(const float* input, int64_t count, float* output, Precision sent = Precision::Fp32) {
-    timed([&] { group_.allGatherAs(input, count, output, sent); });
+    timed(allGatherSentBytes(static_cast<double>(count * bytesPerValue(sent)), size()),
+          [&] { group_.allGatherAs(input, count, output, sent); });
   }
   double seconds = 0;
+  std::vector<CollectiveTime> times;
 
  private:
-  void timed(const std::function<void()>& collective);
+  void timed(double sentBytes, const std::function<void()>& collective);
   ProcessGroup& group_;
   Backend& backend_;
 };

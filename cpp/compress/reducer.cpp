@@ -124,7 +124,7 @@ ReduceResult GradientReducer::reduce(int64_t firstBad) {
   ReduceResult result;
   TimedGroup group(group_, backend_);
   agree(firstBad, result, group);
-  result.communicationSeconds = group.seconds;
+  result.add(group);
   std::vector<size_t> all(slots_.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   exchange(all, result);
@@ -182,7 +182,7 @@ void GradientReducer::exchange(const std::vector<size_t>& slots, ReduceResult& r
   if (!matrices.empty()) compressor_->exchange(matrices, group);
   if (!rounded.empty() && group_.size() > 1) compressor_->exchangeRounded(rounded, Precision::Bf16, group);
   reduceDense(dense, group);
-  result.communicationSeconds += group.seconds;
+  result.add(group);
   if ((options_.sent != Precision::Fp32 || !rounded.empty()) && group_.size() > 1) checkInRange(slots);
 }
 
@@ -263,7 +263,7 @@ void GradientReducer::finishBuckets(ReduceResult& result) {
     restoreBuckets();
     throw;
   }
-  result.communicationSeconds += group.seconds;
+  result.add(group);
 }
 
 void GradientReducer::restoreBuckets() {

@@ -61,6 +61,12 @@ struct ReduceResult {
   int64_t bytesSent = 0;            // the floats sent at their size on the wire
   int64_t overheadFloats = 0;       // the finite-gradient agreement: W floats (4·W bytes) when W ≥ 2
   double communicationSeconds = 0;  // inside collectives; the rest of reduce() is compression
+  std::vector<CollectiveTime> collectives;  // each collective's bytes sent and seconds, in the order they ran
+  // Adds a finished group's time and collectives.
+  void add(const TimedGroup& group) {
+    communicationSeconds += group.seconds;
+    collectives.insert(collectives.end(), group.times.begin(), group.times.end());
+  }
 };
 
 // Orchestrates the exchange: levels, buckets, the finite agreement, collectives and accounting. The

@@ -183,6 +183,9 @@ inline Napi::Object stepResultValue(Napi::Env env, const StepResult& r) {
   o.Set("compressionSeconds", r.compressionSeconds);
   o.Set("communicationSeconds", r.communicationSeconds);
   o.Set("exchangeWaitSeconds", r.exchangeWaitSeconds);
+  std::vector<double> collectives;
+  for (const CollectiveTime& c : r.collectives) collectives.insert(collectives.end(), {c.bytes, c.seconds});
+  o.Set("collectives", float64Array(env, collectives));
   o.Set("loss", r.loss);
   o.Set("correct", static_cast<double>(r.correct));
   o.Set("samples", static_cast<double>(r.samples));

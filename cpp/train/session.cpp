@@ -242,6 +242,7 @@ void Session::exchangeAndUpdate(StepResult& result, double computeSecondsSoFar, 
   result.bytesSent = reduced.bytesSent;
   result.overheadFloats = reduced.overheadFloats;
   result.communicationSeconds = reduced.communicationSeconds;
+  result.collectives = reduced.collectives;
   result.exchangeWaitSeconds = std::chrono::duration<double>(reduceEnd - reduceStart).count();
   // Overlapped, the exchange thread's own time is the compression and communication.
   result.compressionSeconds = (overlapped ? exchange_->busySeconds() : result.exchangeWaitSeconds) - reduced.communicationSeconds;

@@ -34,6 +34,8 @@ struct StepResult {
   // waited for after backward (all of it when the exchange follows backward), so a step takes about
   // compute + exchangeWait seconds, and the statistics' broadcast before it.
   double computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0, exchangeWaitSeconds = 0;
+  // The exchange's collectives, each with the bytes this rank sent and its seconds (ReduceResult).
+  std::vector<CollectiveTime> collectives;
 };
 
 // A batch in host memory as a caller gives it: `count` images in PyTorch's layout (N, 3, H, W),

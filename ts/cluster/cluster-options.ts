@@ -1,7 +1,6 @@
 /**
  * The cluster command's options: parsing the link's values as written on the command line
- * (--bandwidth, --latency, --loss, --subnet), writing a rate back as people read it, and the
- * options runCluster takes.
+ * (--bandwidth, --latency, --loss, --subnet), and the options runCluster takes.
  */
 import { UsageError } from '../base/errors.js';
 import { formatAddress, type LinkShape, type Subnet } from './netns.js';
@@ -50,11 +49,6 @@ export function parseSubnet(raw: string, hosts: number): Subnet {
   return { network, prefixLength };
 }
 
-/** "100 Mbit/s", "1 Gbit/s": a rate in bits per second as people write it. */
-export function formatRate(bits: number): string {
-  for (const [unit, scale] of [['Gbit/s', 1e9], ['Mbit/s', 1e6], ['kbit/s', 1e3]] as const) if (bits >= scale) return `${+(bits / scale).toPrecision(4)} ${unit}`;
-  return `${bits} bit/s`;
-}
 
 export interface ClusterOptions {
   hosts: number;

@@ -13,12 +13,14 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as os from 'node:os';
 import { UsageError, signalExitCode } from '../base/errors.js';
-import { formatRate, type ClusterOptions } from './cluster-options.js';
+import { type ClusterOptions } from './cluster-options.js';
+import { formatRate } from '../base/units.js';
 import { ProcessSet, relay } from './launch.js';
 import { createNetwork, killNamespace, missingCapabilities, removeNetwork, sweepStale, type ClusterNetwork } from './netns.js';
 import { CounterSampler } from './network-log.js';
 
-export { formatRate, parseBandwidth, parseLatency, parseLoss, parseSubnet, type ClusterOptions } from './cluster-options.js';
+export { parseBandwidth, parseLatency, parseLoss, parseSubnet, type ClusterOptions } from './cluster-options.js';
+export { formatRate } from '../base/units.js';
 export { readNetworkLog, type NetworkRecord } from './network-log.js';
 export {
   PACKET_HEADER_BYTES,

@@ -84,6 +84,12 @@ export interface StepResult {
    * when the exchange follows backward, only what backward did not hide when it overlaps (buckets).
    */
   exchangeWaitSeconds: number;
+  /**
+   * The exchange's collectives in the order they ran, as pairs: the bytes this rank sent (2(W − 1)/W
+   * of an all-reduce's buffer, W − 1 contributions of an all-gather) and the seconds it took, waiting
+   * for a late peer included (empty with one worker). The link estimate reads them (train/link.ts).
+   */
+  collectives: Float64Array;
 }
 
 /** How an engine shares out its threads and buckets its exchange (Model.exchangePlan). */

@@ -14,7 +14,7 @@ import { createRequire } from 'node:module';
 import { readMetricsLog, type MetricsEvent } from '../base/metrics.js';
 import { UsageError } from '../base/errors.js';
 import { writeFileAtomicAsync } from '../base/files.js';
-import { formatRate } from '../cluster/cluster.js';
+import { formatRate } from '../base/units.js';
 import { DENSE_BF16, compressionSpec, describeLevel, levelTitle } from '../config/compression.js';
 import { DEFAULT_CONFIG, OPTIONS, type CompressorName, type TrainConfig } from '../config/options.js';
 
@@ -36,6 +36,8 @@ export interface RunSeries {
     wallSeconds: number | null;
     levels?: number[];
     ratios?: (number | null)[];
+    /** The link training measured over the epoch (several workers): bits a second (null: unknown) and latency. */
+    link?: { bitsPerSecond: number | null; latencySeconds: number };
   }[];
 }
 
@@ -70,6 +72,7 @@ export function loadRun(runDir: string, warn: WarningSink = processWarning): Run
     }
     if (e.event !== 'epoch') continue;
     const wall = offset + (time - segmentStart) / 1000;
+    const link = e.link as { bytesPerSecond?: number; latencySeconds: number } | undefined;
     byEpoch.set(e.epoch as number, {
       epoch: e.epoch as number,
       testAccuracy: e.testAccuracy as number,
@@ -77,6 +80,7 @@ export function loadRun(runDir: string, warn: WarningSink = processWarning): Run
       wallSeconds: Number.isFinite(wall) ? wall : null,
       levels: e.levels as number[] | undefined,
       ratios: e.ratios as (number | null)[] | undefined,
+      ...(link ? { link: { bitsPerSecond: link.bytesPerSecond === undefined ? null : 8 * link.bytesPerSecond, latencySeconds: link.latencySeconds } } : {}),
     });
   }
   const accordion = Boolean(start.accordion);
@@ -86,8 +90,8 @@ export function loadRun(runDir: string, warn: WarningSink = processWarning): Run
   if (start.adapt === 'auto') details.push('automatic levels');
   else if (accordion) details.push('Accordion');
   else if (kind !== 'none') details.push(describeLevel(kind, compressionSpec({ ...DEFAULT_CONFIG, ...(start as Partial<TrainConfig>), compressor: kind }).reference));
-  const link = clusterLink(runDir);
-  if (link) details.push(link);
+  const shaped = clusterLink(runDir);
+  if (shaped) details.push(shaped);
   return {
     name: `${path.basename(path.resolve(runDir))} (${details.join(', ')})`,
     compressor,
@@ -156,6 +160,9 @@ export function renderReport(runs: RunSeries[]): string {
 <h2>Norm-change ratio per layer at the check epochs</h2>
 <p class="note" id="ratio-note"></p>
 <div class="chart"><canvas id="norm-ratios"></canvas></div>
+<h2>The link as training measured it</h2>
+<p class="note" id="link-note"></p>
+<div class="chart"><canvas id="link"></canvas></div>
 <script>
 const runs = ${data};
 // Charts are drawn in their final state at once: a screenshot or a print taken as the page opens
@@ -223,6 +230,26 @@ if (adaptive) {
   document.getElementById('heatmap-note').textContent = 'No run with per-layer levels (train with a compressor).';
   document.getElementById('ratio-note').textContent = 'No run with Accordion.';
 }
+// Per epoch, from the exchange's own collectives: bandwidth (solid, left) and latency (dashed, right).
+const measured = runs.filter((r) => r.epochs.some((e) => e.link));
+const linkPoints = (r, value) => r.epochs.filter((e) => e.link && e.wallSeconds !== null && value(e.link) !== null).map((e) => ({ x: e.wallSeconds, y: value(e.link) }));
+charts.link = new Chart(document.getElementById('link'), {
+  type: 'line',
+  data: { datasets: measured.flatMap((r) => {
+    const color = palette[runs.indexOf(r) % palette.length];
+    return [
+      { label: r.name + ': Mbit/s', borderColor: color, yAxisID: 'rate', data: linkPoints(r, (l) => (l.bitsPerSecond === null ? null : l.bitsPerSecond / 1e6)) },
+      { label: r.name + ': latency (ms)', borderColor: color, borderDash: [6, 4], yAxisID: 'latency', data: linkPoints(r, (l) => 1000 * l.latencySeconds) },
+    ];
+  }) },
+  options: { maintainAspectRatio: false, scales: {
+    x: { type: 'linear', title: { display: true, text: 'wall-clock seconds since the run began' } },
+    rate: { position: 'left', beginAtZero: true, title: { display: true, text: 'bandwidth (Mbit/s)' } },
+    latency: { position: 'right', beginAtZero: true, grid: { drawOnChartArea: false }, title: { display: true, text: 'latency (ms)' } } } },
+});
+document.getElementById('link-note').textContent = measured.length
+  ? 'Per epoch, from the gradient exchange of rank 0: the rate at which a collective moves bytes once under way, and the time of one that carries almost nothing; waiting for a late peer is left out of both.'
+  : 'No run with several workers (the link is measured from their collectives).';
 window.reportCharts = charts;
 </script>
 </body>

@@ -3,6 +3,7 @@
  * after each epoch.
  */
 import { showLevel } from '../config/compression.js';
+import { describeLink } from './link.js';
 import type { EpochRecord, StepEvent } from './records.js';
 
 /**
@@ -25,7 +26,8 @@ export class ProgressBar {
   update(e: StepEvent): void {
     const done = e.step;
     const text = `loss ${e.epochLoss.toFixed(4)}  acc ${(100 * e.epochAccuracy).toFixed(1)}%`;
-    const status = `${done}/${this.total}  ${text}  ${e.samplesPerSecond.toFixed(1)} samples/s  ETA ${formatDuration(e.etaSeconds)}`;
+    const link = e.link ? `  link ${describeLink(e.link)}` : '';
+    const status = `${done}/${this.total}  ${text}  ${e.samplesPerSecond.toFixed(1)} samples/s${link}  ETA ${formatDuration(e.etaSeconds)}`;
     if (this.tty) {
       const width = 24, filled = Math.round((done / this.total) * width);
       const bar = '█'.repeat(filled) + '░'.repeat(width - filled);
@@ -58,7 +60,7 @@ export function formatCount(n: number): string {
   return String(n);
 }
 
-/** The line printed after an epoch: rate, losses, accuracies, floats sent (and their bytes), levels and time. */
+/** The line printed after an epoch: rate, losses, accuracies, floats sent (and their bytes), levels, the link and time. */
 export function epochLine(record: EpochRecord, epochs: number, matrices: boolean[]): string {
   return (
     `epoch ${record.epoch}/${epochs}  lr ${record.lr.toPrecision(3)}  train loss ${record.trainLoss.toFixed(4)}` +
@@ -67,6 +69,7 @@ export function epochLine(record: EpochRecord, epochs: number, matrices: boolean
     (record.validPerplexity !== undefined ? `  valid ppl ${record.validPerplexity.toFixed(2)}  test ppl ${record.testPerplexity!.toFixed(2)}` : '') +
     `  floats sent ${formatCount(record.floatsSent)} (${formatCount(record.bytesSent)}B)` +
     (record.levels ? `  levels ${describeLevels(record.levels, matrices)}` : '') +
+    (record.link ? `  link ${describeLink(record.link)}` : '') +
     `  (${formatDuration(record.seconds)})\n`
   );
 }

@@ -6,6 +6,7 @@
  */
 import type { Architecture, CompressorName, DatasetName } from '../config/options.js';
 import type { AutoPlan } from './auto-levels.js';
+import type { LinkEstimate } from './link.js';
 
 export interface EpochRecord {
   /** The epoch, from 1. */
@@ -43,6 +44,8 @@ export interface EpochRecord {
   communicationSeconds: number;
   /** Seconds the epoch's steps waited for the exchange after backward (all of it without overlap). */
   exchangeWaitSeconds: number;
+  /** With two or more workers: the link as this worker's collectives met it over the epoch (train/link.ts). */
+  link?: LinkEstimate;
   /** With Accordion: per parameter, its level in this epoch (0: dense), the norm of its summed
    * gradient, and the norm-change ratio when this epoch was a check. */
   levels?: number[];
@@ -86,6 +89,8 @@ export interface StepEvent {
   seconds: number;
   samplesPerSecond: number;
   etaSeconds: number;
+  /** With two or more workers: the link over the last steps' collectives (train/link.ts). */
+  link?: LinkEstimate;
 }
 
 /** The 'checkpoint' event: the epoch it follows (from 1), its directory, and the seconds it took to write. */

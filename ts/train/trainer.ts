@@ -15,6 +15,7 @@ import { saveCheckpoint } from './checkpoint.js';
 import { DenseStart } from './dense-start.js';
 import { savedConfig, type TrainOptions } from './config.js';
 import { measureLink } from './auto-levels.js';
+import { LinkMonitor, collectiveSamples, estimateLink, type CollectiveSample } from './link.js';
 import { ProgressBar, epochLine } from './progress.js';
 import { openRunDir, writeSummary } from './rundir.js';
 import { learningRateForEpoch, type LrSchedule } from './schedule.js';
@@ -46,6 +47,8 @@ export class Trainer extends EventEmitter {
   /** Steps run since the run began, a resumed run's earlier steps included. */
   private runSteps = 0;
   private readonly denseStart: DenseStart;
+  /** The link over the last steps' collectives. */
+  private readonly link = new LinkMonitor();
   private denseStartSaved?: number[];
 
   private constructor(s: SetUp, context: TrainerContext) {
@@ -187,6 +190,7 @@ export class Trainer extends EventEmitter {
     const begin = performance.now();
     let lossSum = 0, correct = 0, samples = 0, stepsDone = 0, floatsSent = 0, bytesSent = 0, overheadFloats = 0, broadcastFloats = 0;
     let computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0, exchangeWaitSeconds = 0;
+    const collectives: CollectiveSample[] = [];
     const levels = this.policy.setsLevels ? Array.from(await this.model.levels()) : undefined;
     for (let step = 0; step < steps; step++) {
       const r: StepResult | null = await this.task.step(this.model, microBatches);
@@ -204,6 +208,9 @@ export class Trainer extends EventEmitter {
       compressionSeconds += r.compressionSeconds;
       communicationSeconds += r.communicationSeconds;
       exchangeWaitSeconds += r.exchangeWaitSeconds;
+      const stepCollectives = collectiveSamples(r.collectives);
+      collectives.push(...stepCollectives);
+      const link = this.link.addStep(stepCollectives);
       const elapsed = Math.max((performance.now() - begin) / 1000, 1e-9);
       const event: StepEvent = {
         epoch: epoch + 1,
@@ -221,6 +228,7 @@ export class Trainer extends EventEmitter {
         seconds: elapsed,
         samplesPerSecond: samples / elapsed,
         etaSeconds: (elapsed / (step + 1)) * (steps - step - 1),
+        ...(link ? { link } : {}),
       };
       this.emit('step', event);
       bar?.update(event);
@@ -237,6 +245,7 @@ export class Trainer extends EventEmitter {
     broadcastFloats += await this.model.syncReplicas();
     const syncSeconds = (performance.now() - syncStart) / 1000;
     const language = this.task.kind === 'language';
+    const link = estimateLink(collectives);
     const valid = language ? await this.evaluate('valid') : undefined;
     const test = await this.evaluate('test');
     return {
@@ -261,6 +270,7 @@ export class Trainer extends EventEmitter {
       compressionSeconds,
       communicationSeconds,
       exchangeWaitSeconds,
+      ...(link ? { link } : {}),
       batchSize: batch,
       bookkeepingSeconds,
       syncSeconds,
