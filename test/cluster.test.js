@@ -130,6 +130,14 @@ describe('accordion cluster: options', function () {
     [['--latency', '11s', ...train], /option --latency: at most 10s/],
     [['--loss', '1', ...train], /option --loss: expected a percentage such as 1%/],
     [['--loss', '100%', ...train], /option --loss: must be below 100%/],
+    [['--bandwidth', '5s:1gbit,10s:100mbit', ...train], /option --bandwidth: a schedule starts at 0s/],
+    [['--bandwidth', '0s:1gbit,2s:100mbit,2s:1gbit', ...train], /option --bandwidth: the schedule's times must increase/],
+    [['--bandwidth', '0s:1gbit,soon:100mbit', ...train], /option --bandwidth: expected a rate, or TIME:RATE pairs such as 0s:1gbit,120s:100mbit.*got 'soon:100mbit'/],
+    [['--bandwidth', '0s:1gbit,5s:100mbps', ...train], /option --bandwidth: expected a rate such as 100mbit.*got '100mbps'/],
+    [['--host-bandwidth', '2:100mbit', ...train], /option --host-bandwidth: host 2 is not one of the 2 hosts \(0 to 1\)/],
+    [['--host-bandwidth', '1:100mbit,1:10mbit', ...train], /option --host-bandwidth: host 1 is given twice/],
+    [['--host-bandwidth', '1:fast', ...train], /option --host-bandwidth: expected a rate such as 100mbit/],
+    [['--host-bandwidth', 'slow', ...train], /option --host-bandwidth: expected HOST:RATE pairs such as 1:100mbit, got 'slow'/],
     [['--subnet', '10.87.0.5/24', ...train], /option --subnet: 10.87.0.5\/24 is not a network address \(did you mean 10.87.0.0\/24\?\)/],
     [['--subnet', '10.87.0.0/31', ...train], /option --subnet: expected an IPv4 subnet/],
     [['--hosts', '7', '--subnet', '10.87.0.0/29', ...train], /option --subnet: 10.87.0.0\/29 has room for 6 hosts, not 7/],
@@ -454,6 +462,65 @@ describe('accordion cluster (needs root)', function () {
       await expectNothingLeft(c, dir);
       expect(latestOf(dir)).to.match(/^epoch-\d{4}$/);
     });
+
+  it('a bandwidth schedule changes every host\'s rate at its times: tc reports each scheduled rate once its change is logged, in schedule order; a host with a rate of its own keeps it', async function () {
+    const dir = runDir('schedule');
+    // Changes 3 s apart, the first after the job has started (its start record opens network.jsonl).
+    const schedule = [[0, 1e9], [4, 50e6], [7, 200e6]];
+    const c = start(['cluster', '--hosts', '3', '--bandwidth', schedule.map(([t, r]) => `${t}s:${r / 1e6}mbit`).join(','), '--host-bandwidth', '2:30mbit', '--',
+      ...lstm(16), '--workers', '3', '--epochs', '500', '--out', dir]);
+    const network = await waitFor('the cluster\'s 3 hosts', async () => {
+      const n = await netns.findNetwork(c.child.pid);
+      return n?.hosts.length === 3 ? n : undefined;
+    }, 30000);
+    const seen = [];
+    await waitFor('both changes of rate', async () => {
+      if (c.done) throw new Error(`the job ended before the schedule did; stderr:\n${c.stderr}`);
+      let changes = [];
+      try {
+        changes = readNetworkLog(dir).filter((r) => r.event === 'rate');
+      } catch {
+        // not written yet, or its last line being written
+      }
+      for (const r of changes.slice(seen.length)) {
+        // What the kernel holds for every host right after the change was logged.
+        seen.push({ ...r, tc: await Promise.all(network.hosts.map((h) => netns.readEgressRate(h))) });
+      }
+      return seen.length === 4 || undefined;
+    }, 30000);
+    process.kill(-c.child.pid, 'SIGINT');
+    const exit = await finished(c, 40000, 'the job after SIGINT');
+    expect(exit.code, exit.stderr).to.equal(130);
+    // Two changes of hosts 0 and 1 (host 2 keeps its own rate), logged in schedule order.
+    expect(seen.map((r) => [r.atSeconds, r.host, r.bitsPerSecond])).to.deep.equal([[4, 0, 50e6], [4, 1, 50e6], [7, 0, 200e6], [7, 1, 200e6]]);
+    for (const r of seen) expect(r.tc, `tc's rates after the change at ${r.atSeconds} s`).to.deep.equal([r.bitsPerSecond, r.bitsPerSecond, 30e6]);
+    const times = seen.map((r) => Date.parse(r.time));
+    expect(times, 'log times in schedule order').to.deep.equal([...times].sort((a, b) => a - b));
+    expect(times[2] - times[0], 'the second change 3 s after the first').to.be.within(2000, 4500);
+    const starts = readNetworkLog(dir).filter((r) => r.event === 'start');
+    expect(starts.map((r) => r.bitsPerSecond)).to.deep.equal([1e9, 1e9, 30e6]);
+    expect(exit.stderr).to.include('host 2 sends at 30 Mbit/s; the others at 1 Gbit/s, then 50 Mbit/s from 4 s, 200 Mbit/s from 7 s');
+    expect(exit.stderr).to.match(/accordion cluster: \d+\.\d s: hosts 0, 1 now send at 50 Mbit\/s \(scheduled at 4 s\)/);
+    await expectNothingLeft(c, dir);
+  });
+
+  it('a slow host: its peer measures the slow link from its own collectives, where a fast pair measures more', async function () {
+    const link = async (name, extra) => {
+      const dir = runDir(name);
+      const c = start(['cluster', '--hosts', '2', '--bandwidth', '1gbit', ...extra, '--', ...lstm(64), '--epochs', '2', '--workers', '2', '--out', dir]);
+      const exit = await finished(c, 90000, `the ${name} run`);
+      expect(exit.code, exit.stderr).to.equal(0);
+      await expectNothingLeft(c, dir);
+      return readMetrics(path.join(dir, 'metrics.jsonl')).filter((e) => e.event === 'epoch').map((e) => e.link);
+    };
+    const slow = await link('slow-host', ['--host-bandwidth', '1:20mbit']);
+    const fast = await link('fast-pair', []);
+    this.test.title += ` [rank 0 measured ${slow.map((l) => (8 * l.bytesPerSecond / 1e6).toFixed(1)).join(', ')} Mbit/s beside host 1 at 20 Mbit/s; ${fast.map((l) => (8 * l.bytesPerSecond / 1e6).toFixed(0)).join(', ')} Mbit/s at 1 Gbit/s]`;
+    // Rank 0 sends at 1 Gbit/s but receives host 1's share at 20 Mbit/s: its all-reduces run at the
+    // slower rate, less the packets' headers (about 4%).
+    for (const l of slow) expect(8 * l.bytesPerSecond).to.be.within(0.6 * 20e6, 1.02 * 20e6);
+    for (const l of fast) expect(8 * l.bytesPerSecond).to.be.above(2 * 20e6);
+  });
 
   it("a cluster command killed with SIGKILL leaves namespaces that the next run sweeps, killing what ran in them", async function () {
     const dir = runDir('sigkill');

@@ -2,9 +2,10 @@
  * `accordion cluster`: a job over N simulated hosts on this machine. It builds the hosts (one network
  * namespace each on a shared bridge, egress shaped with tc: see netns.ts), runs `accordion launch`
  * in every host with host 0's bridge address as the master, relays the hosts' output, records each
- * host's interface counters per epoch in <run>/network.jsonl (network-log.ts), stops every host when
- * one fails, and removes the namespaces on every way out (success, failure, SIGINT/SIGTERM; a
- * SIGKILLed command leaves them to the next run's sweep).
+ * host's interface counters per epoch in <run>/network.jsonl (network-log.ts), changes the hosts'
+ * rates as --bandwidth's schedule says (logging each change there), stops every host when one fails,
+ * and removes the namespaces on every way out (success, failure, SIGINT/SIGTERM; a SIGKILLed command
+ * leaves them to the next run's sweep).
  *
  * The option parsers (cluster-options.ts), network.jsonl's reader (network-log.ts) and the wire
  * prediction (wire.ts) are re-exported from here.
@@ -13,13 +14,13 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as os from 'node:os';
 import { UsageError, signalExitCode } from '../base/errors.js';
-import { type ClusterOptions } from './cluster-options.js';
+import { type ClusterOptions, type RateChange } from './cluster-options.js';
 import { formatRate } from '../base/units.js';
 import { ProcessSet, relay } from './launch.js';
-import { createNetwork, killNamespace, missingCapabilities, removeNetwork, sweepStale, type ClusterNetwork } from './netns.js';
+import { createNetwork, killNamespace, missingCapabilities, removeNetwork, setEgressRate, sweepStale, type ClusterNetwork } from './netns.js';
 import { CounterSampler } from './network-log.js';
 
-export { parseBandwidth, parseLatency, parseLoss, parseSubnet, type ClusterOptions } from './cluster-options.js';
+export { parseBandwidth, parseBandwidthSchedule, parseHostBandwidths, parseLatency, parseLoss, parseSubnet, type ClusterOptions, type RateChange } from './cluster-options.js';
 export { formatRate } from '../base/units.js';
 export { readNetworkLog, type NetworkRecord } from './network-log.js';
 export {
@@ -36,6 +37,60 @@ export interface ClusterResult {
   exitCode: number;
   /** The first failure, e.g. "host 1 (rank 1): its launcher was killed by SIGKILL". */
   failure?: string;
+}
+
+/**
+ * --bandwidth's later rates, each applied at its time after the hosts start to every host without a
+ * rate of its own, and logged (network.jsonl and stderr) once tc holds it.
+ */
+class RateSchedule {
+  private readonly timers: NodeJS.Timeout[] = [];
+  private changing: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly network: ClusterNetwork,
+    private readonly options: ClusterOptions,
+    private readonly sampler: CounterSampler,
+    private readonly err: NodeJS.WritableStream,
+  ) {}
+
+  start(): void {
+    const started = performance.now();
+    for (const change of this.options.schedule ?? []) {
+      if (change.atSeconds === 0) continue; // the rate the hosts were made with
+      this.timers.push(setTimeout(() => (this.changing = this.changing.then(() => this.apply(change, started))), change.atSeconds * 1000));
+    }
+  }
+
+  /** Cancels the changes still to come, and waits for one under way. */
+  async stop(): Promise<void> {
+    this.timers.forEach(clearTimeout);
+    await this.changing;
+  }
+
+  private async apply(change: RateChange, started: number): Promise<void> {
+    const hosts = this.network.hosts.filter((h) => this.options.hostRates?.[h.index] === undefined);
+    try {
+      for (const h of hosts) await setEgressRate(h, change.bitsPerSecond, this.options.shape.delaySeconds);
+    } catch (e) {
+      this.err.write(`accordion cluster: the rate could not change to ${formatRate(change.bitsPerSecond)}: ${(e as Error).message}\n`);
+      return;
+    }
+    for (const h of hosts) this.sampler.note({ event: 'rate', host: h.index, address: h.address, bitsPerSecond: change.bitsPerSecond, atSeconds: change.atSeconds });
+    const which = hosts.length === this.network.hosts.length ? 'every host' : `host${hosts.length > 1 ? 's' : ''} ${hosts.map((h) => h.index).join(', ')}`;
+    this.err.write(
+      `accordion cluster: ${((performance.now() - started) / 1000).toFixed(1)} s: ${which} now send${hosts.length === 1 && which !== 'every host' ? 's' : ''} at ` +
+        `${formatRate(change.bitsPerSecond)} (scheduled at ${change.atSeconds} s)\n`,
+    );
+  }
+}
+
+/** "each host sends at 1 Gbit/s, then 100 Mbit/s from 120 s", "host 1 sends at 100 Mbit/s; the others at 1 Gbit/s". */
+function describeRates(options: ClusterOptions): string {
+  const later = (options.schedule ?? []).filter((c) => c.atSeconds > 0).map((c) => `${formatRate(c.bitsPerSecond)} from ${c.atSeconds} s`);
+  const shared = `${formatRate(options.shape.bitsPerSecond)}${later.length ? `, then ${later.join(', ')}` : ''}`;
+  const own = (options.hostRates ?? []).flatMap((r, host) => (r === undefined ? [] : [`host ${host} sends at ${formatRate(r)}`]));
+  return own.length ? `${own.join(', ')}; the others at ${shared}` : `each host sends at ${shared}`;
 }
 
 function describeRanks(host: number, perHost: number): string {
@@ -63,14 +118,15 @@ export async function runCluster(options: ClusterOptions): Promise<ClusterResult
 
   let network: ClusterNetwork | undefined;
   let sampler: CounterSampler | undefined;
+  let rates: RateSchedule | undefined;
   try {
     const swept = await sweepStale();
     if (swept.length) err.write(`accordion cluster: removed the namespaces of ${swept.length} earlier run(s) whose process is gone (${swept.join(', ')})\n`);
-    network = await createNetwork({ hosts, subnet: options.subnet, shape: options.shape });
+    network = await createNetwork({ hosts, subnet: options.subnet, shape: options.shape, hostRates: options.hostRates });
     const master = network.hosts[0]!.address;
     err.write(
       `accordion cluster: ${hosts} host${hosts > 1 ? 's' : ''} × ${nprocPerHost} worker${nprocPerHost > 1 ? 's' : ''} in namespaces ${network.id}-h0…h${hosts - 1}, ` +
-        `${master}…${network.hosts[hosts - 1]!.address}/${network.prefixLength} on one bridge; each host sends at ${formatRate(options.shape.bitsPerSecond)}` +
+        `${master}…${network.hosts[hosts - 1]!.address}/${network.prefixLength} on one bridge; ${describeRates(options)}` +
         `, latency ${options.shape.delaySeconds > 0 ? `${+(options.shape.delaySeconds * 1e3).toPrecision(4)} ms` : 'none'}, loss ${+(options.shape.loss * 100).toPrecision(4)}%; run directory ${options.runDir}\n`,
     );
     if (hostLaunchers.interrupted) return { exitCode: signalExitCode(hostLaunchers.interrupted), failure };
@@ -117,11 +173,14 @@ export async function runCluster(options: ClusterOptions): Promise<ClusterResult
         }),
       );
     }
+    rates = new RateSchedule(network, options, sampler, err);
+    rates.start();
     await Promise.all(exits);
     if (failure) return { exitCode: hostLaunchers.interrupted ? signalExitCode(hostLaunchers.interrupted) : 1, failure };
     return { exitCode: 0 };
   } finally {
     clearTimeout(stopTimer);
+    await rates?.stop();
     await sampler?.stop();
     if (network) {
       // A launcher killed by SIGKILL leaves its workers; nothing of the job outlives the cluster.

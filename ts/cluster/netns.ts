@@ -141,10 +141,17 @@ export function formatAddress(value: number): string {
 }
 
 /**
- * Creates the switch and `hosts` hosts; host i gets the subnet's address i + 1. On any failure what
- * was already made is removed before the error is thrown.
+ * Creates the switch and `hosts` hosts; host i gets the subnet's address i + 1 and sends at
+ * `hostRates[i]` where given, else at the shape's rate. On any failure what was already made is
+ * removed before the error is thrown.
  */
-export async function createNetwork(options: { hosts: number; subnet: Subnet; shape: LinkShape; id?: string }): Promise<ClusterNetwork> {
+export async function createNetwork(options: {
+  hosts: number;
+  subnet: Subnet;
+  shape: LinkShape;
+  hostRates?: (number | undefined)[];
+  id?: string;
+}): Promise<ClusterNetwork> {
   const id = options.id ?? newClusterId();
   const { subnet, shape } = options;
   const network: ClusterNetwork = {
@@ -175,7 +182,7 @@ export async function createNetwork(options: { hosts: number; subnet: Subnet; sh
       await ip('-n', ns, 'addr', 'add', `${host.address}/${subnet.prefixLength}`, 'dev', HOST_DEVICE);
       await ip('-n', ns, 'link', 'set', 'lo', 'up');
       await ip('-n', ns, 'link', 'set', HOST_DEVICE, 'up');
-      await shapeEgress(ns, shape);
+      await shapeEgress(ns, { ...shape, bitsPerSecond: options.hostRates?.[host.index] ?? shape.bitsPerSecond });
     }
   } catch (err) {
     await removeNetwork(id).catch(() => undefined);
@@ -193,8 +200,7 @@ export async function createNetwork(options: { hosts: number; subnet: Subnet; sh
  */
 async function shapeEgress(ns: string, shape: LinkShape): Promise<void> {
   const bytesPerSecond = shape.bitsPerSecond / 8;
-  const burst = Math.max(Math.ceil(bytesPerSecond * 0.002), 2 * FRAME_BYTES);
-  const tbf = ['tbf', 'rate', `${Math.round(shape.bitsPerSecond)}bit`, 'burst', String(burst), 'latency', '50ms'];
+  const tbf = tokenBucket(shape.bitsPerSecond);
   if (shape.delaySeconds > 0) {
     // Room for every packet in flight during the delay at the full rate, twice over.
     const limit = Math.max(1000, Math.ceil((2 * bytesPerSecond * shape.delaySeconds) / FRAME_BYTES));
@@ -217,6 +223,26 @@ async function shapeEgress(ns: string, shape: LinkShape): Promise<void> {
     await tc('-n', ns, 'qdisc', 'add', 'dev', HOST_DEVICE, 'clsact');
     await tc('-n', ns, 'filter', 'add', 'dev', HOST_DEVICE, 'egress', 'bpf', 'da', 'bytecode', dropFilter(shape.loss));
   }
+}
+
+/** tbf's arguments for a rate: a bucket of 2 ms of traffic, at least two full frames, and 50 ms of queue beyond it. */
+function tokenBucket(bitsPerSecond: number): string[] {
+  const burst = Math.max(Math.ceil((bitsPerSecond / 8) * 0.002), 2 * FRAME_BYTES);
+  return ['tbf', 'rate', `${Math.round(bitsPerSecond)}bit`, 'burst', String(burst), 'latency', '50ms'];
+}
+
+/** Changes a host's egress rate while it runs (its token bucket, under netem's delay when there is one). */
+export async function setEgressRate(host: Host, bitsPerSecond: number, delaySeconds: number): Promise<void> {
+  const where = delaySeconds > 0 ? ['parent', '1:1', 'handle', '10:'] : ['root', 'handle', '1:'];
+  await tc('-n', host.namespace, 'qdisc', 'change', 'dev', HOST_DEVICE, ...where, ...tokenBucket(bitsPerSecond));
+}
+
+/** The egress rate the kernel holds for a host, in bits per second: its token bucket's, as tc reports it. */
+export async function readEgressRate(host: Host): Promise<number> {
+  const qdiscs = JSON.parse(await tc('-n', host.namespace, '-j', 'qdisc', 'show', 'dev', HOST_DEVICE)) as { kind: string; options?: { rate?: number } }[];
+  const tbf = qdiscs.find((q) => q.kind === 'tbf');
+  if (tbf?.options?.rate === undefined) throw new NetworkError(`host ${host.index} has no token bucket on ${HOST_DEVICE}`);
+  return 8 * tbf.options.rate; // tc reports bytes per second
 }
 
 /** Classic BPF (tc's bytecode syntax) that drops a packet with probability `loss`. */

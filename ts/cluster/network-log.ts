@@ -1,6 +1,6 @@
 /**
- * The hosts' interface counters per epoch: network.jsonl, written while the job runs by following
- * rank 0's metrics.jsonl (CounterSampler), and read back (readNetworkLog).
+ * The hosts' interface counters per epoch and their changes of rate: network.jsonl, written while the
+ * job runs by following rank 0's metrics.jsonl (CounterSampler), and read back (readNetworkLog).
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -8,9 +8,13 @@ import { MetricsLog, readMetrics, type MetricsEvent } from '../base/metrics.js';
 import type { ClusterOptions } from './cluster-options.js';
 import { readCounters, readCountersOf, type ClusterNetwork, type Counters } from './netns.js';
 
-/** One line of network.jsonl. Byte and packet counts are of the host's interface, from the kernel. */
+/**
+ * One line of network.jsonl. Byte and packet counts are of the host's interface, from the kernel
+ * (start and epoch records); a rate record is a change of the host's egress rate (--bandwidth's
+ * schedule), with `bitsPerSecond` and `atSeconds`.
+ */
 export interface NetworkRecord {
-  event: 'start' | 'epoch';
+  event: 'start' | 'epoch' | 'rate';
   time?: string;
   /** epoch: the epoch (from 1) whose end this is. */
   epoch?: number;
@@ -19,10 +23,10 @@ export interface NetworkRecord {
   host: number;
   address: string;
   /** Totals since the host's interface was made (the cluster's start). */
-  txBytesTotal: number;
-  rxBytesTotal: number;
-  txPacketsTotal: number;
-  rxPacketsTotal: number;
+  txBytesTotal?: number;
+  rxBytesTotal?: number;
+  txPacketsTotal?: number;
+  rxPacketsTotal?: number;
   /** start: the job's shape, from the cluster and rank 0's start (or resume) record. */
   hosts?: number;
   procsPerHost?: number;
@@ -30,7 +34,10 @@ export interface NetworkRecord {
   compressor?: string;
   /** The precision the exchange sent (--comm-dtype); absent in logs of runs before it existed (fp32). */
   commDtype?: string;
+  /** start: the host's rate at the cluster's start; rate: its rate from now on. */
   bitsPerSecond?: number;
+  /** rate: when the schedule set it, in seconds after the hosts started. */
+  atSeconds?: number;
   delaySeconds?: number;
   loss?: number;
   /** epoch: counts since the previous record of this host, and rank 0's floats and bytes accounting. */
@@ -65,6 +72,8 @@ export class CounterSampler {
   private log?: MetricsLog;
   private readonly last = new Map<number, Counters>();
   private warned = false;
+  /** Records to write once the run directory holds the log (rank 0 makes it). */
+  private readonly waiting: NetworkRecord[] = [];
 
   constructor(
     private readonly runDir: string,
@@ -88,7 +97,21 @@ export class CounterSampler {
     clearInterval(this.timer);
     await this.busy;
     await this.poll();
+    this.flushWaiting(true);
     this.log?.close();
+  }
+
+  /** Logs a record of the cluster's own (a change of rate), at once if the log is open, else with its next records. */
+  note(record: NetworkRecord): void {
+    this.waiting.push({ time: new Date().toISOString(), ...record });
+    if (this.log) this.flushWaiting();
+  }
+
+  /** Writes the waiting records; at the end (`last`) into a log of their own when the job never started. */
+  private flushWaiting(last = false): void {
+    if (last && !this.log && this.waiting.length && fs.existsSync(this.runDir)) this.log = new MetricsLog(path.join(this.runDir, 'network.jsonl'));
+    if (!this.log) return;
+    for (const r of this.waiting.splice(0)) this.log.write(r as unknown as MetricsEvent);
   }
 
   private async poll(): Promise<void> {
@@ -170,7 +193,7 @@ export class CounterSampler {
           workers: event.workers,
           compressor: event.compressor,
           commDtype: event.commDtype,
-          bitsPerSecond: this.options.shape.bitsPerSecond,
+          bitsPerSecond: this.options.hostRates?.[host.index] ?? this.options.shape.bitsPerSecond,
           delaySeconds: this.options.shape.delaySeconds,
           loss: this.options.shape.loss,
         });
@@ -178,6 +201,7 @@ export class CounterSampler {
       this.last.set(host.index, now);
       this.log.write(record as unknown as MetricsEvent);
     }
+    if (!epochRecord) this.flushWaiting(); // changes made before the job's start record follow it
   }
 }
 

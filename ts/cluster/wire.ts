@@ -118,6 +118,7 @@ export function compareWire(records: NetworkRecord[], options: { exchange?: (r: 
       start = r;
       continue;
     }
+    if (r.event !== 'epoch') continue;
     if (!start) throw new UsageError('network.jsonl: an epoch record comes before any start record');
     let exchange: Exchange;
     if (options.exchange) exchange = options.exchange(r);
