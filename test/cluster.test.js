@@ -522,6 +522,47 @@ describe('accordion cluster (needs root)', function () {
     for (const l of fast) expect(8 * l.bytesPerSecond).to.be.above(2 * 20e6);
   });
 
+  it('automatic levels priced in seconds plan again when the link drops mid-run: rank 0 decides from its measured link, both ranks run the new levels', async function () {
+    const dir = runDir('replan');
+    // A tight error budget keeps some matrices dense (in bf16) at 1 Gbit/s: transfers large enough
+    // to time the link by, after it drops to 10 Mbit/s.
+    const c = start(['cluster', '--hosts', '2', '--bandwidth', '0s:1gbit,2s:10mbit', '--', ...lstm(256), '--compressor', 'powersgd', '--adapt', 'auto',
+      '--auto-cost', 'seconds', '--error-budget', '0.1', '--accordion-interval', '100', '--replan-steps', '3', '--epochs', '1000', '--workers', '2', '--out', dir]);
+    const events = () => {
+      try {
+        return readMetrics(path.join(dir, 'metrics.jsonl'));
+      } catch {
+        return []; // not written yet
+      }
+    };
+    // A re-plan after the drop, and the checkpoint at the end of its epoch.
+    const replan = await waitFor('a re-plan and the checkpoint after it', () => {
+      if (c.done) throw new Error(`the job ended; stderr:\n${c.stderr}`);
+      const all = events();
+      const r = all.find((e) => e.event === 'replan');
+      return r && all.some((e) => e.event === 'checkpoint' && e.epoch >= r.epoch) ? r : undefined;
+    }, 90000);
+    process.kill(-c.child.pid, 'SIGINT');
+    const exit = await finished(c, 40000, 'the job after SIGINT');
+    expect(exit.code, exit.stderr).to.equal(130);
+    await expectNothingLeft(c, dir);
+    // Planned at the start's 1 Gbit/s measurement, again at 10 Mbit/s as rank 0 measured it (on a
+    // busy machine within half and one and a half times that).
+    this.test.title += ` [after step ${replan.runStep}: ${(8 * replan.fromBytesPerSecond / 1e6).toFixed(0)} → ${(8 * replan.toBytesPerSecond / 1e6).toFixed(1)} Mbit/s]`;
+    expect(8 * replan.fromBytesPerSecond).to.be.above(100e6);
+    expect(8 * replan.toBytesPerSecond).to.be.within(0.5 * 10e6, 1.5 * 10e6);
+    expect(replan.runStep % 3, 'at a look every --replan-steps steps').to.equal(0);
+    // Both ranks hold the plan's levels in their last checkpoints (a worker on other levels would
+    // have sent other collectives, and the job would have failed).
+    const levels = (rank) => {
+      const t = loadCheckpoint(dir, rank).trainer.find((e) => e.name === 'compressor.levels');
+      return Array.from(new Float64Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength)));
+    };
+    const planned = replan.plan.levels;
+    expect(levels(0)).to.deep.equal(planned);
+    expect(levels(1)).to.deep.equal(planned);
+  });
+
   it("a cluster command killed with SIGKILL leaves namespaces that the next run sweeps, killing what ran in them", async function () {
     const dir = runDir('sigkill');
     const c = start(['cluster', '--bandwidth', '100mbit', '--', ...lstm(32), '--epochs', '200', '--out', dir]);

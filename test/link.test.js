@@ -26,6 +26,14 @@ describe('the link estimate', function () {
     expect(describeLink(link)).to.equal('80 Mbit/s, 1.00 ms');
   });
 
+  it('times the rate by transfers of 64 KiB or more that took at least a latency (a compressed exchange on a fast link has none)', function () {
+    // 100 kB at 1 GB/s: 0.1 ms beside a latency of 1 ms; 4 kB, which a link's buffers let through at once.
+    const link = estimateLink([{ bytes: 8, seconds: 0.001 }, { bytes: 1e5, seconds: 0.0011 }, took(4000), { bytes: 8, seconds: 0.001 }]);
+    expect(link.bytesPerSecond).to.equal(undefined);
+    // The same 100 kB at 10 MB/s are timed.
+    expect(estimateLink([{ bytes: 8, seconds: 0.001 }, took(1e5)]).bytesPerSecond).to.be.closeTo(1e7, 1e-3);
+  });
+
   it('has no bandwidth without a transfer to time, and nothing without collectives', function () {
     const link = estimateLink([{ bytes: 8, seconds: 0.001 }, { bytes: 16, seconds: 0.011 }]);
     expect(link.bytesPerSecond).to.equal(undefined);

@@ -58,6 +58,8 @@ export interface TrainConfig {
   criticalBudget: number;
   errorMeasure: ErrorMeasure;
   autoCost: 'floats' | 'seconds';
+  replanFactor: number;
+  replanSteps: number;
   outDir?: string;
   overwrite: boolean;
   checkpointEvery: number;
@@ -203,7 +205,15 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   },
   autoCost: {
     flag: '--auto-cost', type: 'string', default: 'floats', choices: ['floats', 'seconds'],
-    help: 'adapt auto: what a level costs: floats per step, or seconds (kernel time + bytes over the link measured at start; on the CPU with --comm-dtype fp32, dense in bf16 joins the candidates)',
+    help: 'adapt auto: what a level costs: floats per step, or seconds (kernel time + bytes over the link training measures; on the CPU with --comm-dtype fp32, dense in bf16 joins the candidates)',
+  },
+  replanFactor: {
+    flag: '--replan-factor', type: 'number', default: 2, min: 0,
+    help: 'adapt auto, priced in seconds: plan again (at an epoch\'s end, or mid-epoch after a drop) when the measured link has moved by more than this factor since the last plan; 0: plan at the checks only',
+  },
+  replanSteps: {
+    flag: '--replan-steps', type: 'int', default: 50, ...positive, max: Number.MAX_SAFE_INTEGER,
+    help: 'adapt auto, priced in seconds: between epochs, plan again when the link has stayed below the plan\'s ÷ --replan-factor for this many steps in a row (looked at every this many steps)',
   },
   outDir: { flag: '--out', type: 'string', help: 'run directory (default runs/<model>-<time>); one that holds a run needs --resume or --overwrite' },
   overwrite: {

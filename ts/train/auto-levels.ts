@@ -129,8 +129,11 @@ export interface AutoPlan {
   error: number;
   cost: number;
   feasible: boolean;
-  /** Per matrix (by parameter index), its candidates' levels, errors and costs. */
-  candidates: { index: number; levels: number[]; errors: number[]; costs: number[] }[];
+  /**
+   * Per matrix (by parameter index), its candidates' levels, errors (in the budget's measure) and
+   * costs, and what the costs were priced from: floats and bytes per step, kernel seconds.
+   */
+  candidates: { index: number; levels: number[]; errors: number[]; costs: number[]; floats: number[]; bytes: number[]; seconds: number[] }[];
 }
 
 export interface AutoSettings {
@@ -166,14 +169,39 @@ export function planLevels(costs: LevelCost[][], regimes: Regime[], norms: numbe
     budget += errorOf(reference) * (regimes[index] === 'critical' ? settings.criticalBudget : 1);
     const options = list.map((c) => ({ level: c.level, error: errorOf(c), cost: levelCost(c, settings.cost) }));
     layers.push(options);
-    candidates.push({ index, levels: options.map((o) => o.level), errors: options.map((o) => o.error), costs: options.map((o) => o.cost) });
+    candidates.push({
+      index,
+      levels: options.map((o) => o.level),
+      errors: options.map((o) => o.error),
+      costs: options.map((o) => o.cost),
+      floats: list.map((c) => c.floats),
+      bytes: list.map((c) => c.bytes),
+      seconds: list.map((c) => c.seconds),
+    });
   });
-  budget *= settings.errorBudget;
+  return choose(costs.length, candidates, budget * settings.errorBudget, referenceError);
+}
+
+/** The levels of `parameters` parameters from their matrices' priced candidates, within `budget`. */
+function choose(parameters: number, candidates: AutoPlan['candidates'], budget: number, referenceError: number): AutoPlan {
+  const layers = candidates.map((c) => c.levels.map((level, k) => ({ level, error: c.errors[k]!, cost: c.costs[k]! })));
   const unit = referenceError > 0 ? referenceError / ERROR_STEPS : Number.MIN_VALUE;
   const chosen = chooseLevels(layers, budget, unit);
-  const levels = costs.map(() => 0);
+  const levels = new Array<number>(parameters).fill(0);
   candidates.forEach((c, l) => (levels[c.index] = c.levels[chosen.choice[l]!]!));
   return { levels, budget, referenceError, error: chosen.error, cost: chosen.cost, feasible: chosen.feasible, candidates };
+}
+
+/**
+ * A plan made again for another link: the same candidates, errors and budget as `previous` (the
+ * last check's measurements), every cost priced anew by `cost`.
+ */
+export function replanLevels(previous: AutoPlan, cost: CostModel): AutoPlan {
+  const candidates = previous.candidates.map((c) => ({
+    ...c,
+    costs: c.levels.map((level, k) => levelCost({ level, error: NaN, floats: c.floats[k]!, bytes: c.bytes[k]!, seconds: c.seconds[k]! }, cost)),
+  }));
+  return choose(previous.levels.length, candidates, previous.budget, previous.referenceError);
 }
 
 function median(values: number[]): number {

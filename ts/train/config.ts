@@ -55,6 +55,7 @@ function checkBounds(c: TrainConfig): void {
   }
   parseDevice(c.device, 'option --device');
   if (c.batchHigh < c.batchLow) throw new UsageError(`option --batch-high: ${c.batchHigh} must be at least --batch-low ${c.batchLow}`);
+  if (c.replanFactor > 0 && c.replanFactor <= 1) throw new UsageError(`option --replan-factor: 0 (plan at the checks only) or a factor above 1, got ${c.replanFactor}`);
   if (c.dataset !== 'synthetic' && !c.dataDir) throw new UsageError(`dataset ${c.dataset} needs --data DIR`);
 }
 

@@ -8,13 +8,14 @@
  * A collective takes latency + waiting + bytes / bandwidth. Waiting only ever adds, so:
  *  - the latency is the lower quartile of the smallest collectives' seconds (the workers'
  *    agreement on finite gradients, one per step, carries W floats);
- *  - the bandwidth is the bytes-weighted 80th percentile of the other collectives' rates,
- *    bytes / (seconds − latency): those that did not wait are the fastest, and the weighting lets the
- *    large transfers, timed best, decide;
+ *  - the bandwidth is the bytes-weighted 80th percentile of the rates bytes / (seconds − latency) of
+ *    the collectives that sent at least RATE_COLLECTIVE_BYTES and whose transfer took at least a
+ *    latency: smaller ones say little about the rate (they fit in the buffers and token buckets a
+ *    link lets through at once, and their time is mostly latency); those that did not wait are the
+ *    fastest, and the weighting lets the large transfers, timed best, decide;
  *  - each collective's waiting is what its seconds exceed latency + bytes / bandwidth by.
- * With little traffic (a highly compressed exchange on a fast link) the transfers are short beside
- * the latency and the bandwidth is known less well; without any collective beyond the agreement it
- * is unknown.
+ * With little traffic (a highly compressed exchange on a fast link) every transfer is short beside
+ * the latency and the bandwidth is unknown.
  */
 
 import { formatRate } from '../base/units.js';
@@ -40,6 +41,8 @@ export interface LinkEstimate {
 
 /** A collective of at most this many bytes sent times the latency (the agreement sends 4·W·(W − 1)/W·2). */
 export const SMALL_COLLECTIVE_BYTES = 1024;
+/** A collective of at least this many bytes sent times the rate. */
+export const RATE_COLLECTIVE_BYTES = 64 * 1024;
 
 /** The samples of a step result's `collectives` (pairs of bytes sent and seconds). */
 export function collectiveSamples(pairs: Float64Array): CollectiveSample[] {
@@ -64,8 +67,8 @@ function weightedQuantile(values: number[], weights: number[], q: number): numbe
 export function estimateLink(samples: readonly CollectiveSample[]): LinkEstimate | undefined {
   if (samples.length === 0) return undefined;
   const small = samples.filter((s) => s.bytes <= SMALL_COLLECTIVE_BYTES);
-  const large = samples.filter((s) => s.bytes > SMALL_COLLECTIVE_BYTES);
   const latencySeconds = small.length ? weightedQuantile(small.map((s) => s.seconds), small.map(() => 1), 0.25) : 0;
+  const large = samples.filter((s) => s.bytes >= RATE_COLLECTIVE_BYTES && s.seconds - latencySeconds >= Math.max(latencySeconds, 1e-6));
   const rates = large.map((s) => s.bytes / Math.max(s.seconds - latencySeconds, 1e-9));
   const bytesPerSecond = large.length ? weightedQuantile(rates, large.map((s) => s.bytes), 0.8) : undefined;
   let waitSeconds = 0, totalSeconds = 0;

@@ -106,7 +106,24 @@ export interface LevelSwitch {
   parameter: string;
   from: number;
   to: number;
-  reason: 'norm-change' | 'lr-decay' | 'auto';
+  reason: 'norm-change' | 'lr-decay' | 'auto' | 'link';
+  /** A change between epochs (a re-plan after the link dropped): the run's step after which it applies. */
+  runStep?: number;
+}
+
+/**
+ * Automatic levels planned again for a link that moved (priced in seconds): at an epoch's end
+ * between checks, or after a step when the link stayed low for --replan-steps steps.
+ */
+export interface ReplanRecord {
+  /** The epoch (from 1) it happened in, and the run's step after which the new levels apply. */
+  epoch: number;
+  runStep: number;
+  /** The link the plan in force was priced at, and the link now (bytes per second). */
+  fromBytesPerSecond: number;
+  toBytesPerSecond: number;
+  /** The plan: the last check's candidates and budget, priced for the link now. */
+  plan: AutoRecord;
 }
 
 export interface TrainSummary {

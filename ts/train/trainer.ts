@@ -15,7 +15,7 @@ import { saveCheckpoint } from './checkpoint.js';
 import { DenseStart } from './dense-start.js';
 import { savedConfig, type TrainOptions } from './config.js';
 import { measureLink } from './auto-levels.js';
-import { LinkMonitor, collectiveSamples, estimateLink, type CollectiveSample } from './link.js';
+import { LinkMonitor, collectiveSamples, estimateLink, type CollectiveSample, type LinkEstimate } from './link.js';
 import { ProgressBar, epochLine } from './progress.js';
 import { openRunDir, writeSummary } from './rundir.js';
 import { learningRateForEpoch, type LrSchedule } from './schedule.js';
@@ -23,7 +23,7 @@ import { setUp, type SetUp, type TrainerContext } from './setup.js';
 import type { TrainingTask } from './tasks.js';
 import { partialRecord, type CheckpointEvent, type EpochRecord, type LevelSwitch, type StepEvent, type TrainSummary } from './records.js';
 import { choosePolicy } from './policies/choose.js';
-import type { CheckOutput, Policy } from './policies/policy.js';
+import type { CheckOutput, Policy, StepOutput } from './policies/policy.js';
 
 export class Trainer extends EventEmitter {
   readonly config: TrainConfig;
@@ -211,6 +211,8 @@ export class Trainer extends EventEmitter {
       const stepCollectives = collectiveSamples(r.collectives);
       collectives.push(...stepCollectives);
       const link = this.link.addStep(stepCollectives);
+      const replanned = await this.policy.afterStep({ epoch: epoch + 1, runStep: this.runSteps, link, broadcast: this.fromRank0 });
+      if (replanned) await this.applyLevels(epoch, replanned, this.runSteps);
       const elapsed = Math.max((performance.now() - begin) / 1000, 1e-9);
       const event: StepEvent = {
         epoch: epoch + 1,
@@ -237,15 +239,15 @@ export class Trainer extends EventEmitter {
     bar?.finish();
     const seconds = (performance.now() - begin) / 1000;
     if (this.stopRequested) return partialRecord(epoch, lr, batch, seconds); // discarded by fit()
+    const link = estimateLink(collectives);
     const bookkeepingStart = performance.now();
-    const decision = await this.checkPolicy(epoch, lr);
+    const decision = await this.checkPolicy(epoch, lr, link);
     const bookkeepingSeconds = (performance.now() - bookkeepingStart) / 1000;
     // Evaluation and the checkpoint see rank 0's model on every worker, checked by digest.
     const syncStart = performance.now();
     broadcastFloats += await this.model.syncReplicas();
     const syncSeconds = (performance.now() - syncStart) / 1000;
     const language = this.task.kind === 'language';
-    const link = estimateLink(collectives);
     const valid = language ? await this.evaluate('valid') : undefined;
     const test = await this.evaluate('test');
     return {
@@ -284,7 +286,7 @@ export class Trainer extends EventEmitter {
    * epoch's gradient sums), then the norms are read once (restarting the sums), and the policy
    * decides; its new levels are set on every worker, and its switches logged and emitted.
    */
-  private async checkPolicy(epoch: number, lr: number): Promise<CheckOutput> {
+  private async checkPolicy(epoch: number, lr: number, link: LinkEstimate | undefined): Promise<CheckOutput> {
     if (!this.policy.usesNorms) return {};
     const candidates = this.policy.candidates(epoch);
     const costs: LevelCost[][] | undefined = candidates && this.rank === 0 ? await this.model.levelCosts(candidates) : undefined;
@@ -299,9 +301,11 @@ export class Trainer extends EventEmitter {
       norms,
       levels,
       costs,
-      broadcast: async (values) => void (await this.group?.broadcast(values, 0)),
+      ...(link ? { link } : {}),
+      runStep: this.runSteps,
+      broadcast: this.fromRank0,
     });
-    if (out.levels) await this.applyLevels(epoch, levels, out);
+    if (out.levels) await this.applyLevels(epoch, { levels: out.levels, reasons: out.reasons!, ...(out.replan ? { replan: out.replan } : {}) });
     if (out.batch) {
       const event = { epoch: epoch + 1, ...out.batch };
       this.metrics?.write({ event: 'batch-switch', ...event });
@@ -310,14 +314,25 @@ export class Trainer extends EventEmitter {
     return out;
   }
 
-  /** Sets the policy's levels and logs every matrix whose level changed. */
-  private async applyLevels(epoch: number, before: number[], out: CheckOutput): Promise<void> {
-    const after = out.levels!;
+  /** Rank 0's values to every worker, in place (nothing alone). */
+  private readonly fromRank0 = async (values: Float32Array): Promise<void> => void (await this.group?.broadcast(values, 0));
+
+  /**
+   * Sets the policy's levels and logs every matrix whose level changed, and a re-plan for a link that
+   * moved; `runStep` where they change between epochs (after that step of the run).
+   */
+  private async applyLevels(epoch: number, out: StepOutput, runStep?: number): Promise<void> {
+    const before = await this.denseStart.levels(this.model);
+    const after = out.levels;
     await this.denseStart.setLevels(this.model, after);
+    if (out.replan) {
+      this.metrics?.write({ event: 'replan', ...out.replan });
+      this.emit('replan', out.replan);
+    }
     const names = this.model.parameters().map((p) => p.name);
     for (let i = 0; i < after.length; i++) {
       if (!this.matrices[i] || after[i] === before[i]) continue;
-      const change: LevelSwitch = { epoch: epoch + 1, parameter: names[i]!, from: before[i]!, to: after[i]!, reason: out.reasons![i]! };
+      const change: LevelSwitch = { epoch: epoch + 1, parameter: names[i]!, from: before[i]!, to: after[i]!, reason: out.reasons[i]!, ...(runStep !== undefined ? { runStep } : {}) };
       this.switches.push(change);
       this.metrics?.write({ event: 'switch', ...change });
       this.emit('switch', change);

@@ -1,13 +1,15 @@
 /**
  * The interface of the policies that decide, at the end of an epoch, the compression levels and the
  * global batch of the epochs that follow (Accordion, automatic levels, batch growth, Smith's
- * baseline, batch and levels together, or nothing: static levels). A policy takes the epoch's norms,
- * the candidate levels' measured costs and the link; it returns decisions, which the trainer applies,
- * logs and emits. Rank 0 decides; `broadcast` carries its decisions to the other workers.
+ * baseline, batch and levels together, or nothing: static levels), and, after a step, whether the
+ * link has moved enough to change levels at once (automatic levels). A policy takes the epoch's
+ * norms, the candidate levels' measured costs and the link; it returns decisions, which the trainer
+ * applies, logs and emits. Rank 0 decides; `broadcast` carries its decisions to the other workers.
  */
 import type { LevelCost } from '../../native/binding.js';
 import type { Regime } from '../accordion.js';
-import type { AutoRecord, LevelSwitch } from '../records.js';
+import type { LinkEstimate } from '../link.js';
+import type { AutoRecord, LevelSwitch, ReplanRecord } from '../records.js';
 
 /** The end of an epoch, as a policy sees it. */
 export interface CheckInput {
@@ -23,6 +25,10 @@ export interface CheckInput {
   levels: number[];
   /** On rank 0, when candidates() asked for them: per matrix, every candidate level's error and cost. */
   costs?: LevelCost[][];
+  /** The link as this worker's collectives met it over the epoch (with two or more workers). */
+  link?: LinkEstimate;
+  /** Steps run since the run began, after the epoch's last. */
+  runStep: number;
   /** Sends rank 0's values to every worker, in place (nothing alone). */
   broadcast(values: Float32Array): Promise<void>;
 }
@@ -34,10 +40,29 @@ export interface CheckOutput {
   reasons?: LevelSwitch['reason'][];
   /** For the epoch record: the norms, the norm-change ratios where this was a check, and an automatic plan. */
   record?: { norms: number[]; ratios: (number | null)[]; auto?: AutoRecord };
+  /** On rank 0, where the levels are a plan in force priced again for a link that moved. */
+  replan?: ReplanRecord;
   /** The global batch grew (from the next epoch); `ratio` is the norm change that decided it. */
   batch?: { from: number; to: number; ratio: number | null };
   /** Each parameter's regime (tests and the joint mode read it). */
   regimes?: Regime[];
+}
+
+/** After a training step, as a policy sees it: every worker, after every step. */
+export interface StepInput {
+  /** The epoch, from 1, and the steps run since the run began (a resumed run's earlier steps included). */
+  epoch: number;
+  runStep: number;
+  /** The link over this worker's last steps' collectives. */
+  link?: LinkEstimate;
+  broadcast(values: Float32Array): Promise<void>;
+}
+
+/** Levels changed by a re-plan: every parameter's, why each changed, and (on rank 0) the re-plan. */
+export interface StepOutput {
+  levels: number[];
+  reasons: LevelSwitch['reason'][];
+  replan?: ReplanRecord;
 }
 
 /** A measured link (automatic levels priced in seconds). */
@@ -59,6 +84,8 @@ export interface Policy {
   needsLink(): boolean;
   useLink(link: Link): void;
   check(input: CheckInput): Promise<CheckOutput>;
+  /** After every step on every worker; new levels from the next step, or none. */
+  afterStep(input: StepInput): Promise<StepOutput | undefined>;
   /** The policy's state for a checkpoint, and its restoration (the same keys). */
   save(): Record<string, unknown>;
   restore(saved: Record<string, unknown>): void;
@@ -78,6 +105,9 @@ export abstract class BasePolicy implements Policy {
   useLink(_link: Link): void {}
   async check(_input: CheckInput): Promise<CheckOutput> {
     return {};
+  }
+  async afterStep(_input: StepInput): Promise<StepOutput | undefined> {
+    return undefined;
   }
   abstract save(): Record<string, unknown>;
   abstract restore(saved: Record<string, unknown>): void;
