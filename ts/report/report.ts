@@ -118,7 +118,7 @@ function clusterLink(runDir: string): string | undefined {
 }
 
 /** A browser build shipped next to a package's main file, as inline script text. */
-function inlineScript(require: NodeRequire, pkg: string, file: string): string {
+export function inlineScript(require: NodeRequire, pkg: string, file: string): string {
   const text = fs.readFileSync(path.join(path.dirname(require.resolve(pkg)), file), 'utf8');
   // A closing script tag inside the library would end the inline script early.
   return text.replace(/<\/script/gi, '<\\/script');
