@@ -504,22 +504,17 @@ describe('accordion cluster (needs root)', function () {
     await expectNothingLeft(c, dir);
   });
 
-  it('a slow host: its peer measures the slow link from its own collectives, where a fast pair measures more', async function () {
-    const link = async (name, extra) => {
-      const dir = runDir(name);
-      const c = start(['cluster', '--hosts', '2', '--bandwidth', '1gbit', ...extra, '--', ...lstm(64), '--epochs', '2', '--workers', '2', '--out', dir]);
-      const exit = await finished(c, 90000, `the ${name} run`);
-      expect(exit.code, exit.stderr).to.equal(0);
-      await expectNothingLeft(c, dir);
-      return readMetrics(path.join(dir, 'metrics.jsonl')).filter((e) => e.event === 'epoch').map((e) => e.link);
-    };
-    const slow = await link('slow-host', ['--host-bandwidth', '1:20mbit']);
-    const fast = await link('fast-pair', []);
-    this.test.title += ` [rank 0 measured ${slow.map((l) => (8 * l.bytesPerSecond / 1e6).toFixed(1)).join(', ')} Mbit/s beside host 1 at 20 Mbit/s; ${fast.map((l) => (8 * l.bytesPerSecond / 1e6).toFixed(0)).join(', ')} Mbit/s at 1 Gbit/s]`;
+  it('a slow host: its peer measures the slow link from its own collectives', async function () {
+    const dir = runDir('slow-host');
+    const c = start(['cluster', '--hosts', '2', '--bandwidth', '1gbit', '--host-bandwidth', '1:20mbit', '--', ...lstm(64), '--epochs', '2', '--workers', '2', '--out', dir]);
+    const exit = await finished(c, 90000, 'the run with a slow host');
+    expect(exit.code, exit.stderr).to.equal(0);
+    await expectNothingLeft(c, dir);
+    const links = readMetrics(path.join(dir, 'metrics.jsonl')).filter((e) => e.event === 'epoch').map((e) => e.link);
+    this.test.title += ` [rank 0 measured ${links.map((l) => (8 * l.bytesPerSecond / 1e6).toFixed(1)).join(', ')} Mbit/s beside host 1 at 20 Mbit/s]`;
     // Rank 0 sends at 1 Gbit/s but receives host 1's share at 20 Mbit/s: its all-reduces run at the
     // slower rate, less the packets' headers (about 4%).
-    for (const l of slow) expect(8 * l.bytesPerSecond).to.be.within(0.6 * 20e6, 1.02 * 20e6);
-    for (const l of fast) expect(8 * l.bytesPerSecond).to.be.above(2 * 20e6);
+    for (const l of links) expect(8 * l.bytesPerSecond).to.be.within(0.6 * 20e6, 1.02 * 20e6);
   });
 
   it('automatic levels priced in seconds plan again when the link drops mid-run: rank 0 decides from its measured link, both ranks run the new levels', async function () {

@@ -281,7 +281,8 @@ describe('several workers: PyTorch DDP semantics, against PyTorch DDP and float6
   it('one epoch of the synthetic recipe: 2 workers\' test loss with their saved statistics is within the 1-worker run\'s gap to statistics recomputed by PyTorch, plus 2%', async function () {
     const data = path.join(tmp, 'gap-data');
     const common = { model: 'resnet18', dataset: 'synthetic', dataDir: data, syntheticTrain: 640, syntheticTest: 200, batchSize: 32, epochs: 1, threads: 1, progress: false };
-    const solo = await Trainer.create({ ...common, outDir: path.join(tmp, 'gap-1') });
+    // Alone, the worker takes both cores (the two workers below one each).
+    const solo = await Trainer.create({ ...common, threads: 2, outDir: path.join(tmp, 'gap-1') });
     await solo.fit();
     await solo.dispose();
     const joined = await groups();
