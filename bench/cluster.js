@@ -9,13 +9,17 @@
 // Needs root (CAP_NET_ADMIN). Runs take minutes each; finished ones are kept in <out>/results.jsonl
 // and not run again, so an interrupted grid goes on where it stopped (--fresh starts over).
 //
-//   sudo node bench/cluster.js [--bandwidths 10gbit,1gbit,100mbit] [--configs dense,powersgd-r2,…]
+//   sudo node bench/cluster.js [--bandwidths 10gbit,1gbit,100mbit | --schedule T:RATE,…] [--configs dense,powersgd-r2,…]
 //        [--latency 1ms] [--target 0.5] [--model resnet18|lstm] [--text FILE] [--out DIR] [--fresh]
 //        [--quick] [-- extra training options]
 //
 // Configs: dense, powersgd-rN (static rank N), topk-P (static ratio P%), and powersgd- or topk-
-// followed by accordion (Accordion's two levels) or auto (levels chosen under an error budget); any
-// of them followed by -bf16 or -fp16 sends its values in 16 bits (--comm-dtype). The peers: ddp,
+// followed by accordion (Accordion's two levels), auto (levels chosen under an error budget, costed
+// in floats), auto-seconds (costed in seconds over the link training measures, planned again when it
+// moves) or auto-once (costed in seconds over the link measured at the start, planned at the checks
+// only); any of them followed by -bf16 or -fp16 sends its values in 16 bits (--comm-dtype).
+// `--schedule 0s:1gbit,90s:100mbit,270s:1gbit` runs every config once over a link that changes so
+// (accordion cluster's schedule) instead of at each of --bandwidths. The peers: ddp,
 // ddp-fp16 and ddp-powersgd-rN train ResNet-18 with PyTorch DDP (bench/peers/torch_train.py: dense,
 // its fp16 hook, its PowerSGD hook) over the same 2 shaped hosts, from the engine's initial weights on
 // the same files with the same schedule (its milestones excepted: keep them beyond --epochs).
@@ -28,7 +32,7 @@ import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { PYTHON, ROOT, fmt, formatTable, onShapedHosts, peerEnv, runLogged } from './common.js';
 import { readMetrics } from '../lib/base/metrics.js';
-import { compareWire, formatRate, parseBandwidth, readNetworkLog, topkExchange } from '../lib/cluster/cluster.js';
+import { compareWire, formatRate, parseBandwidth, parseBandwidthSchedule, readNetworkLog, topkExchange } from '../lib/cluster/cluster.js';
 import { HOST_DEVICE, missingCapabilities } from '../lib/cluster/netns.js';
 import { parseTrainArgs } from '../lib/cli/args.js';
 import { resolveConfig } from '../lib/train/config.js';
@@ -49,9 +53,15 @@ function configArgs(name) {
   if (m) return ['--compressor', 'powersgd', '--accordion', 'off', '--rank', m[1]];
   m = /^topk-(\d+(?:\.\d+)?)$/.exec(name);
   if (m && Number(m[1]) > 0 && Number(m[1]) <= 100) return ['--compressor', 'topk', '--accordion', 'off', '--topk-ratio', String(Number(m[1]) / 100)];
-  m = /^(powersgd|topk)-(accordion|auto)$/.exec(name);
-  if (m) return ['--compressor', m[1], ...(m[2] === 'auto' ? ['--adapt', 'auto'] : ['--accordion', 'on'])];
-  return undefined;
+  m = /^(powersgd|topk)-(accordion|auto|auto-seconds|auto-once)$/.exec(name);
+  if (!m) return undefined;
+  const adapt = {
+    accordion: ['--accordion', 'on'],
+    auto: ['--adapt', 'auto'],
+    'auto-seconds': ['--adapt', 'auto', '--auto-cost', 'seconds'],
+    'auto-once': ['--adapt', 'auto', '--auto-cost', 'seconds', '--replan-factor', '0'],
+  };
+  return ['--compressor', m[1], ...adapt[m[2]]];
 }
 
 /** A PyTorch DDP peer's options of bench/peers/torch_train.py, or undefined for a name that is none. */
@@ -64,6 +74,7 @@ function peerArgs(name) {
 
 const USAGE = `usage: sudo node bench/cluster.js [options] [-- extra training options]
   --bandwidths LIST  each host's outgoing rate, tc units (default 10gbit,1gbit,100mbit)
+  --schedule S       instead, one link whose rate changes: T:RATE pairs, e.g. 0s:1gbit,90s:100mbit,270s:1gbit
   --configs LIST     dense, powersgd-rN, topk-P (percent), powersgd-accordion, topk-accordion,
                      powersgd-auto, topk-auto, each optionally -bf16 or -fp16; PyTorch DDP:
                      ddp, ddp-fp16, ddp-powersgd-rN (default ${DEFAULT_CONFIGS.join(',')})
@@ -79,6 +90,7 @@ const { values: opts, positionals } = parseArgs({
   allowPositionals: true,
   options: {
     bandwidths: { type: 'string', default: '10gbit,1gbit,100mbit' },
+    schedule: { type: 'string' },
     configs: { type: 'string', default: DEFAULT_CONFIGS.join(',') },
     model: { type: 'string', default: 'resnet18' },
     text: { type: 'string' },
@@ -98,12 +110,17 @@ const fail = (message) => {
   console.error(`bench/cluster.js: ${message}`);
   process.exit(2);
 };
-const bandwidths = opts.bandwidths.split(',').filter(Boolean);
-bandwidths.forEach(parseBandwidth); // a bad rate is an error before anything runs
+// Each a value of accordion cluster's --bandwidth: a rate, or the one schedule.
+const bandwidths = opts.schedule ? [opts.schedule] : opts.bandwidths.split(',').filter(Boolean);
+bandwidths.forEach(parseBandwidthSchedule); // a bad rate is an error before anything runs
+/** A bandwidth as a directory name and as a table's heading. */
+const dirName = (bandwidth) => (opts.schedule ? 'schedule' : bandwidth);
+const showBandwidth = (bandwidth) => parseBandwidthSchedule(bandwidth).map((c) => `${formatRate(c.bitsPerSecond)}${c.atSeconds ? ` from ${c.atSeconds} s` : ''}`).join(', ');
 const configs = opts.configs.split(',').filter(Boolean);
 for (const c of configs) if (!configArgs(c) && !peerArgs(c)) fail(`unknown config '${c}' (see --help)`);
 const language = opts.model === 'lstm';
 if (language && configs.some(peerArgs)) fail('the PyTorch DDP peers train ResNet-18 only');
+if (opts.schedule && configs.some(peerArgs)) fail('the PyTorch DDP peers run on links of one rate (--bandwidths), not a --schedule');
 if (!language && opts.model !== 'resnet18') fail(`--model: resnet18 or lstm, got '${opts.model}'`);
 if (language && !opts.text) fail('--model lstm trains on a plain text file: give --text FILE');
 const target = Number(opts.target);
@@ -237,9 +254,9 @@ for (const bandwidth of bandwidths) {
   for (const config of configs) {
     const key = keyOf(bandwidth, config);
     if (done.has(key)) continue;
-    const dir = path.join(opts.out, bandwidth, config);
+    const dir = path.join(opts.out, dirName(bandwidth), config);
     const started = Date.now();
-    process.stdout.write(`${bandwidth} ${config} … `);
+    process.stdout.write(`${dirName(bandwidth)} ${config} … `);
     const code = peerArgs(config) ? await runPeer(bandwidth, config, dir) : await runCell(bandwidth, config, dir);
     if (code !== 0) {
       // A failed cell (a kernel without netem for --latency, a crash) is looked at before the grid goes on.
@@ -262,13 +279,13 @@ for (const bandwidth of bandwidths) {
     .map((c) => done.get(keyOf(bandwidth, c)))
     .filter(Boolean)
     .map((r) => {
-      const dir = path.join(opts.out, r.bandwidth, r.config);
+      const dir = path.join(opts.out, dirName(r.bandwidth), r.config);
       return fs.existsSync(path.join(dir, 'network.jsonl')) || fs.existsSync(path.join(dir, 'ddp.jsonl')) ? { ...r, ...summarise(dir) } : r;
     });
   if (!rows.length) continue;
   const dense = rows.find((r) => r.config === 'dense');
   const goal = language ? `test perplexity ${fmt(target, 1)}` : `${fmt(100 * target, 0)}% test accuracy`;
-  console.log(`\n## ${formatRate(parseBandwidth(bandwidth))}, latency ${opts.latency}: time to ${goal}\n`);
+  console.log(`\n## ${showBandwidth(bandwidth)}, latency ${opts.latency}: time to ${goal}\n`);
   const columns = [
     { key: 'run', title: 'run', align: 'left' },
     { key: 'step', title: 's/step' },
@@ -295,4 +312,4 @@ for (const bandwidth of bandwidths) {
   }));
   console.log(formatTable(columns, table, { markdown: true }));
 }
-console.log(`\nresults: ${resultsFile}; curves: node lib/cli.js report ${path.join(opts.out, bandwidths.at(-1))}/*`);
+console.log(`\nresults: ${resultsFile}; curves: node lib/cli.js report ${path.join(opts.out, dirName(bandwidths.at(-1)))}/*`);
