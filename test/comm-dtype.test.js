@@ -230,6 +230,19 @@ describe('values sent in 16 bits (--comm-dtype)', function () {
         }
       });
 
+      it('alone: nothing is rounded, and the memory a compressed level left is paid into the gradient', function () {
+        const rng = makeRng(8);
+        const p = new ReducerProbe(shapes, { compressor: 'powersgd', level: 1, minCompressionRate: 0 });
+        p.step([shapes.map((s) => randn(rng, numelOf(s)))]);
+        const memory = p.memory(0, 0);
+        expect(memory.some((v) => v !== 0), 'rank 1 leaves an error').to.equal(true);
+        p.setLevel(0, -1);
+        const g = shapes.map((s) => randn(rng, numelOf(s)));
+        const out = p.step([g]).outputs[0][0];
+        expect(Array.from(out)).to.deep.equal(Array.from(g[0], (v, k) => Math.fround(v + memory[k])));
+        expect(p.memory(0, 0).every((v) => v === 0)).to.equal(true);
+      });
+
       it("prices it as the relative error of rounding the epoch sum to bf16, at the floats of dense and 2 bytes a value", function () {
         const rng = makeRng(3);
         const p = new ReducerProbe(shapes, { compressor: 'powersgd', level: 1, accumulateNorms: true, minCompressionRate: 0 });

@@ -180,7 +180,7 @@ void GradientReducer::exchange(const std::vector<size_t>& slots, ReduceResult& r
   }
   if (compressor_) compressor_->payOwed(dense, parameters_);
   if (!matrices.empty()) compressor_->exchange(matrices, group);
-  if (!rounded.empty() && group_.size() > 1) compressor_->exchangeRounded(rounded, Precision::Bf16, group);
+  if (!rounded.empty()) compressor_->exchangeRounded(rounded, Precision::Bf16, group);
   reduceDense(dense, group);
   result.add(group);
   if ((options_.sent != Precision::Fp32 || !rounded.empty()) && group_.size() > 1) checkInRange(slots);
