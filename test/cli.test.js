@@ -54,7 +54,7 @@ describe('command line', function () {
   }
 
   it('every command answers --help with its usage, exit 0', function () {
-    for (const command of ['train', 'launch', 'cluster', 'report', 'info']) {
+    for (const command of ['train', 'launch', 'cluster', 'report', 'plan', 'info']) {
       const r = run([command, '--help'], {}, 30000);
       expect(r.code, `${command}: ${r.stderr}`).to.equal(0);
       expect(r.stdout, command).to.match(new RegExp(`^Usage: accordion ${command}\\b`));
