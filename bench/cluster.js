@@ -78,7 +78,7 @@ const USAGE = `usage: sudo node bench/cluster.js [options] [-- extra training op
   --configs LIST     dense, powersgd-rN, topk-P (percent), powersgd-accordion, topk-accordion,
                      powersgd-auto, topk-auto, each optionally -bf16 or -fp16; PyTorch DDP:
                      ddp, ddp-fp16, ddp-powersgd-rN (default ${DEFAULT_CONFIGS.join(',')})
-  --latency TIME     delay on each host's egress (netem; default 1ms; 0ms where the kernel has no netem)
+  --latency TIME     delay on each host's egress (netem, which this project's machines lack; default 0ms)
   --target X         the test accuracy (a fraction; for the LSTM a perplexity) whose wall-clock
                      time is reported (default 0.5)
   --model NAME       resnet18 on the synthetic data (default) or lstm on --text FILE
@@ -94,7 +94,7 @@ const { values: opts, positionals } = parseArgs({
     configs: { type: 'string', default: DEFAULT_CONFIGS.join(',') },
     model: { type: 'string', default: 'resnet18' },
     text: { type: 'string' },
-    latency: { type: 'string', default: '1ms' },
+    latency: { type: 'string', default: '0ms' },
     target: { type: 'string', default: '0.5' },
     out: { type: 'string', default: path.join(os.tmpdir(), 'accordion-cluster-bench') },
     fresh: { type: 'boolean', default: false },

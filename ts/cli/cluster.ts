@@ -19,7 +19,7 @@ const CLUSTER_OPTIONS: WrapperOption[] = [
     help: "rate of each host's outgoing traffic: bit, kbit, mbit, gbit (tbf); or a schedule of rates from times after the hosts start, e.g. 0s:1gbit,120s:100mbit,300s:1gbit (each change logged in network.jsonl)",
   },
   { flag: '--host-bandwidth', value: 'H:RATE,…', help: 'hosts with a rate of their own for the whole job, e.g. 1:100mbit for a slow host 1', dflt: '' },
-  { flag: '--latency', value: 'TIME', help: "delay added to each host's outgoing packets: us, ms, s (netem; a round trip gains twice it)", dflt: '0ms' },
+  { flag: '--latency', value: 'TIME', help: "delay added to each host's outgoing packets: us, ms, s (the kernel's netem, which some kernels lack; a round trip gains twice it)", dflt: '0ms' },
   { flag: '--loss', value: 'PCT', help: "share of each host's outgoing packets dropped at random, e.g. 1%", dflt: '0%' },
   { flag: '--subnet', value: 'CIDR', help: "the hosts' IPv4 subnet; host i gets its address i + 1", dflt: '10.87.0.0/24' },
 ];
