@@ -268,6 +268,17 @@ describe('values sent in 16 bits (--comm-dtype)', function () {
         }
       });
 
+      it('names a matrix whose average left bf16\'s range, and what to do', function () {
+        const p = new ReducerProbe(shapes, { compressor: 'powersgd', level: 1, workers: 2, minCompressionRate: 0 });
+        p.setLevel(0, -1);
+        // Each sends 3.4e38 / 2; their sum, 3.4e38, lies beyond bf16's largest finite 3.3895e38.
+        const big = () => shapes.map((s, i) => (i === 0 ? new Float32Array(numelOf(s)).fill(3.4e38) : new Float32Array(numelOf(s))));
+        const err = thrownBy(() => p.step([big(), big()]));
+        expect(err.code).to.equal('ERR_NUMERICAL');
+        expect(err.message).to.include("the gradient of 'p0' left bf16's range in the exchange (a value rounded to Inf)");
+        expect(err.message).to.include('--auto-cost floats');
+      });
+
       it('is refused where it is not a level: other negative values, 1-D tensors, no compressor', function () {
         const p = new ReducerProbe(shapes, { compressor: 'powersgd', level: 1 });
         expect(thrownBy(() => p.setLevel(0, -2)).message).to.include('a PowerSGD rank must be a positive integer (or 0: dense, -1: dense in bf16), got -2');

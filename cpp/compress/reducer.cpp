@@ -200,11 +200,13 @@ void GradientReducer::checkInRange(const std::vector<size_t>& slots) {
   const int64_t bad = firstNonFiniteAmong(slots);
   if (bad == 0) return;
   const Slot& s = slots_[slots[static_cast<size_t>(bad) - 1]];
-  const Precision sent = roundedAt(s, s.level) ? Precision::Bf16 : options_.sent;
+  const bool rounded = roundedAt(s, s.level);
+  const Precision sent = rounded ? Precision::Bf16 : options_.sent;
+  const std::string cure = rounded ? "Price automatic levels in floats (--auto-cost floats), which leaves dense in bf16 out"
+                                   : std::string("Send it in ") + (sent == Precision::Fp16 ? "bf16 (fp32's range) or fp32" : "fp32") + " (--comm-dtype)";
   throw numericalError("the gradient of '" + s.parameter->name + "' left " + precisionName(sent) + "'s range in the exchange (" +
                        (sent == Precision::Fp16 ? "a value sent beyond ±65504" : "a value rounded to Inf") +
-                       "); the step was stopped on every worker. Send it in " +
-                       (sent == Precision::Fp16 ? "bf16 (fp32's range) or fp32" : "fp32") + " (--comm-dtype)");
+                       "); the step was stopped on every worker. " + cure);
 }
 
 std::vector<std::vector<size_t>> gradientBuckets(const std::vector<Parameter*>& parameters, int64_t bytes) {
