@@ -5,7 +5,10 @@
 // step measured (the epochs after the first) beside the prediction of cluster/predict.ts from the
 // same run's compute and compression seconds per step (measured under the same number of processes
 // on this machine's cores), its forward's share of compute (timed alone on one thread), the shaped
-// rate's TCP payload and the latency the run's link estimate measured. Needs root (CAP_NET_ADMIN).
+// rate's TCP payload and one latency per number of hosts: the median of the latencies the link
+// estimates measured in the overlapped runs (after backward, the per-step agreement that times the
+// latency also waits for the slowest worker's backward, which the model leaves out by assuming no
+// straggler). Needs root (CAP_NET_ADMIN).
 // Finished runs are kept in <out>/results.jsonl and not run again (--fresh starts over).
 //
 //   sudo node bench/plan.js [--hosts 2,4] [--bandwidths 100mbit,1gbit] [--configs dense,powersgd-r2,topk-10]
@@ -89,30 +92,30 @@ const layout = await modelLayout(config, 0);
 const alone = (await measureStepWork({ ...config, threads: 1 }, [0], { vocabulary: 0 })).work.get(0);
 const forwardShare = alone.forwardSeconds / alone.computeSeconds;
 
-const rows = [];
-for (const hosts of hostCounts)
-  for (const bandwidth of bandwidths)
-    for (const name of configs)
-      for (const mode of modes) {
-        const key = JSON.stringify([hosts, bandwidth, name, mode, training]);
-        if (!done.has(key)) {
-          process.stderr.write(`${hosts} hosts ${bandwidth} ${name} ${mode} … `);
-          const started = Date.now();
-          const result = { key, ...(await measure(hosts, bandwidth, name, mode)) };
-          fs.appendFileSync(resultsFile, JSON.stringify(result) + '\n');
-          done.set(key, result);
-          process.stderr.write(`${Math.round((Date.now() - started) / 1000)} s\n`);
-        }
-        const m = done.get(key);
-        const run = resolveConfig(parseTrainArgs([...training, ...CONFIGS[name], ...MODES[mode]]));
-        const spec = compressionSpec(run);
-        const level = spec.kind === 'none' ? 0 : spec.reference;
-        const link = { bytesPerSecond: (parseBandwidth(bandwidth) / 8) * PAYLOAD_FRACTION, latencySeconds: m.latencySeconds };
-        const work = { computeSeconds: m.computeSeconds, forwardSeconds: forwardShare * m.computeSeconds, compressionSeconds: m.compressionSeconds, broadcastFloats: layout.broadcastFloats };
-        const p = predictStep({ shapes: layout.shapes, spec, level, valueBytes: 4, bucketBytes: run.bucketMb * 2 ** 20 }, work, hosts, link, 'ring');
-        const predicted = mode === 'overlapped' ? p.overlappedSeconds : p.afterBackwardSeconds;
-        rows.push({ hosts, bandwidth, config: name, mode, measured: m.stepSeconds, predicted, ratio: predicted / m.stepSeconds, compute: m.computeSeconds, compression: m.compressionSeconds, latency: m.latencySeconds });
-      }
+const cells = hostCounts.flatMap((hosts) => bandwidths.flatMap((bandwidth) => configs.flatMap((name) => modes.map((mode) => ({ hosts, bandwidth, name, mode })))));
+const keyOf = (c) => JSON.stringify([c.hosts, c.bandwidth, c.name, c.mode, training]);
+for (const c of cells) {
+  if (done.has(keyOf(c))) continue;
+  process.stderr.write(`${c.hosts} hosts ${c.bandwidth} ${c.name} ${c.mode} … `);
+  const started = Date.now();
+  const result = { key: keyOf(c), ...(await measure(c.hosts, c.bandwidth, c.name, c.mode)) };
+  fs.appendFileSync(resultsFile, JSON.stringify(result) + '\n');
+  done.set(result.key, result);
+  process.stderr.write(`${Math.round((Date.now() - started) / 1000)} s\n`);
+}
+
+const latencyOf = (hosts) => median(cells.filter((c) => c.hosts === hosts && c.mode === 'overlapped').map((c) => done.get(keyOf(c)).latencySeconds));
+const rows = cells.map((c) => {
+  const m = done.get(keyOf(c));
+  const run = resolveConfig(parseTrainArgs([...training, ...CONFIGS[c.name], ...MODES[c.mode]]));
+  const spec = compressionSpec(run);
+  const level = spec.kind === 'none' ? 0 : spec.reference;
+  const link = { bytesPerSecond: (parseBandwidth(c.bandwidth) / 8) * PAYLOAD_FRACTION, latencySeconds: latencyOf(c.hosts) };
+  const work = { computeSeconds: m.computeSeconds, forwardSeconds: forwardShare * m.computeSeconds, compressionSeconds: m.compressionSeconds, broadcastFloats: layout.broadcastFloats };
+  const p = predictStep({ shapes: layout.shapes, spec, level, valueBytes: 4, bucketBytes: run.bucketMb * 2 ** 20 }, work, c.hosts, link, 'ring');
+  const predicted = c.mode === 'overlapped' ? p.overlappedSeconds : p.afterBackwardSeconds;
+  return { hosts: c.hosts, bandwidth: c.bandwidth, config: c.name, mode: c.mode, measured: m.stepSeconds, predicted, ratio: predicted / m.stepSeconds, compute: m.computeSeconds, compression: m.compressionSeconds, latency: link.latencySeconds };
+});
 
 console.log(`# ResNet-18, batch 32, one worker and thread per host; forward ${fmt(100 * forwardShare, 0)}% of a step's compute (timed alone)\n`);
 console.log(

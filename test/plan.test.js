@@ -97,7 +97,7 @@ describe('accordion plan', function () {
       const chart = /const plan = (\{.*\});/.exec(fs.readFileSync(html, 'utf8'));
       const datasets = JSON.parse(chart[1]).datasets;
       expect(datasets.map((d) => d.label)).to.deep.equal(['dense, overlapped', 'dense, after backward', 'rank 1, overlapped', 'rank 1, after backward', 'rank 2, overlapped', 'rank 2, after backward']);
-      expect(datasets[1].data[0]).to.deep.equal({ x: 2, y: dense.afterBackwardSeconds });
+      expect(datasets[1].data[0]).to.deep.equal({ x: '2', y: dense.afterBackwardSeconds });
     });
 
     const bad = [

@@ -15,16 +15,16 @@ export function renderPlanChart(title: string, rows: PlanRow[], name: (level: nu
       label: `${name(level)}${key === 'overlappedSeconds' ? ', overlapped' : ', after backward'}`,
       borderColor: palette[k % palette.length],
       borderDash: key === 'overlappedSeconds' ? [] : [6, 4],
-      data: rows.map((r) => ({ x: r.workers, y: r.levels[k]!.prediction[key] })),
+      data: rows.map((r) => ({ x: String(r.workers), y: r.levels[k]!.prediction[key] })),
     })),
   );
-  const data = JSON.stringify({ title, datasets }).replace(/</g, '\\u003c');
+  const data = JSON.stringify({ title, workers: rows.map((r) => r.workers), datasets }).replace(/</g, '\\u003c');
   return `<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <title>accordion-engine plan</title>
-<style>body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; } .chart { position: relative; height: 480px; max-width: 960px; }</style>
+<style>body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; } h1 { font-size: 1.2rem; } .chart { position: relative; height: 480px; max-width: 960px; }</style>
 <script>${inlineScript(require, 'chart.js', 'chart.umd.js')}</script>
 </head>
 <body>
@@ -38,7 +38,7 @@ window.planChart = new Chart(document.getElementById('plan'), {
   type: 'line',
   data: { datasets: plan.datasets },
   options: { maintainAspectRatio: false, scales: {
-    x: { type: 'logarithmic', title: { display: true, text: 'workers' }, ticks: { callback: (v) => (Math.log2(v) % 1 === 0 ? v : '') } },
+    x: { type: 'category', labels: plan.workers.map(String), title: { display: true, text: 'workers' } },
     y: { type: 'logarithmic', title: { display: true, text: 'seconds per step (predicted)' } } } },
 });
 </script>
