@@ -131,9 +131,10 @@ export interface AutoPlan {
   feasible: boolean;
   /**
    * Per matrix (by parameter index), its candidates' levels, errors (in the budget's measure) and
-   * costs, and what the costs were priced from: floats and bytes per step, kernel seconds.
+   * costs, and what the costs were priced from: floats and bytes per step, and where priced in
+   * seconds, kernel seconds (measured times, left out of a plan in floats so that it reproduces).
    */
-  candidates: { index: number; levels: number[]; errors: number[]; costs: number[]; floats: number[]; bytes: number[]; seconds: number[] }[];
+  candidates: { index: number; levels: number[]; errors: number[]; costs: number[]; floats: number[]; bytes: number[]; seconds?: number[] }[];
 }
 
 export interface AutoSettings {
@@ -176,7 +177,7 @@ export function planLevels(costs: LevelCost[][], regimes: Regime[], norms: numbe
       costs: options.map((o) => o.cost),
       floats: list.map((c) => c.floats),
       bytes: list.map((c) => c.bytes),
-      seconds: list.map((c) => c.seconds),
+      ...(settings.cost.kind === 'seconds' ? { seconds: list.map((c) => c.seconds) } : {}),
     });
   });
   return choose(costs.length, candidates, budget * settings.errorBudget, referenceError);
@@ -199,7 +200,7 @@ function choose(parameters: number, candidates: AutoPlan['candidates'], budget: 
 export function replanLevels(previous: AutoPlan, cost: CostModel): AutoPlan {
   const candidates = previous.candidates.map((c) => ({
     ...c,
-    costs: c.levels.map((level, k) => levelCost({ level, error: NaN, floats: c.floats[k]!, bytes: c.bytes[k]!, seconds: c.seconds[k]! }, cost)),
+    costs: c.levels.map((level, k) => levelCost({ level, error: NaN, floats: c.floats[k]!, bytes: c.bytes[k]!, seconds: c.seconds?.[k] ?? 0 }, cost)),
   }));
   return choose(previous.levels.length, candidates, previous.budget, previous.referenceError);
 }

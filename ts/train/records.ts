@@ -61,8 +61,11 @@ export interface EpochRecord {
   auto?: AutoRecord;
 }
 
-/** The plan of automatic levels in an epoch record; costs are floats or seconds per step (`costUnit`). */
-export type AutoRecord = AutoPlan & { costUnit: 'floats' | 'seconds' };
+/**
+ * The plan of automatic levels in an epoch record; costs are floats or seconds per step
+ * (`costUnit`), seconds over the link of `bytesPerSecond`.
+ */
+export type AutoRecord = AutoPlan & { costUnit: 'floats' | 'seconds'; bytesPerSecond?: number };
 
 /**
  * The 'step' event, after every training step: the step's own figures and the epoch's running

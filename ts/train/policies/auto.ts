@@ -132,7 +132,7 @@ export class AutoPolicy extends AccordionPolicy {
       this.auto.plan = next;
       message[0] = 1;
       next.levels.forEach((level, i) => (message[1 + i] = candidates.indexOf(level)));
-      record = { epoch, runStep, fromBytesPerSecond: from, toBytesPerSecond: link.bytesPerSecond, plan: { ...next, costUnit: 'seconds' } };
+      record = { epoch, runStep, fromBytesPerSecond: from, toBytesPerSecond: link.bytesPerSecond, plan: { ...next, costUnit: 'seconds', bytesPerSecond: link.bytesPerSecond } };
     }
     await broadcast(message);
     if (message[0] !== 1) return undefined;
@@ -165,7 +165,7 @@ export class AutoPolicy extends AccordionPolicy {
       cost,
     });
     if (cost.kind === 'seconds') this.auto.plan = plan;
-    return { ...plan, costUnit: cost.kind };
+    return { ...plan, costUnit: cost.kind, ...(cost.kind === 'seconds' ? { bytesPerSecond: cost.bytesPerSecond } : {}) };
   }
 
   override save(): Record<string, unknown> {
