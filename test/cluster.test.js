@@ -473,6 +473,11 @@ describe('accordion cluster (needs root)', function () {
       const n = await netns.findNetwork(c.child.pid);
       return n?.hosts.length === 3 ? n : undefined;
     }, 30000);
+    // Hosts whose rate changes send packets no longer than their smallest bucket (tbf's 2 ms at
+    // 50 Mbit/s: 12,500 bytes), so that none queued before a change outgrows the bucket after it; the
+    // host with a rate of its own keeps Linux's 65,536.
+    const gso = network.hosts.map((h) => JSON.parse(spawnSync('ip', ['-n', h.namespace, '-j', '-d', 'link', 'show', 'dev', netns.HOST_DEVICE], { encoding: 'utf8' }).stdout)[0].gso_max_size);
+    expect(gso).to.deep.equal([12500, 12500, 65536]);
     const seen = [];
     await waitFor('both changes of rate', async () => {
       if (c.done) throw new Error(`the job ended before the schedule did; stderr:\n${c.stderr}`);
@@ -556,6 +561,12 @@ describe('accordion cluster (needs root)', function () {
     const planned = replan.plan.levels;
     expect(levels(0)).to.deep.equal(planned);
     expect(levels(1)).to.deep.equal(planned);
+    // The link measurement at the start all-reduced 4 Mi floats six times and 1 float five times
+    // before the first epoch: the first epoch's bytes on the wire include them, as predicted.
+    const network = readNetworkLog(dir);
+    expect(network.filter((r) => r.event === 'epoch' && r.epoch === 1).map((r) => r.linkFloats)).to.deep.equal([6 * 2 ** 20 + 5, 6 * 2 ** 20 + 5]);
+    const first = compareWire(network).filter((w) => w.epoch === 1);
+    expect(first.map((w) => w.ok), JSON.stringify(first)).to.deep.equal([true, true]);
   });
 
   it("a cluster command killed with SIGKILL leaves namespaces that the next run sweeps, killing what ran in them", async function () {

@@ -77,9 +77,9 @@ class RateSchedule {
       return;
     }
     for (const h of hosts) this.sampler.note({ event: 'rate', host: h.index, address: h.address, bitsPerSecond: change.bitsPerSecond, atSeconds: change.atSeconds });
-    const which = hosts.length === this.network.hosts.length ? 'every host' : `host${hosts.length > 1 ? 's' : ''} ${hosts.map((h) => h.index).join(', ')}`;
+    const which = hosts.length === this.network.hosts.length ? 'every host now sends' : hosts.length > 1 ? `hosts ${hosts.map((h) => h.index).join(', ')} now send` : `host ${hosts[0]!.index} now sends`;
     this.err.write(
-      `accordion cluster: ${((performance.now() - started) / 1000).toFixed(1)} s: ${which} now send${hosts.length === 1 && which !== 'every host' ? 's' : ''} at ` +
+      `accordion cluster: ${((performance.now() - started) / 1000).toFixed(1)} s: ${which} at ` +
         `${formatRate(change.bitsPerSecond)} (scheduled at ${change.atSeconds} s)\n`,
     );
   }
@@ -122,7 +122,8 @@ export async function runCluster(options: ClusterOptions): Promise<ClusterResult
   try {
     const swept = await sweepStale();
     if (swept.length) err.write(`accordion cluster: removed the namespaces of ${swept.length} earlier run(s) whose process is gone (${swept.join(', ')})\n`);
-    network = await createNetwork({ hosts, subnet: options.subnet, shape: options.shape, hostRates: options.hostRates });
+    const laterRates = (options.schedule ?? []).filter((c) => c.atSeconds > 0).map((c) => c.bitsPerSecond);
+    network = await createNetwork({ hosts, subnet: options.subnet, shape: options.shape, hostRates: options.hostRates, laterRates });
     const master = network.hosts[0]!.address;
     err.write(
       `accordion cluster: ${hosts} host${hosts > 1 ? 's' : ''} × ${nprocPerHost} worker${nprocPerHost > 1 ? 's' : ''} in namespaces ${network.id}-h0…h${hosts - 1}, ` +

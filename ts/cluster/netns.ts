@@ -142,14 +142,21 @@ export function formatAddress(value: number): string {
 
 /**
  * Creates the switch and `hosts` hosts; host i gets the subnet's address i + 1 and sends at
- * `hostRates[i]` where given, else at the shape's rate. On any failure what was already made is
- * removed before the error is thrown.
+ * `hostRates[i]` where given, else at the shape's rate, later changed to each of `laterRates`
+ * (setEgressRate). On any failure what was already made is removed before the error is thrown.
+ *
+ * A host whose rate will change sends packets no larger than the smallest token bucket it will
+ * have (its interface's gso_max_size): tbf sends a packet only once the bucket holds its length,
+ * so a packet queued under a larger bucket and longer than the new one would hold the queue, and
+ * the link, forever. (A packet longer than the bucket in force is cut into segments as it is
+ * queued; only a change of rate can strand one.)
  */
 export async function createNetwork(options: {
   hosts: number;
   subnet: Subnet;
   shape: LinkShape;
   hostRates?: (number | undefined)[];
+  laterRates?: number[];
   id?: string;
 }): Promise<ClusterNetwork> {
   const id = options.id ?? newClusterId();
@@ -179,10 +186,15 @@ export async function createNetwork(options: {
       await ip('-n', sw, 'link', 'set', host.port, 'addrgenmode', 'none');
       await ip('-n', sw, 'link', 'set', host.port, 'master', BRIDGE, 'up');
       await ip('-n', ns, 'link', 'set', HOST_DEVICE, 'addrgenmode', 'none');
+      const ownRate = options.hostRates?.[host.index];
+      if (ownRate === undefined && options.laterRates?.length) {
+        const smallest = bucketBytes(Math.min(shape.bitsPerSecond, ...options.laterRates));
+        if (smallest < DEFAULT_GSO_MAX_SIZE) await ip('-n', ns, 'link', 'set', 'dev', HOST_DEVICE, 'gso_max_size', String(smallest));
+      }
       await ip('-n', ns, 'addr', 'add', `${host.address}/${subnet.prefixLength}`, 'dev', HOST_DEVICE);
       await ip('-n', ns, 'link', 'set', 'lo', 'up');
       await ip('-n', ns, 'link', 'set', HOST_DEVICE, 'up');
-      await shapeEgress(ns, { ...shape, bitsPerSecond: options.hostRates?.[host.index] ?? shape.bitsPerSecond });
+      await shapeEgress(ns, { ...shape, bitsPerSecond: ownRate ?? shape.bitsPerSecond });
     }
   } catch (err) {
     await removeNetwork(id).catch(() => undefined);
@@ -225,10 +237,17 @@ async function shapeEgress(ns: string, shape: LinkShape): Promise<void> {
   }
 }
 
-/** tbf's arguments for a rate: a bucket of 2 ms of traffic, at least two full frames, and 50 ms of queue beyond it. */
+/** The bytes of tbf's bucket at a rate: 2 ms of traffic, at least two full frames. */
+function bucketBytes(bitsPerSecond: number): number {
+  return Math.max(Math.ceil((bitsPerSecond / 8) * 0.002), 2 * FRAME_BYTES);
+}
+
+/** A veth interface's largest packet before segmentation, as Linux sets it (GSO_MAX_SIZE). */
+const DEFAULT_GSO_MAX_SIZE = 65536;
+
+/** tbf's arguments for a rate: a bucket of bucketBytes, and 50 ms of queue beyond it. */
 function tokenBucket(bitsPerSecond: number): string[] {
-  const burst = Math.max(Math.ceil((bitsPerSecond / 8) * 0.002), 2 * FRAME_BYTES);
-  return ['tbf', 'rate', `${Math.round(bitsPerSecond)}bit`, 'burst', String(burst), 'latency', '50ms'];
+  return ['tbf', 'rate', `${Math.round(bitsPerSecond)}bit`, 'burst', String(bucketBytes(bitsPerSecond)), 'latency', '50ms'];
 }
 
 /** Changes a host's egress rate while it runs (its token bucket, under netem's delay when there is one). */
