@@ -50,6 +50,8 @@ export interface NetworkRecord {
   bytesSent?: number;
   /** epoch: the floats rank 0 broadcast (its running statistics, before each step and evaluation). */
   broadcastFloats?: number;
+  /** epoch: the floats all-reduced since the previous record to measure the link (--auto-cost seconds). */
+  linkFloats?: number;
 }
 
 /** How often rank 0's metrics.jsonl is looked at (a stat call). */
@@ -72,6 +74,8 @@ export class CounterSampler {
   private log?: MetricsLog;
   private readonly last = new Map<number, Counters>();
   private warned = false;
+  /** The floats the link measurement all-reduced since the last epoch record. */
+  private linkFloats = 0;
   /** Records to write once the run directory holds the log (rank 0 makes it). */
   private readonly waiting: NetworkRecord[] = [];
 
@@ -141,6 +145,7 @@ export class CounterSampler {
       } catch {
         continue;
       }
+      if (event.event === 'link') this.linkFloats += Number(event.allReducedFloats ?? 0);
       if (event.event === 'start' || event.event === 'resume' || event.event === 'epoch') await this.sample(event);
     }
   }
@@ -185,6 +190,7 @@ export class CounterSampler {
           floatsSentTotal: event.floatsSentTotal,
           bytesSent: event.bytesSent,
           broadcastFloats: event.broadcastFloats,
+          ...(this.linkFloats ? { linkFloats: this.linkFloats } : {}),
         });
       } else {
         Object.assign(record, {
@@ -201,6 +207,7 @@ export class CounterSampler {
       this.last.set(host.index, now);
       this.log.write(record as unknown as MetricsEvent);
     }
+    if (epochRecord) this.linkFloats = 0;
     if (!epochRecord) this.flushWaiting(); // changes made before the job's start record follow it
   }
 }

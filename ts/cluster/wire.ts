@@ -125,7 +125,7 @@ export function compareWire(records: NetworkRecord[], options: { exchange?: (r: 
     else if (start.compressor === 'none' || start.compressor === 'powersgd') exchange = allReduced(r.bytesSent ?? 4 * (r.floatsSent ?? 0), start.commDtype);
     else throw new UsageError(`compareWire: the ${start.compressor} exchange mixes all-reduce and all-gather; give options.exchange`);
     const hosts = start.hosts ?? 1, procsPerHost = start.procsPerHost ?? 1;
-    const exchanged = predictedWireBytes(exchange, hosts, procsPerHost);
+    const exchanged = predictedWireBytes(exchange, hosts, procsPerHost) + (r.linkFloats ? predictedWireBytes(allReduced(4 * r.linkFloats, 'fp32'), hosts, procsPerHost) : 0);
     const broadcast = broadcastWireBytes(r.broadcastFloats ?? 0, hosts, procsPerHost);
     const predictedSentBytes = exchanged + broadcast.sent[r.host]!;
     const predictedReceivedBytes = exchanged + broadcast.received[r.host]!;

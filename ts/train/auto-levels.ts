@@ -213,9 +213,10 @@ function median(values: number[]): number {
 /**
  * The link as the exchange sees it, with timed all-reduces on every rank: the latency is the median
  * time of a 1-float all-reduce, the bandwidth what a host sends in an all-reduce of `floats`
- * floats (2(W−1)/W of the buffer) over the median time beyond that latency.
+ * floats (2(W−1)/W of the buffer) over the median time beyond that latency. `allReducedFloats`: the
+ * floats all-reduced to measure it (a warm-up and `rounds` rounds of both), traffic of its own.
  */
-export async function measureLink(group: ProcessGroup, floats = 1 << 20, rounds = 5): Promise<{ bytesPerSecond: number; latencySeconds: number }> {
+export async function measureLink(group: ProcessGroup, floats = 1 << 20, rounds = 5): Promise<{ bytesPerSecond: number; latencySeconds: number; allReducedFloats: number }> {
   const big = new Float32Array(floats), small = new Float32Array(1);
   const time = async (buffer: Float32Array) => {
     const start = performance.now();
@@ -231,5 +232,5 @@ export async function measureLink(group: ProcessGroup, floats = 1 << 20, rounds 
   const latencySeconds = median(smallTimes);
   const w = group.worldSize;
   const bytes = (4 * floats * 2 * (w - 1)) / w;
-  return { bytesPerSecond: bytes / Math.max(median(bigTimes) - latencySeconds, 1e-9), latencySeconds };
+  return { bytesPerSecond: bytes / Math.max(median(bigTimes) - latencySeconds, 1e-9), latencySeconds, allReducedFloats: (rounds + 1) * floats + rounds };
 }

@@ -129,9 +129,9 @@ export class Trainer extends EventEmitter {
     });
     // A policy that prices levels in seconds needs the link: measured once, kept in the checkpoints.
     if (this.group && this.policy.needsLink()) {
-      const link = await measureLink(this.group);
+      const { allReducedFloats, ...link } = await measureLink(this.group);
       this.policy.useLink(link);
-      this.metrics?.write({ event: 'link', ...link });
+      this.metrics?.write({ event: 'link', ...link, allReducedFloats });
     }
     await this.denseStart.begin(this.model, this.runSteps, this.denseStartSaved);
     try {
