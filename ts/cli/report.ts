@@ -6,8 +6,9 @@ import { writeReport } from '../report/report.js';
 
 const REPORT_USAGE = `Usage: accordion report RUN_DIR [RUN_DIR …] [--out FILE]
 
-Writes one HTML page comparing the runs: accuracy and loss per epoch, floats sent, the levels each
-layer ran at, the per-layer gradient norms and the time per epoch.
+Writes one HTML page comparing the runs: test accuracy against epochs, floats sent and wall-clock
+time; the level each layer ran at in each epoch; the per-layer norm-change ratios at the checks; and
+the link as training measured it.
 
 Options:
   --out FILE   where to write the page (default: report.html in the first run's directory)
