@@ -3,10 +3,11 @@
 // DIR/seed<S>/<bandwidth>/<config>/ (one `--out DIR/seed<S>` per seed) and prints each run's final
 // test accuracy and floats per worker (and the end-of-epoch replica check's share of the epochs'
 // training time), then every listed comparison A − B per seed with the mean and its 95% interval
-// (Student's t over the seeds).
+// (Student's t over the seeds). With --target, also each run's wall-clock seconds from its start to
+// the first epoch at that test accuracy or above, and their mean over the seeds.
 //
 //   node bench/seeds.js --dir /tmp/s27 --bandwidth 1gbit \
-//     --compare powersgd-accordion:powersgd-r2,powersgd-auto:powersgd-accordion [--markdown]
+//     --compare powersgd-accordion:powersgd-r2,powersgd-auto:powersgd-accordion [--target 0.7] [--markdown]
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -18,10 +19,13 @@ const { values: o } = parseArgs({
     dir: { type: 'string' },
     bandwidth: { type: 'string', default: '1gbit' },
     compare: { type: 'string' },
+    target: { type: 'string' },
     markdown: { type: 'boolean', default: false },
   },
 });
-if (!o.dir || !o.compare) throw new Error('usage: node bench/seeds.js --dir DIR --compare A:B[,C:D] [--bandwidth 1gbit] [--markdown]');
+if (!o.dir || !o.compare) throw new Error('usage: node bench/seeds.js --dir DIR --compare A:B[,C:D] [--bandwidth 1gbit] [--target ACCURACY] [--markdown]');
+const target = o.target === undefined ? undefined : Number(o.target);
+if (target !== undefined && !(target > 0 && target <= 1)) throw new Error(`--target: an accuracy in (0, 1], got ${o.target}`);
 const pairs = o.compare.split(',').map((p) => p.split(':'));
 const configs = [...new Set(pairs.flat())];
 
@@ -39,9 +43,13 @@ for (const seed of seeds)
     const run = path.join(o.dir, `seed${seed}`, o.bandwidth, config);
     const file = path.join(run, 'metrics.jsonl');
     if (!fs.existsSync(path.join(run, 'summary.json'))) continue; // not run, or not finished
-    const epochs = readMetrics(file).filter((e) => e.event === 'epoch');
+    const events = readMetrics(file);
+    const epochs = events.filter((e) => e.event === 'epoch');
+    const begun = Date.parse(events.find((e) => e.event === 'start').time);
+    const reached = target === undefined ? undefined : epochs.find((e) => e.testAccuracy >= target);
     if (epochs.length)
       runs.set(`${seed} ${config}`, {
+        toTarget: reached ? (Date.parse(reached.time) - begun) / 1000 : null,
         accuracy: epochs.at(-1).testAccuracy,
         floats: epochs.at(-1).floatsSentTotal,
         // The replica check at each epoch's end against the epoch's training time.
@@ -89,3 +97,17 @@ const diffRows = pairs.map(([a, b]) => {
 });
 console.log(`\nPaired differences of final test accuracy (points), A − B per seed\n`);
 console.log(formatTable(diffColumns, diffRows, { markdown: o.markdown }));
+
+if (target !== undefined) {
+  const timeColumns = [{ key: 'config', title: 'run', align: 'left' }, ...seeds.map((s) => ({ key: `s${s}`, title: `seed ${s}` })), { key: 'mean', title: 'mean' }];
+  const timeRows = configs.map((config) => {
+    const got = seeds.map((s) => runs.get(`${s} ${config}`));
+    const times = got.filter(Boolean).map((r) => r.toTarget);
+    const all = times.length === seeds.length && times.every((t) => t !== null);
+    const row = { config, mean: all ? fmt(times.reduce((a, t) => a + t, 0) / times.length, 0) : `not reached in ${times.filter((t) => t === null).length + seeds.length - times.length}` };
+    seeds.forEach((s, i) => (row[`s${s}`] = got[i] ? (got[i].toTarget === null ? 'not reached' : fmt(got[i].toTarget, 0)) : ''));
+    return row;
+  });
+  console.log(`\nWall-clock seconds to ${fmt(100 * target, 0)}% test accuracy\n`);
+  console.log(formatTable(timeColumns, timeRows, { markdown: o.markdown }));
+}
