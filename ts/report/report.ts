@@ -104,17 +104,27 @@ export function loadRun(runDir: string, warn: WarningSink = processWarning): Run
   };
 }
 
-/** "100 Mbit/s" for a run made by `accordion cluster` (its network.jsonl names the hosts' link). */
+/**
+ * "100 Mbit/s" for a run made by `accordion cluster` (its network.jsonl names the hosts' link), or
+ * with a schedule "1 Gbit/s, then 100 Mbit/s from 60 s" (host 0's changes of rate).
+ */
 function clusterLink(runDir: string): string | undefined {
   const file = path.join(runDir, 'network.jsonl');
   if (!fs.existsSync(file)) return undefined;
-  const first = fs.readFileSync(file, 'utf8').split('\n', 1)[0]!;
-  try {
-    const bits = (JSON.parse(first) as { bitsPerSecond?: unknown }).bitsPerSecond;
-    return typeof bits === 'number' ? formatRate(bits) : undefined;
-  } catch {
-    return undefined; // the network log is a side record: a damaged one only loses the label
-  }
+  // The network log is a side record: a damaged line only loses its part of the label.
+  const records = fs.readFileSync(file, 'utf8').split('\n').flatMap((line) => {
+    try {
+      return [JSON.parse(line) as { event?: unknown; host?: unknown; bitsPerSecond?: unknown; atSeconds?: unknown }];
+    } catch {
+      return [];
+    }
+  });
+  const first = records[0]?.bitsPerSecond;
+  if (typeof first !== 'number') return undefined;
+  const later = records
+    .filter((r) => r.event === 'rate' && r.host === 0 && typeof r.bitsPerSecond === 'number' && typeof r.atSeconds === 'number')
+    .map((r) => `${formatRate(r.bitsPerSecond as number)} from ${r.atSeconds} s`);
+  return later.length ? `${formatRate(first)}, then ${later.join(', ')}` : formatRate(first);
 }
 
 /** A browser build shipped next to a package's main file, as inline script text. */
