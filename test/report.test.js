@@ -216,6 +216,14 @@ describe('report: accuracy against wall-clock time', function () {
     const series = loadRun(run);
     expect(series.epochs.map((e) => e.wallSeconds)).to.deep.equal([10, 25, 37, 45.5]);
     expect(series.name).to.equal('resumed (powersgd, rank 2, 100 Mbit/s)');
+    // Over a bandwidth schedule, the link's changes as host 0's rate records give them (host 1's
+    // and a damaged line add nothing).
+    fs.appendFileSync(
+      path.join(run, 'network.jsonl'),
+      line({ event: 'rate', host: 0, bitsPerSecond: 1e9, atSeconds: 60 }) + line({ event: 'rate', host: 1, bitsPerSecond: 1e9, atSeconds: 60 }) + '{"event":"ra\n' +
+        line({ event: 'rate', host: 0, bitsPerSecond: 1e7, atSeconds: 90 }),
+    );
+    expect(loadRun(run).name).to.equal('resumed (powersgd, rank 2, 100 Mbit/s, then 1 Gbit/s from 60 s, 10 Mbit/s from 90 s)');
   });
 
   it('a log without times has no wall-clock points, and its other plots are unchanged', function () {
