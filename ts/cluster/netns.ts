@@ -35,6 +35,11 @@ export interface Host {
   address: string;
   /** The switch's end of the host's veth pair, in the switch namespace. */
   port: string;
+  /**
+   * Where the host's rate changes while it runs: the largest packet it sends (its interface's
+   * gso_max_size), which every bucket it gets holds (createNetwork).
+   */
+  packetBytes?: number;
 }
 
 export interface ClusterNetwork {
@@ -146,10 +151,12 @@ export function formatAddress(value: number): string {
  * (setEgressRate). On any failure what was already made is removed before the error is thrown.
  *
  * A host whose rate will change sends packets no larger than the smallest token bucket it will
- * have (its interface's gso_max_size): tbf sends a packet only once the bucket holds its length,
- * so a packet queued under a larger bucket and longer than the new one would hold the queue, and
- * the link, forever. (A packet longer than the bucket in force is cut into segments as it is
- * queued; only a change of rate can strand one.)
+ * have, but at least MIN_PACKET_BYTES (its interface's gso_max_size), and every bucket it gets
+ * holds at least such a packet: tbf sends a packet only once the bucket holds its length, so a
+ * packet queued under a larger bucket and longer than the new one would hold the queue, and the
+ * link, forever. (A packet longer than the bucket in force is cut into segments as it is queued;
+ * only a change of rate can strand one.) The floor keeps the fast phases fast: packets of a few
+ * frames cost the veth pair more per byte than a 1 Gbit/s link allows on a busy machine.
  */
 export async function createNetwork(options: {
   hosts: number;
@@ -189,12 +196,13 @@ export async function createNetwork(options: {
       const ownRate = options.hostRates?.[host.index];
       if (ownRate === undefined && options.laterRates?.length) {
         const smallest = bucketBytes(Math.min(shape.bitsPerSecond, ...options.laterRates));
-        if (smallest < DEFAULT_GSO_MAX_SIZE) await ip('-n', ns, 'link', 'set', 'dev', HOST_DEVICE, 'gso_max_size', String(smallest));
+        host.packetBytes = Math.min(Math.max(smallest, MIN_PACKET_BYTES), DEFAULT_GSO_MAX_SIZE);
+        await ip('-n', ns, 'link', 'set', 'dev', HOST_DEVICE, 'gso_max_size', String(host.packetBytes));
       }
       await ip('-n', ns, 'addr', 'add', `${host.address}/${subnet.prefixLength}`, 'dev', HOST_DEVICE);
       await ip('-n', ns, 'link', 'set', 'lo', 'up');
       await ip('-n', ns, 'link', 'set', HOST_DEVICE, 'up');
-      await shapeEgress(ns, { ...shape, bitsPerSecond: ownRate ?? shape.bitsPerSecond });
+      await shapeEgress(ns, { ...shape, bitsPerSecond: ownRate ?? shape.bitsPerSecond }, host.packetBytes);
     }
   } catch (err) {
     await removeNetwork(id).catch(() => undefined);
@@ -210,9 +218,9 @@ export async function createNetwork(options: {
  * on the clsact egress hook (classic BPF: a random 32-bit number below loss × 2³² drops the packet),
  * which needs no netem; like netem's loss, a dropped packet never reaches the interface's counters.
  */
-async function shapeEgress(ns: string, shape: LinkShape): Promise<void> {
+async function shapeEgress(ns: string, shape: LinkShape, packetBytes?: number): Promise<void> {
   const bytesPerSecond = shape.bitsPerSecond / 8;
-  const tbf = tokenBucket(shape.bitsPerSecond);
+  const tbf = tokenBucket(shape.bitsPerSecond, packetBytes);
   if (shape.delaySeconds > 0) {
     // Room for every packet in flight during the delay at the full rate, twice over.
     const limit = Math.max(1000, Math.ceil((2 * bytesPerSecond * shape.delaySeconds) / FRAME_BYTES));
@@ -244,16 +252,18 @@ function bucketBytes(bitsPerSecond: number): number {
 
 /** A veth interface's largest packet before segmentation, as Linux sets it (GSO_MAX_SIZE). */
 const DEFAULT_GSO_MAX_SIZE = 65536;
+/** The smallest packet cap of a host whose rate changes (createNetwork). */
+const MIN_PACKET_BYTES = 8192;
 
-/** tbf's arguments for a rate: a bucket of bucketBytes, and 50 ms of queue beyond it. */
-function tokenBucket(bitsPerSecond: number): string[] {
-  return ['tbf', 'rate', `${Math.round(bitsPerSecond)}bit`, 'burst', String(bucketBytes(bitsPerSecond)), 'latency', '50ms'];
+/** tbf's arguments for a rate: a bucket of bucketBytes (at least `packetBytes`), and 50 ms of queue beyond it. */
+function tokenBucket(bitsPerSecond: number, packetBytes = 0): string[] {
+  return ['tbf', 'rate', `${Math.round(bitsPerSecond)}bit`, 'burst', String(Math.max(bucketBytes(bitsPerSecond), packetBytes)), 'latency', '50ms'];
 }
 
 /** Changes a host's egress rate while it runs (its token bucket, under netem's delay when there is one). */
 export async function setEgressRate(host: Host, bitsPerSecond: number, delaySeconds: number): Promise<void> {
   const where = delaySeconds > 0 ? ['parent', '1:1', 'handle', '10:'] : ['root', 'handle', '1:'];
-  await tc('-n', host.namespace, 'qdisc', 'change', 'dev', HOST_DEVICE, ...where, ...tokenBucket(bitsPerSecond));
+  await tc('-n', host.namespace, 'qdisc', 'change', 'dev', HOST_DEVICE, ...where, ...tokenBucket(bitsPerSecond, host.packetBytes));
 }
 
 /** The egress rate the kernel holds for a host, in bits per second: its token bucket's, as tc reports it. */
