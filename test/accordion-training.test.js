@@ -279,7 +279,9 @@ describe('Accordion in training', function () {
       });
 
     it('over 2 processes, priced in seconds: the link is measured at start, rank 0 plans, every rank runs the same levels', async function () {
-      const options = { ...base(), compressor: 'powersgd', adapt: 'auto', autoCost: 'seconds', accordionInterval: 1, lr: 0.02, epochs: 2, errorBudget: 2 };
+      // --replan-factor 0: plans priced over the link measured at the start only (test/replan.test.js
+      // and the cluster's test follow a link that moves).
+      const options = { ...base(), compressor: 'powersgd', adapt: 'auto', autoCost: 'seconds', replanFactor: 0, accordionInterval: 1, lr: 0.02, epochs: 2, errorBudget: 2 };
       const ranks = await runJob({ options: { ...options, outDir: runDir('auto-dp') } });
       expect(ranks[1].epochs.map((e) => e.levels)).to.deep.equal(ranks[0].epochs.map((e) => e.levels));
       const [link] = logged(runDir('auto-dp'), 'link');
@@ -299,12 +301,8 @@ describe('Accordion in training', function () {
       const plans = logged(runDir('auto-dp'), 'epoch').map((e) => e.auto);
       expect(plans.map((p) => p.costUnit)).to.deep.equal(['seconds', 'seconds']);
       expect(ranks[0].epochs[1].levels).to.deep.equal(plans[0].levels);
-      // The plan is priced over the link measured at start, or over the epoch's own measurement
-      // where that moved by more than --replan-factor (2) from it.
-      const measured = epochRecords[0].link.bytesPerSecond;
-      const moved = Math.max(measured / link.bytesPerSecond, link.bytesPerSecond / measured) > 2;
       const priced = plans[0].bytesPerSecond;
-      expect(priced, 'the link the plan is priced over').to.equal(moved ? measured : link.bytesPerSecond);
+      expect(priced, 'the link the plan is priced over').to.equal(link.bytesPerSecond);
       // Dense costs only its bytes, in fp32 or (on the CPU with an fp32 exchange, priced in seconds)
       // in bf16 for a small error; a compressed level its kernel time and fewer bytes.
       const sizes = logged(runDir('auto-dp'), 'start')[0].parameterSizes;
