@@ -219,28 +219,30 @@ describe('checkpoints', function () {
       for (let i = 0; i < flat.length; i++) expect(Math.abs(ours[i] - flat[i]), `logit ${i}`).to.be.below(1e-3 * scale + 1e-4);
     }
 
-    for (const [architecture, classes] of [['resnet18', 10], ['vgg19bn', 100]]) {
-      it(`a ${architecture}/${classes} state_dict saved by PyTorch loads here and gives the same logits`, async function () {
-        const file = path.join(tmp, `${architecture}-torch.safetensors`);
-        const r = spawnSync(PYTHON, [path.join(ROOT, 'bench/peers/safetensors_io.py'), 'export', architecture, String(classes), '3', file], {
+    // Width 0.3 rounds channels both ways (64 → 19, 256 → 77, 512 → 154): the two sides must round alike.
+    for (const [architecture, classes, width] of [['resnet18', 10, 1], ['vgg19bn', 100, 1], ['resnet18', 10, 0.3], ['vgg19bn', 10, 0.3]]) {
+      const named = `${architecture}/${classes}${width === 1 ? '' : ` at width ${width}`}`;
+      it(`a ${named} state_dict saved by PyTorch loads here and gives the same logits`, async function () {
+        const file = path.join(tmp, `${architecture}-${width}-torch.safetensors`);
+        const r = spawnSync(PYTHON, [path.join(ROOT, 'bench/peers/safetensors_io.py'), 'export', architecture, String(classes), '3', file, '--width', String(width)], {
           encoding: 'utf8',
           env: { ...process.env, OMP_NUM_THREADS: '2' },
         });
         expect(r.status, r.stderr).to.equal(0);
         const expected = JSON.parse(fs.readFileSync(`${file}.json`, 'utf8')).logits;
-        const model = await Model.create({ architecture, classes });
+        const model = await Model.create({ architecture, classes, width });
         await model.load(file);
         expectLogitsClose(await model.predict(formulaInput(), 4), expected);
         await model.dispose();
       });
 
-      it(`a ${architecture}/${classes} model saved here loads in PyTorch (strict) and gives the same logits`, async function () {
-        const model = await Model.create({ architecture, classes, seed: 11 });
-        const file = path.join(tmp, `${architecture}-ours.safetensors`);
+      it(`a ${named} model saved here loads in PyTorch (strict) and gives the same logits`, async function () {
+        const model = await Model.create({ architecture, classes, width, seed: 11 });
+        const file = path.join(tmp, `${architecture}-${width}-ours.safetensors`);
         await model.save(file);
         const ours = await model.predict(formulaInput(), 4);
         await model.dispose();
-        const r = spawnSync(PYTHON, [path.join(ROOT, 'bench/peers/safetensors_io.py'), 'check', architecture, String(classes), file], {
+        const r = spawnSync(PYTHON, [path.join(ROOT, 'bench/peers/safetensors_io.py'), 'check', architecture, String(classes), file, '--width', String(width)], {
           encoding: 'utf8',
           env: { ...process.env, OMP_NUM_THREADS: '2' },
         });

@@ -40,23 +40,30 @@ class BasicBlock(nn.Module):
         return F.relu(out + self.shortcut(x))
 
 
+def scaled(channels, width):
+    """A layer's channels at the given width, as the engine's --width: rounded, at least 1."""
+    return max(1, int(math.floor(channels * width + 0.5)))
+
+
 class ResNet18(nn.Module):
-    def __init__(self, num_classes=10):
+    def __init__(self, num_classes=10, width=1.0):
         super().__init__()
         # CIFAR variant: 3x3 stem, no max-pool, so 32x32 input reaches
         # layer4 at 4x4.
-        self.conv1 = nn.Conv2d(3, 64, 3, stride=1, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        in_planes = 64
+        stem = scaled(64, width)
+        self.conv1 = nn.Conv2d(3, stem, 3, stride=1, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(stem)
+        in_planes = stem
         layers = []
         for planes, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            planes = scaled(planes, width)
             blocks = []
             for s in (stride, 1):
                 blocks.append(BasicBlock(in_planes, planes, s))
                 in_planes = planes
             layers.append(nn.Sequential(*blocks))
         self.layer1, self.layer2, self.layer3, self.layer4 = layers
-        self.linear = nn.Linear(512, num_classes)
+        self.linear = nn.Linear(in_planes, num_classes)
 
     def forward(self, x):
         out = F.relu(self.bn1(self.conv1(x)))
@@ -70,7 +77,7 @@ VGG19_CFG = [64, 64, 'M', 128, 128, 'M', 256, 256, 256, 256, 'M',
 
 
 class VGG19BN(nn.Module):
-    def __init__(self, num_classes=10):
+    def __init__(self, num_classes=10, width=1.0):
         super().__init__()
         layers = []
         in_ch = 3
@@ -78,6 +85,7 @@ class VGG19BN(nn.Module):
             if v == 'M':
                 layers.append(nn.MaxPool2d(2, 2))
             else:
+                v = scaled(v, width)
                 layers += [nn.Conv2d(in_ch, v, 3, padding=1, bias=True),
                            nn.BatchNorm2d(v), nn.ReLU(inplace=True)]
                 in_ch = v
@@ -87,13 +95,13 @@ class VGG19BN(nn.Module):
             # The CIFAR-100 recipe uses the wide 4096 head; the third
             # Dropout shifts the final Linear to index 7.
             self.classifier = nn.Sequential(
-                nn.Dropout(0.5), nn.Linear(512, 4096), nn.ReLU(inplace=True),
+                nn.Dropout(0.5), nn.Linear(in_ch, 4096), nn.ReLU(inplace=True),
                 nn.Dropout(0.5), nn.Linear(4096, 4096), nn.ReLU(inplace=True),
                 nn.Dropout(0.5), nn.Linear(4096, num_classes),
             )
         else:
             self.classifier = nn.Sequential(
-                nn.Dropout(0.5), nn.Linear(512, 512), nn.ReLU(inplace=True),
+                nn.Dropout(0.5), nn.Linear(in_ch, 512), nn.ReLU(inplace=True),
                 nn.Dropout(0.5), nn.Linear(512, 512), nn.ReLU(inplace=True),
                 nn.Linear(512, num_classes),
             )
@@ -109,12 +117,12 @@ class VGG19BN(nn.Module):
         return self.classifier(out.flatten(1))
 
 
-def resnet18(num_classes=10):
-    return ResNet18(num_classes)
+def resnet18(num_classes=10, width=1.0):
+    return ResNet18(num_classes, width)
 
 
-def vgg19bn(num_classes=10):
-    return VGG19BN(num_classes)
+def vgg19bn(num_classes=10, width=1.0):
+    return VGG19BN(num_classes, width)
 
 
 MODELS = {'resnet18': resnet18, 'vgg19bn': vgg19bn}
@@ -127,10 +135,10 @@ EXPECTED_PARAMS = {
 }
 
 
-def build(name, num_classes):
+def build(name, num_classes, width=1.0):
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; expected one of {sorted(MODELS)}")
-    return MODELS[name](num_classes)
+    return MODELS[name](num_classes, width)
 
 
 def without_dropout(model):

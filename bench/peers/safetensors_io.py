@@ -251,7 +251,7 @@ def _eval_logits(model):
 def cmd_export(args):
     models = _models()
     torch.manual_seed(args.seed)
-    model = models.build(args.model, args.classes)
+    model = models.build(args.model, args.classes, args.width)
     # One train-mode forward on a seeded random batch moves the BN running
     # stats away from 0/1 and num_batches_tracked to 1, so the checkpoint
     # exercises every buffer. Own generator: the batch does not depend on how
@@ -263,7 +263,7 @@ def cmd_export(args):
         model(batch)
     logits = _eval_logits(model)
     save_state_dict(model.state_dict(), args.out, metadata={
-        'format': 'pt', 'model': args.model, 'classes': str(args.classes),
+        'format': 'pt', 'model': args.model, 'classes': str(args.classes), 'width': str(args.width),
         'seed': str(args.seed), 'torch': torch.__version__,
     })
     with open(args.out + '.json', 'w') as f:
@@ -305,7 +305,7 @@ def _compare_state(expected, got):
 def cmd_check(args):
     models = _models()
     torch.manual_seed(0)
-    model = models.build(args.model, args.classes)
+    model = models.build(args.model, args.classes, args.width)
     state = load_state_dict(args.path)
     errors = _compare_state(model.state_dict(), state)
     if errors:
@@ -326,10 +326,12 @@ def main(argv=None):
     e.add_argument('classes', type=int)
     e.add_argument('seed', type=int)
     e.add_argument('out')
+    e.add_argument('--width', type=float, default=1.0, help="every convolution's channels x this factor (the engine's --width)")
     c = sub.add_parser('check', help='strictly load a state_dict and print logits')
     c.add_argument('model')
     c.add_argument('classes', type=int)
     c.add_argument('path')
+    c.add_argument('--width', type=float, default=1.0, help="every convolution's channels x this factor (the engine's --width)")
     args = p.parse_args(argv)
     try:
         return cmd_export(args) if args.cmd == 'export' else cmd_check(args)

@@ -1,56 +1,66 @@
 #include "models/models.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace accordion {
 
+// A layer's channels in a model of the given width: rounded, at least 1.
+static int64_t scaled(int64_t channels, double width) {
+  return std::max<int64_t>(1, std::llround(static_cast<double>(channels) * width));
+}
+
 std::vector<std::string> architectures() { return {"resnet18", "vgg19bn", "lstm"}; }
 
 // CIFAR ResNet-18: 3×3 stem without max-pool, BasicBlocks [2, 2, 2, 2], global average pool, linear.
-static std::unique_ptr<Sequential> buildResNet18(Backend& ops, int64_t classes, Random& rng) {
+static std::unique_ptr<Sequential> buildResNet18(Backend& ops, int64_t classes, double width, Random& rng) {
   auto net = std::make_unique<Sequential>(ops);
-  auto stem = std::make_unique<Conv2d>(ops, 3, 64, 3, 1, 1, false, rng);
+  const int64_t stemPlanes = scaled(64, width);
+  auto stem = std::make_unique<Conv2d>(ops, 3, stemPlanes, 3, 1, 1, false, rng);
   stem->skipInputGradient();
   net->add("conv1", std::move(stem))
-      .add("bn1", std::make_unique<BatchNorm2d>(ops, 64))
+      .add("bn1", std::make_unique<BatchNorm2d>(ops, stemPlanes))
       .add("relu", std::make_unique<ReLU>(ops, true));
-  int64_t inPlanes = 64;
+  int64_t inPlanes = stemPlanes;
   const int64_t planes[4] = {64, 128, 256, 512}, strides[4] = {1, 2, 2, 2};
   for (int stage = 0; stage < 4; ++stage) {
     auto layer = std::make_unique<Sequential>(ops);
+    const int64_t stagePlanes = scaled(planes[stage], width);
     for (int block = 0; block < 2; ++block) {
       layer->add(std::to_string(block),
-                 std::make_unique<BasicBlock>(ops, inPlanes, planes[stage], block == 0 ? strides[stage] : 1, rng));
-      inPlanes = planes[stage];
+                 std::make_unique<BasicBlock>(ops, inPlanes, stagePlanes, block == 0 ? strides[stage] : 1, rng));
+      inPlanes = stagePlanes;
     }
     net->add("layer" + std::to_string(stage + 1), std::move(layer));
   }
-  net->add("pool", std::make_unique<ImagesToRows>(ops, ImagesToRows::kAverage)).add("linear", std::make_unique<Linear>(ops, 512, classes, rng));
+  net->add("pool", std::make_unique<ImagesToRows>(ops, ImagesToRows::kAverage)).add("linear", std::make_unique<Linear>(ops, inPlanes, classes, rng));
   return net;
 }
 
 // VGG-19 with batch norm (configuration E), conv init N(0, √(2/(k·k·C_out))) with zero bias;
-// the CIFAR-10 classifier is 512→512→512→10, the CIFAR-100 one 512→4096→4096→100, with dropout of
-// probability `dropoutP` (0.5 by default; 0 turns it off, the layers stay for the state_dict's indices).
-static std::unique_ptr<Sequential> buildVgg19bn(Backend& ops, int64_t classes, float dropoutP, Random& rng, uint64_t seed,
+// the CIFAR-10 classifier is C→512→512→10, the CIFAR-100 one C→4096→4096→100 (C the last
+// convolution's channels, 512 at width 1), with dropout of probability `dropoutP` (0.5 by default;
+// 0 turns it off, the layers stay for the state_dict's indices).
+static std::unique_ptr<Sequential> buildVgg19bn(Backend& ops, int64_t classes, double width, float dropoutP, Random& rng, uint64_t seed,
                                                 std::vector<Random*>& streams) {
   const int cfg[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 256, 0, 512, 512, 512, 512, 0, 512, 512, 512, 512, 0};
   auto features = std::make_unique<Sequential>(ops);
   int64_t in = 3, index = 0;
-  for (int width : cfg) {
-    if (width == 0) {
+  for (int channels : cfg) {
+    if (channels == 0) {
       features->add(std::to_string(index++), std::make_unique<MaxPool2d>(ops, 2, 2));
       continue;
     }
-    auto conv = std::make_unique<Conv2d>(ops, in, width, 3, 1, 1, true, rng);
+    const int64_t out = scaled(channels, width);
+    auto conv = std::make_unique<Conv2d>(ops, in, out, 3, 1, 1, true, rng);
     if (index == 0) conv->skipInputGradient();
-    const float stddev = std::sqrt(2.0f / static_cast<float>(9 * width));
+    const float stddev = std::sqrt(2.0f / static_cast<float>(9 * out));
     for (int64_t i = 0; i < conv->weight.value.numel(); ++i) conv->weight.value.data()[i] = stddev * rng.normal();
     conv->bias.value.fill(0.0f);
     features->add(std::to_string(index++), std::move(conv));
-    features->add(std::to_string(index++), std::make_unique<BatchNorm2d>(ops, width));
+    features->add(std::to_string(index++), std::make_unique<BatchNorm2d>(ops, out));
     features->add(std::to_string(index++), std::make_unique<ReLU>(ops, true));
-    in = width;
+    in = out;
   }
   auto classifier = std::make_unique<Sequential>(ops);
   const int64_t hidden = classes > 10 ? 4096 : 512;
@@ -62,7 +72,7 @@ static std::unique_ptr<Sequential> buildVgg19bn(Backend& ops, int64_t classes, f
   };
   int64_t c = 0;
   classifier->add(std::to_string(c++), dropout());
-  classifier->add(std::to_string(c++), std::make_unique<Linear>(ops, 512, hidden, rng));
+  classifier->add(std::to_string(c++), std::make_unique<Linear>(ops, in, hidden, rng));
   classifier->add(std::to_string(c++), std::make_unique<ReLU>(ops, true));
   classifier->add(std::to_string(c++), dropout());
   classifier->add(std::to_string(c++), std::make_unique<Linear>(ops, hidden, hidden, rng));
@@ -81,9 +91,9 @@ Model::Model(const ModelSpec& spec, Backend& backend) : spec_(spec), ops_(backen
     throw invalidArgument("dropout must be in [0, 1), got " + std::to_string(spec.dropout));
   Random rng(spec.seed);
   if (spec.architecture == "resnet18") {
-    root_ = buildResNet18(backend, spec.classes, rng);
+    root_ = buildResNet18(backend, spec.classes, spec.width, rng);
   } else if (spec.architecture == "vgg19bn") {
-    root_ = buildVgg19bn(backend, spec.classes, spec.dropout, rng, spec.seed, randomStreams_);
+    root_ = buildVgg19bn(backend, spec.classes, spec.width, spec.dropout, rng, spec.seed, randomStreams_);
   } else if (spec.architecture == "lstm") {
     language_ = std::make_unique<LanguageModel>(LanguageModelSpec{spec.classes, spec.hidden, spec.layers, spec.dropout, spec.seed}, backend);
     state_ = language_->state();

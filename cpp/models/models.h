@@ -15,6 +15,8 @@ struct ModelSpec {
   std::string architecture;  // "resnet18" | "vgg19bn" | "lstm"
   int64_t classes = 10;      // the vocabulary size for "lstm"
   uint64_t seed = 0;
+  // "resnet18", "vgg19bn": every convolution's output channels × width, rounded, at least 1.
+  double width = 1.0;
   // "lstm" only: hidden (= embedding) size, layers.
   int64_t hidden = 650, layers = 2;
   // Dropout probability of the LSTM (0.4 by default) and of VGG's classifier (0.5 by default).

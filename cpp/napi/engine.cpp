@@ -84,7 +84,7 @@ static cuda::NcclOptions ncclOptions(const GlooGroup& gloo, const Device& device
   return o;
 }
 
-// new Engine({ model, classes, hidden, layers, seed, dropout, device, convAlgorithms, learningRate,
+// new Engine({ model, classes, width, hidden, layers, seed, dropout, device, convAlgorithms, learningRate,
 //              momentum, weightDecay, nesterov, compressor, level (with a compressor),
 //              compressionSeed, minCompressionRate, commDtype, bucketBytes, broadcastBuffers, clipNorm, and optionally
 //              accumulateNorms, frozenBatchNorm, keepGradients, threads, group })
@@ -99,6 +99,8 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
   ModelSpec spec;
   spec.architecture = stringOption(o, "model");
   spec.classes = intOption(o, "classes", 2, kMaxClasses);
+  spec.width = numberOption(o, "width");
+  if (!(spec.width > 0.0 && spec.width <= 16.0)) throw rangeError(env, "option 'width' must be in (0, 16], got " + std::to_string(spec.width));
   spec.hidden = intOption(o, "hidden", 1, kMaxHidden);
   spec.layers = intOption(o, "layers", 1, kMaxLayers);
   spec.seed = static_cast<uint64_t>(intOption(o, "seed", 0, kMaxSafeInteger));

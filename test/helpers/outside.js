@@ -50,3 +50,12 @@ export const bytesOf = (a) => new Uint8Array(a.buffer, a.byteOffset, a.byteLengt
 const copied = (t) => t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength);
 export const float32Of = (t) => new Float32Array(copied(t));
 export const float64Of = (t) => new Float64Array(copied(t));
+
+/** Debian's dataset-fashion-mnist: the four *-ubyte.gz files as distributed. */
+export const FASHION_MNIST = '/usr/share/datasets/fashion-mnist';
+
+/** Throws naming the package to install unless Fashion-MNIST is there. */
+export function requireFashionMnist() {
+  if (!fs.existsSync(path.join(FASHION_MNIST, 'train-images-idx3-ubyte.gz')))
+    throw new Error(`this test reads Fashion-MNIST from ${FASHION_MNIST}, which is missing: install it with \`apt-get install dataset-fashion-mnist\` (scripts/setup.sh does as root)`);
+}

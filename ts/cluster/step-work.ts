@@ -25,7 +25,7 @@ function createModel(config: TrainConfig, vocabulary: number, level?: number): P
   return Model.create({
     architecture: config.model,
     classes: lstm ? vocabulary : imageClasses(config),
-    ...(lstm ? { hidden: config.hidden, layers: config.layers } : {}),
+    ...(lstm ? { hidden: config.hidden, layers: config.layers } : { width: config.width }),
     seed: config.seed,
     ...(config.threads !== undefined ? { threads: config.threads } : {}),
     ...(level !== undefined ? { compressor: config.compressor, accumulateNorms: true, level } : {}),

@@ -9,7 +9,7 @@ export const ARCHITECTURES: readonly Architecture[] = ['resnet18', 'vgg19bn', 'l
 export type CompressorName = 'none' | 'powersgd' | 'topk';
 /** The precision gradients, PowerSGD's P and Q, and TopK's values travel in (sums stay in fp32). */
 export type CommDtype = 'fp32' | 'bf16' | 'fp16';
-export type DatasetName = 'synthetic' | 'cifar10' | 'cifar100' | 'wikitext2';
+export type DatasetName = 'synthetic' | 'cifar10' | 'cifar100' | 'fashion-mnist' | 'mnist' | 'wikitext2';
 export type AdaptMode = 'compression' | 'batch' | 'smith' | 'auto' | 'batch+compression';
 /** A layer's error in automatic levels' budget: squared ‖G − C(G)‖², or relative ‖G − C(G)‖ / ‖G‖. */
 export type ErrorMeasure = 'squared' | 'relative';
@@ -19,10 +19,12 @@ export type DeviceName = 'cpu' | 'cuda' | `cuda:${number}`;
 /** A run's configuration: every option of the table below (see each one's help for its meaning). */
 export interface TrainConfig {
   model: Architecture;
+  width: number;
   device: DeviceName;
   convAlgorithms: 'fastest' | 'accurate';
   dataset: DatasetName;
   dataDir?: string;
+  trainImages?: number;
   epochs: number;
   batchSize: number;
   evalBatchSize: number;
@@ -121,6 +123,10 @@ const ratio = { above: 0, max: 1 } as const;
 /** The table, in the order of the help text. */
 export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   model: { flag: '--model', type: 'string', choices: ARCHITECTURES, help: 'model architecture (required)' },
+  width: {
+    flag: '--width', type: 'number', default: 1, above: 0, max: 16, modelKey: 'width',
+    help: "resnet18, vgg19bn: every convolution's channels (and the classifier's input) × this factor, rounded, at least 1; 1 is the paper's model",
+  },
   device: { flag: '--device', type: 'string', default: 'cpu', help: 'where the model trains: cpu, cuda (GPU 0) or cuda:N' },
   convAlgorithms: {
     flag: '--conv-algorithms', type: 'string', default: 'fastest', choices: ['fastest', 'accurate'], modelKey: 'convAlgorithms',
@@ -128,9 +134,13 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   },
   dataset: {
     flag: '--dataset', type: 'string', default: 'synthetic', presets: { lstm: 'wikitext2' },
-    choices: ['synthetic', 'cifar10', 'cifar100', 'wikitext2'], help: 'dataset; cifar10 when --data is given (wikitext2 for lstm)',
+    choices: ['synthetic', 'cifar10', 'cifar100', 'fashion-mnist', 'mnist', 'wikitext2'], help: 'dataset; cifar10 when --data is given (wikitext2 for lstm)',
   },
-  dataDir: { flag: '--data', type: 'string', help: 'directory of the CIFAR binary files, or of wiki.{train,valid,test}.tokens for lstm' },
+  dataDir: {
+    flag: '--data', type: 'string',
+    help: 'directory of the CIFAR binary files, of the MNIST-format *-ubyte.gz files (Debian: /usr/share/datasets/fashion-mnist), or of wiki.{train,valid,test}.tokens for lstm',
+  },
+  trainImages: { flag: '--train-images', type: 'int', ...positive, help: 'image datasets: train on the first N training images only (default: all); the test set stays whole' },
   epochs: { flag: '--epochs', type: 'int', default: 300, presets: { synthetic: 6, lstm: 90 }, ...positive, help: 'epochs to train' },
   batchSize: { flag: '--batch-size', type: 'int', default: 64, presets: { lstm: 20 }, ...positive, help: 'batch size per worker' },
   evalBatchSize: { flag: '--eval-batch-size', type: 'int', default: 256, presets: { lstm: 10 }, ...positive, help: 'batch size for evaluation' },

@@ -1,14 +1,16 @@
 /**
- * Image datasets for training: the real CIFAR-10/100 files, or a synthetic CIFAR-10-format set that
- * is generated once into a cache directory (so the real reader is what runs either way).
+ * Image datasets for training: the real CIFAR-10/100 files, MNIST and Fashion-MNIST in CIFAR's layout,
+ * or a synthetic CIFAR-10-format set that is generated once into a cache directory (so the real
+ * reader is what runs either way).
  */
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { readCifar, type ImageSet } from './cifar.js';
+import { readMnist } from './mnist.js';
 import { ensureSyntheticCifar10 } from './synthetic.js';
 import { UsageError } from '../base/errors.js';
 
-export type ImageDatasetName = 'cifar10' | 'cifar100' | 'synthetic';
+export type ImageDatasetName = 'cifar10' | 'cifar100' | 'fashion-mnist' | 'mnist' | 'synthetic';
 
 export interface ImageDataset {
   name: ImageDatasetName;
@@ -25,6 +27,9 @@ const CIFAR10_MEAN: [number, number, number] = [125.3 / 255, 123.0 / 255, 113.9 
 const CIFAR10_STD: [number, number, number] = [63.0 / 255, 62.1 / 255, 66.7 / 255];
 const CIFAR100_MEAN: [number, number, number] = [0.50708, 0.48655, 0.44092];
 const CIFAR100_STD: [number, number, number] = [0.26733, 0.25644, 0.27615];
+/** Grey images repeated in three channels: the 28×28 training images' mean and deviation in each. */
+const grey = (v: number): [number, number, number] => [v, v, v];
+const MNIST_STATS = { 'fashion-mnist': { mean: grey(0.286), std: grey(0.353) }, mnist: { mean: grey(0.1307), std: grey(0.3081) } };
 
 export interface SyntheticSize {
   train: number;
@@ -43,6 +48,8 @@ export function loadImageDataset(name: ImageDatasetName, dir: string | undefined
     return { ...loadImageDataset('cifar10', target, synthetic), name: 'synthetic' };
   }
   if (dir === undefined) throw new UsageError(`dataset ${name} needs a data directory`);
+  if (name === 'fashion-mnist' || name === 'mnist')
+    return { name, dir, classes: 10, train: readMnist(name, dir, 'train'), test: readMnist(name, dir, 'test'), ...MNIST_STATS[name] };
   const cifar100 = name === 'cifar100';
   return {
     name,
@@ -53,4 +60,12 @@ export function loadImageDataset(name: ImageDatasetName, dir: string | undefined
     mean: cifar100 ? CIFAR100_MEAN : CIFAR10_MEAN,
     std: cifar100 ? CIFAR100_STD : CIFAR10_STD,
   };
+}
+
+/** The first `count` training images of a dataset (all of them when it holds no more). */
+export function firstTrainImages(dataset: ImageDataset, count: number): ImageDataset {
+  const train = dataset.train;
+  if (count >= train.count) return dataset;
+  const bytes = train.images.length / train.count;
+  return { ...dataset, train: { ...train, count, images: train.images.subarray(0, count * bytes), labels: train.labels.subarray(0, count) } };
 }

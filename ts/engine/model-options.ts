@@ -10,7 +10,7 @@ import { describe } from './inputs.js';
 
 /**
  * Options of Model.create. Those that are training options too (learningRate as lr, momentum,
- * weightDecay, nesterov, seed, compressor, minCompressionRate, compressionSeed, commDtype, hidden, layers,
+ * weightDecay, nesterov, seed, compressor, minCompressionRate, compressionSeed, commDtype, width, hidden, layers,
  * dropout, bucketMb, broadcastBuffers, clipNorm as clip, threads) take that option's default and bounds from
  * config/options.ts: a model built here and one a Trainer builds start alike.
  */
@@ -21,6 +21,11 @@ export interface ModelOptions {
   /** 'lstm': hidden (= embedding) size (default 650), layers (2). */
   hidden?: number;
   layers?: number;
+  /**
+   * 'resnet18', 'vgg19bn': every convolution's output channels (and so the classifier's input) ×
+   * this factor, rounded, at least 1 (default 1: the paper's models).
+   */
+  width?: number;
   /** Dropout probability in [0, 1): the LSTM's (default 0.4) or VGG's classifier's (default 0.5); 0 turns it off. */
   dropout?: number;
   /** Seed of the weight initialisation (and of dropout): the same weights on every device. */
@@ -117,19 +122,19 @@ export function checkOptions(o: ModelOptions): void {
  * Refuses a model whose weights, gradients, momentum and compressor state (four float32 copies of
  * the parameters) would not fit in this machine's memory, before anything is allocated.
  */
-export function estimateMemory(architecture: Architecture, classes: number, hidden: number, layers: number): void {
+export function estimateMemory(architecture: Architecture, classes: number, hidden: number, layers: number, width: number): void {
   let parameters: number;
   let sizes: string;
   if (architecture === 'lstm') {
     parameters = classes * hidden + classes + layers * (8 * hidden * hidden + 8 * hidden);
     sizes = `vocabulary (classes) ${classes}, hidden ${hidden}, layers ${layers}`;
   } else if (architecture === 'resnet18') {
-    parameters = 11_168_832 + 513 * classes;
-    sizes = `${classes} classes`;
+    parameters = 11_168_832 * width ** 2 + 513 * classes;
+    sizes = `${classes} classes, width ${width}`;
   } else {
-    const width = classes > 10 ? 4096 : 512;
-    parameters = 20_040_000 + 513 * width + (width + 1) * width + (width + 1) * classes;
-    sizes = `${classes} classes`;
+    const hiddenWidth = classes > 10 ? 4096 : 512;
+    parameters = 20_040_000 * width ** 2 + 513 * hiddenWidth + (hiddenWidth + 1) * hiddenWidth + (hiddenWidth + 1) * classes;
+    sizes = `${classes} classes, width ${width}`;
   }
   const bytes = 16 * parameters;
   const total = os.totalmem();

@@ -54,7 +54,13 @@ export class Model {
     if (!Number.isInteger(classes) || classes < 2 || classes > MAX_CLASSES)
       throw new UsageError(`classes must be an integer ≥ 2 (at most ${MAX_CLASSES}), got ${describe(classes)}`);
     checkOptions(options);
-    estimateMemory(options.architecture, classes, options.hidden ?? modelDefault('hidden', options), options.layers ?? modelDefault('layers', options));
+    estimateMemory(
+      options.architecture,
+      classes,
+      options.hidden ?? modelDefault('hidden', options),
+      options.layers ?? modelDefault('layers', options),
+      options.width ?? modelDefault('width', options),
+    );
     const device = parseDevice(options.device ?? 'cpu');
     const compressor = options.compressor ?? modelDefault('compressor', options);
     const engine = new binding.Engine({
@@ -76,6 +82,7 @@ export class Model {
       group: options.group?.native,
       frozenBatchNorm: options.frozenBatchNorm ?? false,
       broadcastBuffers: options.broadcastBuffers ?? true,
+      width: options.width ?? modelDefault('width', options),
       hidden: options.hidden ?? modelDefault('hidden', options),
       layers: options.layers ?? modelDefault('layers', options),
       dropout: options.dropout ?? modelDefault('dropout', options),

@@ -152,6 +152,8 @@ export interface EngineOptions {
   frozenBatchNorm?: boolean;
   /** With a group: every training step starts from rank 0's buffers (PyTorch DDP's broadcast_buffers; default true). */
   broadcastBuffers?: boolean;
+  /** Vision models: the factor on every convolution's channels. */
+  width: number;
   /** Language model: hidden (= embedding) size, layers. */
   hidden?: number;
   layers?: number;

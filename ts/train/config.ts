@@ -14,7 +14,7 @@ import * as os from 'node:os';
 export type TrainOptions = Partial<TrainConfig> & { model: TrainConfig['model'] };
 
 /** Settings that must match between a checkpoint and the run that resumes it. */
-export const RESUME_MUST_MATCH: (keyof TrainConfig)[] = ['model', 'dataset', 'batchSize', 'seed', 'compressor', 'accordion', 'adapt'];
+export const RESUME_MUST_MATCH: (keyof TrainConfig)[] = ['model', 'width', 'dataset', 'trainImages', 'batchSize', 'seed', 'compressor', 'accordion', 'adapt'];
 
 /** Modes that grow the global batch by micro-batches, which must then be whole. */
 export const BATCH_MODES: TrainConfig['adapt'][] = ['batch', 'smith', 'batch+compression'];
@@ -63,6 +63,8 @@ function checkBounds(c: TrainConfig): void {
 function checkAgreement(config: TrainConfig, options: TrainOptions): void {
   if ((config.model === 'lstm') !== (config.dataset === 'wikitext2'))
     throw new UsageError(config.model === 'lstm' ? `the lstm model trains on --dataset wikitext2, not ${config.dataset}` : `--dataset wikitext2 is for --model lstm`);
+  if (config.model === 'lstm' && config.width !== 1) throw new UsageError(`option --width: ${config.width} scales the channels of resnet18 and vgg19bn; the lstm's size is --hidden`);
+  if (config.model === 'lstm' && config.trainImages !== undefined) throw new UsageError('option --train-images is for the image datasets, not the lstm');
   if (config.model === 'lstm' && config.adapt !== 'compression' && config.adapt !== 'auto')
     throw new UsageError(`batch-size adaptation (--adapt ${config.adapt}) is for the vision models`);
   // Automatic levels and the joint mode run on Accordion's regimes.

@@ -12,13 +12,17 @@ import type { TrainConfig } from '../config/options.js';
  */
 function activationFloatsPerSample(c: TrainConfig): number {
   if (c.model === 'lstm') return c.bptt * c.layers * c.hidden * 6;
-  return c.model === 'vgg19bn' ? 2 * 303_104 : 2 * 614_400;
+  return (c.model === 'vgg19bn' ? 2 * 303_104 : 2 * 614_400) * c.width;
 }
 
-/** Parameters, counted low: the vision models' CIFAR-10 sizes; the LSTM's recurrent layers only (the vocabulary is not known yet). */
+/**
+ * Parameters, counted low: the vision models' CIFAR-10 sizes, × the smaller of width and width²
+ * (a convolution's weights scale with width², the first one's and the classifier's with width or
+ * not at all); the LSTM's recurrent layers only (the vocabulary is not known yet).
+ */
 function parameterFloats(c: TrainConfig): number {
   if (c.model === 'lstm') return c.layers * (8 * c.hidden * c.hidden + 8 * c.hidden);
-  return c.model === 'vgg19bn' ? 20_565_834 : 11_173_962;
+  return Math.floor((c.model === 'vgg19bn' ? 20_565_834 : 11_173_962) * Math.min(c.width, c.width ** 2));
 }
 
 const GiB = 2 ** 30;

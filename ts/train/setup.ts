@@ -5,12 +5,12 @@
  */
 import * as path from 'node:path';
 import { CheckpointError } from '../base/errors.js';
-import type { TrainConfig } from '../config/options.js';
+import { OPTIONS, type TrainConfig } from '../config/options.js';
 import { compressionSpec, type CompressionSpec } from '../config/compression.js';
 import { binding } from '../native/binding.js';
 import { requireDevice, workerDevice } from '../native/device.js';
 import { ProcessGroup, distributedEnv } from '../comm/group.js';
-import { loadImageDataset } from '../data/datasets.js';
+import { firstTrainImages, loadImageDataset, type ImageDataset } from '../data/datasets.js';
 import { readWikiText } from '../data/wikitext.js';
 import { Model } from '../engine/model.js';
 import { loadCheckpoint } from './checkpoint.js';
@@ -79,9 +79,11 @@ export async function setUp(options: TrainOptions, context: TrainerContext): Pro
         );
       const saved = checkpoint.position.config as Partial<TrainConfig>;
       for (const key of RESUME_MUST_MATCH) {
-        if (JSON.stringify(saved[key]) !== JSON.stringify(config[key]))
+        // A checkpoint older than an option holds its default.
+        const was = key in saved ? saved[key] : OPTIONS[key].default;
+        if (JSON.stringify(was) !== JSON.stringify(config[key]))
           throw new CheckpointError(
-            `cannot resume from ${checkpoint.dir}: it was trained with ${key} = ${JSON.stringify(saved[key])}, this run has ${JSON.stringify(config[key])}`,
+            `cannot resume from ${checkpoint.dir}: it was trained with ${key} = ${JSON.stringify(was)}, this run has ${JSON.stringify(config[key])}`,
           );
       }
       config.outDir ??= path.resolve(checkpoint.dir, '..', '..');
@@ -90,15 +92,13 @@ export async function setUp(options: TrainOptions, context: TrainerContext): Pro
     const task: TrainingTask =
       config.dataset === 'wikitext2'
         ? new LanguageTask(readWikiText(config.dataDir!), { ...config, ...shard })
-        : new ImageTask(
-            loadImageDataset(config.dataset, config.dataDir, { train: config.syntheticTrain, test: config.syntheticTest, seed: config.seed }),
-            { ...config, ...shard },
-          );
+        : new ImageTask(imageDataset(config), { ...config, ...shard });
     const model = await Model.create({
       architecture: config.model,
       device: config.device,
       convAlgorithms: config.convAlgorithms,
       classes: task.classes,
+      width: config.width,
       hidden: config.hidden,
       layers: config.layers,
       dropout: config.dropout,
@@ -128,6 +128,12 @@ export async function setUp(options: TrainOptions, context: TrainerContext): Pro
     if (!context.group) await group?.dispose();
     throw err;
   }
+}
+
+/** The run's image dataset: its first --train-images training images when that is given. */
+function imageDataset(config: TrainConfig): ImageDataset {
+  const dataset = loadImageDataset(config.dataset as ImageDataset['name'], config.dataDir, { train: config.syntheticTrain, test: config.syntheticTest, seed: config.seed });
+  return config.trainImages === undefined ? dataset : firstTrainImages(dataset, config.trainImages);
 }
 
 /** The checkpoint's state into the model, and the trainer's position from its metadata. */
