@@ -122,6 +122,21 @@ export async function timeSteps(warmup, steps, step) {
   return { ms, results };
 }
 
+/** Two-sided 95% quantiles of Student's t for 1…30 degrees of freedom (1.96 beyond). */
+const T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.16, 2.145, 2.131, 2.12, 2.11, 2.101, 2.093, 2.086, 2.08, 2.074, 2.069, 2.064, 2.06, 2.056, 2.052, 2.048, 2.045, 2.042];
+
+/** The two-sided 95% quantile of Student's t with `df` degrees of freedom. */
+export const t95 = (df) => T95[df - 1] ?? 1.96;
+
+/** The mean of `values` with its 95% interval (Student's t): { n, mean, sd, low, high } (NaN bounds for one value). */
+export function meanInterval(values) {
+  const n = values.length;
+  const mean = values.reduce((a, b) => a + b, 0) / n;
+  const sd = n > 1 ? Math.sqrt(values.reduce((a, b) => a + (b - mean) ** 2, 0) / (n - 1)) : NaN;
+  const half = n > 1 ? (t95(n - 1) * sd) / Math.sqrt(n) : NaN;
+  return { n, mean, sd, low: mean - half, high: mean + half };
+}
+
 export function median(values) {
   if (values.length === 0) return NaN;
   const s = [...values].sort((a, b) => a - b);

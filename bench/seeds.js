@@ -12,7 +12,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { readMetrics } from '../lib/base/metrics.js';
-import { fmt, formatTable } from './common.js';
+import { fmt, formatTable, meanInterval } from './common.js';
 
 const { values: o } = parseArgs({
   options: {
@@ -28,9 +28,6 @@ const target = o.target === undefined ? undefined : Number(o.target);
 if (target !== undefined && !(target > 0 && target <= 1)) throw new Error(`--target: an accuracy in (0, 1], got ${o.target}`);
 const pairs = o.compare.split(',').map((p) => p.split(':'));
 const configs = [...new Set(pairs.flat())];
-
-/** Two-sided 95% quantiles of Student's t for 1…30 degrees of freedom. */
-const T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.16, 2.145, 2.131, 2.12, 2.11, 2.101, 2.093, 2.086, 2.08, 2.074, 2.069, 2.064, 2.06, 2.056, 2.052, 2.048, 2.045, 2.042];
 
 const seeds = fs
   .readdirSync(o.dir)
@@ -80,16 +77,12 @@ const diffRows = pairs.map(([a, b]) => {
     const rb = runs.get(`${s} ${b}`);
     return ra && rb ? { acc: 100 * (ra.accuracy - rb.accuracy), floats: ra.floats / rb.floats } : undefined;
   });
-  const have = d.filter(Boolean).map((x) => x.acc);
-  const n = have.length;
-  const mean = have.reduce((x, y) => x + y, 0) / n;
-  const sd = n > 1 ? Math.sqrt(have.reduce((x, y) => x + (y - mean) ** 2, 0) / (n - 1)) : NaN;
-  const half = n > 1 ? (T95[n - 2] * sd) / Math.sqrt(n) : NaN;
+  const { mean, low, high } = meanInterval(d.filter(Boolean).map((x) => x.acc));
   const ratios = d.filter(Boolean).map((x) => x.floats);
   const row = {
     pair: `${a} − ${b}`,
     mean: `${mean >= 0 ? '+' : ''}${fmt(mean, 1)}`,
-    ci: `${fmt(mean - half, 1)} … ${fmt(mean + half, 1)}`,
+    ci: `${fmt(low, 1)} … ${fmt(high, 1)}`,
     floats: fmt(ratios.reduce((x, y) => x + y, 0) / ratios.length, 3),
   };
   seeds.forEach((s, i) => (row[`s${s}`] = d[i] ? `${d[i].acc >= 0 ? '+' : ''}${fmt(d[i].acc, 1)}` : ''));

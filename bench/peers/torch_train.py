@@ -1,17 +1,21 @@
 #!/usr/bin/python3
-"""One worker of PyTorch DDP training a CIFAR-format dataset with the engine's recipe:
-the peer of `accordion train` for its presets (bench/presets.js).
+"""One worker of PyTorch DDP training a CIFAR-format dataset or Fashion-MNIST with the engine's
+recipe: the peer of `accordion train` for its presets (bench/preset.js) and for the dense setting
+of bench/reproduce.js.
 
 The data are the CIFAR-10 binary files of --data (data_batch_*.bin, test_batch.bin;
-the engine's synthetic set has the same format), shuffled by epoch as
+the engine's synthetic set has the same format), or with --dataset fashion-mnist the IDX files
+framed to 3×32×32 as the engine frames them (bench/peers/mnist.py), the first --train-images
+of them; shuffled by epoch as
 DistributedSampler does (seeded, padded to equal shards), augmented by a random
 crop with 4 black pixels of padding and a horizontal flip, then normalised with
-CIFAR-10's mean and standard deviation. ResNet-18 (bench/peers/models.py) trains under
+the dataset's mean and standard deviation. ResNet-18 or VGG-19bn (bench/peers/models.py, at
+--width) trains under
 DistributedDataParallel over Gloo (broadcast_buffers on), optionally through
 PyTorch's PowerSGD communication hook or its fp16 hook, with SGD (momentum 0.9, Nesterov, weight
 decay 1e-4) at the engine's schedule: --lr for epoch 0, then a linear warm-up
-to --lr × workers over --warmup-epochs (the rate computed at the end of an epoch
-is used in the next). After every epoch rank 0 evaluates the test set with its
+to --lr × workers over --warmup-epochs, × --lr-decay after each of --milestones (the
+rate computed at the end of an epoch is used in the next). After every epoch rank 0 evaluates the test set with its
 running statistics and prints one JSON line:
 {"epoch": N (1-based), "lr", "trainLoss", "testLoss", "testAccuracy", "steps",
  "seconds" (the epoch's training), "wallSeconds" (since the group was joined and the
@@ -41,7 +45,8 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 import safetensors_io  # noqa: E402
-from cifar import normalise, read  # noqa: E402  (images on [0, 1], normalised after augmentation)
+import cifar  # noqa: E402  (images on [0, 1], normalised after augmentation)
+import mnist  # noqa: E402
 
 
 def augment(images, generator):
@@ -63,7 +68,8 @@ def rate(epoch, args):
         return args.lr
     done = epoch - 1
     warm = min(done / args.warmup_epochs, 1) if args.warmup_epochs > 0 else 1
-    return args.lr * (1 + (args.world - 1) * warm)
+    decays = sum(1 for m in args.milestones if done > m)
+    return args.lr * (1 + (args.world - 1) * warm) * args.lr_decay ** decays
 
 
 def main(argv=None):
@@ -77,17 +83,30 @@ def main(argv=None):
     p.add_argument('--lr', type=float, default=0.05)
     p.add_argument('--warmup-epochs', type=float, default=5)
     p.add_argument('--seed', type=int, default=42)
+    p.add_argument('--model', choices=sorted(models.MODELS), default='resnet18')
+    p.add_argument('--width', type=float, default=1.0)
+    p.add_argument('--dataset', choices=['cifar10', 'fashion-mnist'], default='cifar10')
+    p.add_argument('--train-images', type=int, help='the first N training images only')
+    p.add_argument('--milestones', type=lambda v: [int(x) for x in v.split(',') if x], default=[])
+    p.add_argument('--lr-decay', type=float, default=0.1)
     p.add_argument('--state', help='safetensors state_dict to start from (default: PyTorch\'s initialisation)')
     p.add_argument('--powersgd-rank', type=int, default=0, help='0: dense all-reduce')
     p.add_argument('--fp16', action='store_true', help="PyTorch's fp16_compress_hook: each bucket cast to fp16, divided by the world size, all-reduced")
     args = p.parse_args(argv)
     torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
     dist.init_process_group('gloo', init_method=f'tcp://{args.master}', rank=args.rank, world_size=args.world)
-    train_x, train_y = read(args.data, sorted(f for f in os.listdir(args.data) if f.startswith('data_batch_')))
-    test_x, test_y = read(args.data, ['test_batch.bin'])
+    if args.dataset == 'fashion-mnist':
+        train_x, train_y = mnist.read(args.data, 'train', args.train_images)
+        test_x, test_y = mnist.read(args.data, 'test')
+        normalise = mnist.normaliser(args.dataset)
+    else:
+        train_x, train_y = cifar.read(args.data, sorted(f for f in os.listdir(args.data) if f.startswith('data_batch_')))
+        train_x, train_y = train_x[:args.train_images], train_y[:args.train_images]
+        test_x, test_y = cifar.read(args.data, ['test_batch.bin'])
+        normalise = cifar.normalise
     joined = time.time()
     torch.manual_seed(args.seed)
-    model = models.resnet18(10)
+    model = models.build(args.model, 10, args.width)
     if args.state:
         model.load_state_dict(safetensors_io.load_state_dict(args.state))
     ddp = DistributedDataParallel(model, broadcast_buffers=True)
