@@ -158,6 +158,10 @@ describe('MNIST-format readers', () => {
     expect(outcomes.refused).to.be.above(300);
   });
 
+  it('tells a CIFAR-10 reader pointed at MNIST-format files which --dataset to add', () => {
+    expect(dataError(() => loadImageDataset('cifar10', dir, {})).message).to.match(/it holds MNIST-format files: add --dataset fashion-mnist or --dataset mnist\)$/);
+  });
+
   it('reads a dimension count other than the expected one as a wrong magic number', () => {
     const file = path.join(dir, 'x.gz');
     fs.writeFileSync(file, zlib.gzipSync(idx([2, 2], [1, 2, 3, 4])));
@@ -182,5 +186,50 @@ describe("Debian's Fashion-MNIST", () => {
     for (let i = 0; i < ds.train.count; i++)
       for (let y = 2; y < 30; y++) for (let x = 2; x < 30; x++) sum += ds.train.images[i * 3072 + y * 32 + x];
     expect(sum / (ds.train.count * 784 * 255)).to.be.closeTo(ds.mean[0], 5e-4);
+  });
+});
+
+describe('training on MNIST-format files', function () {
+  this.timeout(120000);
+  let dir;
+  before(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-mnist-train-'));
+    const labels = (n) => Uint8Array.from({ length: n }, (_, i) => i % 10);
+    writeSplit(dir, 'train', idx([64, SIDE, SIDE], imageBytes(64)), idx([64], labels(64)));
+    writeSplit(dir, 't10k', idx([16, SIDE, SIDE], imageBytes(16)), idx([16], labels(16)));
+  });
+  after(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  const options = (extra) => ({
+    model: 'resnet18', width: 0.125, dataset: 'fashion-mnist', dataDir: dir, trainImages: 48, batchSize: 16, evalBatchSize: 16, epochs: 1,
+    progress: false, seed: 3, ...extra,
+  });
+
+  it('trains a narrow model on the first N images; a resume keeps width and data size, and reads a checkpoint older than both options', async function () {
+    const { Trainer, readSafetensors, writeSafetensors } = await import('../lib/index.js');
+    const out = path.join(dir, 'run');
+    const trainer = await Trainer.create(options({ outDir: out }));
+    const summary = await trainer.fit();
+    expect(trainer.model.parameters().find((p) => p.name === 'conv1.weight').shape).to.deep.equal([8, 3, 3, 3]);
+    await trainer.dispose();
+    expect(summary.epochs[0].samples).to.equal(48);
+    const config = JSON.parse(fs.readFileSync(path.join(out, 'config.json'), 'utf8'));
+    expect([config.width, config.trainImages, config.dataset]).to.deep.equal([0.125, 48, 'fashion-mnist']);
+
+    for (const [changed, words] of [[{ width: 0.25 }, 'width = 0.125, this run has 0.25'], [{ trainImages: 64 }, 'trainImages = 48, this run has 64']]) {
+      const err = await Trainer.create(options({ resume: out, epochs: 2, ...changed })).then(() => null, (e) => e);
+      expect(err?.code, JSON.stringify(changed)).to.equal('ERR_CHECKPOINT');
+      expect(err.message).to.include(words);
+    }
+
+    // A checkpoint written before --width and --train-images existed holds neither: width 1 and all images.
+    const checkpoint = path.join(out, 'checkpoints', fs.readFileSync(path.join(out, 'checkpoints', 'latest'), 'utf8').trim(), 'trainer.safetensors');
+    const saved = readSafetensors(checkpoint);
+    const position = JSON.parse(saved.metadata.position);
+    delete position.config.width;
+    delete position.config.trainImages;
+    writeSafetensors(checkpoint, [...saved.tensors.values()], { ...saved.metadata, position: JSON.stringify(position) });
+    const old = await Trainer.create(options({ resume: out, epochs: 2, width: 0.125 })).then(() => null, (e) => e);
+    expect(old?.message).to.include('width = 1, this run has 0.125');
   });
 });

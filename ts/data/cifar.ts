@@ -134,7 +134,12 @@ function locateFiles(fmt: Format, dir: string, split: Split): SourceFile[] {
       : missing.join(', ');
     // Pointing at the parent of the extracted archive is the most common mistake.
     const nested = path.join(dir, fmt.archiveDir);
-    const hint = statOrNull(nested, DataError)?.isDirectory() ? ` (did you mean ${nested}?)` : '';
+    const mnist = ['train-images-idx3-ubyte.gz', 'train-images-idx3-ubyte'].some((f) => statOrNull(path.join(dir, f), DataError) !== null);
+    const hint = statOrNull(nested, DataError)?.isDirectory()
+      ? ` (did you mean ${nested}?)`
+      : mnist
+        ? ' (it holds MNIST-format files: add --dataset fashion-mnist or --dataset mnist)'
+        : '';
     throw new DataError(`${fmt.title} ${split} split: missing ${want} in ${dir}${hint}`);
   }
   return found;
