@@ -154,7 +154,7 @@ export async function runPeerComparison(s, o) {
         `| ${name} | ${rs.map((r) => `${fmt(r.accuracy, 2)}%`).join(' | ')} | ${fmt(meanInterval(rs.map((r) => r.accuracy)).mean, 2)}% | ${fmt(meanInterval(rs.map((r) => r.minutes)).mean, 1)} |`), '',
       `Engine − PyTorch: ${fmt(w.diff, 2)} points (Welch's 95% interval ${fmt(w.low, 2)} … ${fmt(w.high, 2)}, ${w.df} degrees of freedom): the means are ` +
       `${Math.abs(w.diff) <= 0.5 ? 'within' : 'NOT within'} 0.5 points.`, '');
-    const file = path.join(BENCH_DIR, 'results', `reproduce-${s.name}${s.quick ? '-quick' : ''}-peer.md`);
+    const file = path.join(o.results, `reproduce-${s.name}${s.quick ? '-quick' : ''}-peer.md`);
     fs.writeFileSync(file, lines.join('\n'));
     console.log(`written to ${path.relative(process.cwd(), file)}`);
     if (Math.abs(w.diff) > 0.5) process.exitCode = 1;

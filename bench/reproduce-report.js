@@ -161,7 +161,7 @@ export async function writeSettingReport(s, o) {
   const chart = drawChart(s, o, configs.filter((c) => c !== 'equal'));
   if (chart) say(`![${s.name}, seed ${o.seeds[0]}](${path.basename(chart)})`, '', `The chart: seed ${o.seeds[0]}'s runs as \`accordion report\` draws them (accuracy against epochs, floats and time; each layer's level over the epochs).`, '');
 
-  const file = path.join(BENCH_DIR, 'results', `reproduce-${s.name}${s.quick ? '-quick' : ''}.md`);
+  const file = path.join(o.results, `reproduce-${s.name}${s.quick ? '-quick' : ''}.md`);
   fs.writeFileSync(file, lines.join('\n'));
   console.log(lines.join('\n'));
   console.log(`\nwritten to ${path.relative(process.cwd(), file)}`);
@@ -176,7 +176,7 @@ function drawChart(s, o, configs) {
   const cli = path.join(BENCH_DIR, '..', 'lib', 'cli.js');
   const made = spawnSync(process.execPath, [cli, 'report', ...dirs, '--out', html], { encoding: 'utf8' });
   if (made.status !== 0) throw new Error(`accordion report failed: ${made.stderr}`);
-  const png = path.join(BENCH_DIR, 'results', `reproduce-${s.name}${s.quick ? '-quick' : ''}.png`);
+  const png = path.join(o.results, `reproduce-${s.name}${s.quick ? '-quick' : ''}.png`);
   const shot = spawnSync('/usr/bin/chromium', ['--headless', '--no-sandbox', '--disable-gpu', '--hide-scrollbars', '--disable-background-networking',
     '--disable-component-update', '--no-first-run', '--window-size=1100,2000', `--screenshot=${png}`, `file://${html}`], { encoding: 'utf8', timeout: 120_000 });
   if (shot.status !== 0 || !fs.existsSync(png)) {

@@ -158,7 +158,7 @@ const USAGE = `Usage: node bench/reproduce.js run|report|check|peer SETTING [opt
        node bench/reproduce.js list
 
   run      train the setting's runs (resumable: finished runs are kept, stopped ones resume)
-  report   the setting's figures beside the paper's: bench/results/reproduce-SETTING.md and .png
+  report   the setting's figures beside the paper's: RESULTS/reproduce-SETTING.md and .png
   check    Accordion with both levels low against static low, bit for bit (seed: the first of --seeds)
   peer     the dense setting on one worker beside PyTorch: the first 10 losses from the same weights
            and batches, then full runs over --seeds
@@ -169,7 +169,8 @@ Options:
   --quick          a smoke run on ${QUICK.trainImages} images for ${QUICK.epochs} epochs; its figures are not quoted
   --width W, --train-images N, --epochs E, --batch-size B   replace the setting's values (to choose them)
   --dir DIR        run directories (default runs/reproduce)
-  --data DIR       Fashion-MNIST (default ${FASHION_MNIST})`;
+  --data DIR       Fashion-MNIST (default ${FASHION_MNIST})
+  --results DIR    where report and peer write their files (default bench/results)`;
 
 async function main() {
   const { values, positionals } = parseArgs({
@@ -184,6 +185,7 @@ async function main() {
       'batch-size': { type: 'string' },
       dir: { type: 'string', default: path.join(ROOT, 'runs', 'reproduce') },
       data: { type: 'string', default: FASHION_MNIST },
+      results: { type: 'string', default: path.join(ROOT, 'bench', 'results') },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -197,7 +199,7 @@ async function main() {
   const s = resolveSetting(name, { quick: values.quick, width: number('width'), trainImages: number('train-images'), epochs: number('epochs'), batchSize: number('batch-size') });
   const configs = values.configs.split(',');
   for (const c of configs) if (!CONFIGS[c]) throw new Error(`--configs: unknown config '${c}' (known: ${Object.keys(CONFIGS).join(', ')})`);
-  const o = { configs, seeds: values.seeds.split(',').map(Number), dir: path.resolve(values.dir), data: values.data };
+  const o = { configs, seeds: values.seeds.split(',').map(Number), dir: path.resolve(values.dir), data: values.data, results: path.resolve(values.results) };
   if (command === 'run') await runSetting(s, o);
   else if (command === 'report') await writeSettingReport(s, o);
   else if (command === 'check') await checkEqualLevels(s, o);
