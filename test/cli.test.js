@@ -168,9 +168,7 @@ describe('command line', function () {
       expect(r.stderr).to.match(new RegExp(`interrupted by ${signal}; this run did not finish \\(\\d+ of 1000 epochs completed\\)`));
       const latest = fs.readFileSync(path.join(r.out, 'checkpoints', 'latest'), 'utf8').trim();
       expect(r.stderr).to.include(`the last checkpoint is ${path.join(r.out, 'checkpoints', latest)}`);
-      expect(r.stderr).to.match(/resume with:\n  accordion train --model resnet18 .*--epochs 1000 .*--resume \S+/);
-      expect(r.stderr).to.include(`--resume ${r.out}`);
-      expect(r.stderr).to.not.include('--out');
+      expect(r.stderr).to.include(`resume with:\n  accordion train --resume ${r.out}\n`);
       expect(r.stdout).to.not.match(/final test accuracy/);
       const summary = JSON.parse(fs.readFileSync(path.join(r.out, 'summary.json'), 'utf8'));
       expect(summary.interrupted).to.equal(true);

@@ -216,9 +216,9 @@ describe('training on MNIST-format files', function () {
     const config = JSON.parse(fs.readFileSync(path.join(out, 'config.json'), 'utf8'));
     expect([config.width, config.trainImages, config.dataset]).to.deep.equal([0.125, 48, 'fashion-mnist']);
 
-    for (const [changed, words] of [[{ width: 0.25 }, 'width = 0.125, this run has 0.25'], [{ trainImages: 64 }, 'trainImages = 48, this run has 64']]) {
+    for (const [changed, words] of [[{ width: 0.25 }, 'width = 0.125, this run gives 0.25'], [{ trainImages: 64 }, 'trainImages = 48, this run gives 64']]) {
       const err = await Trainer.create(options({ resume: out, epochs: 2, ...changed })).then(() => null, (e) => e);
-      expect(err?.code, JSON.stringify(changed)).to.equal('ERR_CHECKPOINT');
+      expect(err?.code, JSON.stringify(changed)).to.equal('ERR_USAGE');
       expect(err.message).to.include(words);
     }
 
@@ -230,6 +230,6 @@ describe('training on MNIST-format files', function () {
     delete position.config.trainImages;
     writeSafetensors(checkpoint, [...saved.tensors.values()], { ...saved.metadata, position: JSON.stringify(position) });
     const old = await Trainer.create(options({ resume: out, epochs: 2, width: 0.125 })).then(() => null, (e) => e);
-    expect(old?.message).to.include('width = 1, this run has 0.125');
+    expect(old?.message).to.include('width = 1, this run gives 0.125');
   });
 });

@@ -9,7 +9,8 @@ import { LAUNCHER_NAMES } from '../comm/environment.js';
 import { distributedEnv } from '../comm/group.js';
 import { watchLifeline } from '../comm/lifeline.js';
 import { splitTextFile } from '../data/wikitext.js';
-import { resolveCheckpointDir } from '../train/checkpoint.js';
+import { resolveCheckpointDir, savedRunConfig } from '../train/checkpoint.js';
+import { resumedOptions } from '../train/config.js';
 import type { TrainSummary } from '../train/records.js';
 import { Trainer } from '../train/trainer.js';
 import { parseTrainArgs, trainHelp, type TrainArgs } from './args.js';
@@ -17,13 +18,20 @@ import { describeCompressor, describeSwitches } from './describe.js';
 import { defaultRunDir, runLaunch } from './launch.js';
 
 export async function train(argv: string[]): Promise<number> {
-  const args = parseTrainArgs(argv);
-  if (args.help) {
+  const parsed = parseTrainArgs(argv);
+  if (parsed.help) {
     process.stdout.write(trainHelp() + '\n');
     return 0;
   }
-  if (!args.model) throw new UsageError(`option --model is required (one of: ${ARCHITECTURES.join(', ')})`);
   const distributed = distributedEnv();
+  // A resume starts from the run's own configuration (a missing run is named before anything else),
+  // on the run's own number of workers unless --workers changes it.
+  const args: TrainArgs = parsed.resume === undefined ? parsed : resumedOptions(parsed);
+  if (parsed.resume !== undefined && !distributed && args.workers === undefined) {
+    const workers = savedRunConfig(parsed.resume).config.workers;
+    if (typeof workers === 'number' && workers > 1) args.workers = workers;
+  }
+  if (!args.model) throw new UsageError(`option --model is required (one of: ${ARCHITECTURES.join(', ')})`);
   // A worker of `accordion launch` stops the moment its launcher is gone, even one killed outright,
   // as if the launcher had stopped it with SIGTERM: leaving now keeps the last complete checkpoint.
   watchLifeline(() => process.exit(signalExitCode('SIGTERM')));
@@ -77,7 +85,7 @@ export async function train(argv: string[]): Promise<number> {
   try {
     const summary = await trainer.fit();
     if (stoppedBy && summary.interrupted) {
-      process.stderr.write(describeInterruption(stoppedBy, summary, config, argv));
+      process.stderr.write(describeInterruption(stoppedBy, summary, config));
       return signalExitCode(stoppedBy);
     }
     const last = summary.epochs[summary.epochs.length - 1];
@@ -139,9 +147,9 @@ function shellQuote(word: string): string {
 
 /**
  * What a run stopped by a signal tells its user: how far it got, the last complete checkpoint, and
- * the command that resumes from it (the same options, with --resume RUN_DIR in place of --out).
+ * the command that resumes from it (the run keeps its own settings: --resume RUN_DIR alone).
  */
-function describeInterruption(signal: NodeJS.Signals, summary: TrainSummary, config: TrainConfig, argv: string[]): string {
+function describeInterruption(signal: NodeJS.Signals, summary: TrainSummary, config: TrainConfig): string {
   const done = summary.epochs.length ? summary.epochs[summary.epochs.length - 1]!.epoch : undefined;
   const lines = [
     `accordion: interrupted by ${signal}; this run did not finish` +
@@ -154,20 +162,7 @@ function describeInterruption(signal: NodeJS.Signals, summary: TrainSummary, con
     checkpoint = undefined;
   }
   if (checkpoint && config.outDir) {
-    const kept: string[] = [];
-    for (let i = 0; i < argv.length; i++) {
-      const flag = argv[i]!.split('=')[0]!;
-      if (flag === '--out' || flag === '--resume') {
-        if (!argv[i]!.includes('=')) i++;
-        continue;
-      }
-      if (flag === '--overwrite') continue; // it would delete the run being resumed
-      kept.push(argv[i]!);
-    }
-    lines.push(
-      `the last checkpoint is ${checkpoint}; resume with:`,
-      `  accordion train ${[...kept, '--resume', config.outDir].map(shellQuote).join(' ')}`,
-    );
+    lines.push(`the last checkpoint is ${checkpoint}; resume with:`, `  accordion train --resume ${shellQuote(config.outDir)}`);
   } else {
     lines.push(`no checkpoint was written${config.outDir ? ` in ${config.outDir}` : ''}, so there is nothing to resume from`);
   }

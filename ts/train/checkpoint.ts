@@ -136,6 +136,35 @@ export function resolveCheckpointDir(target: string): string {
   throw new CheckpointError(`${target} holds no checkpoint (expected checkpoints/latest or trainer.safetensors)`);
 }
 
+/** The configuration a checkpoint (or a run directory's latest one) was trained with, and its directory. */
+export function savedRunConfig(target: string): { dir: string; config: Record<string, unknown> } {
+  const dir = resolveCheckpointDir(target);
+  return { dir, config: readTrainerFile(dir, 0).position.config };
+}
+
+/** A rank's trainer file in the checkpoint directory `dir`, and the position in its metadata, checked. */
+function readTrainerFile(dir: string, rank: number): { trainer: ReturnType<typeof readSafetensors>; position: TrainerPosition; file: string } {
+  const file = path.join(dir, trainerFile(rank));
+  if (!fs.existsSync(file)) throw new CheckpointError(`${dir} holds no trainer state for rank ${rank} (${trainerFile(rank)})`);
+  const trainer = readSafetensors(file);
+  let position: TrainerPosition;
+  try {
+    position = JSON.parse(trainer.metadata.position ?? '') as TrainerPosition;
+  } catch {
+    throw new CheckpointError(`${file}: metadata 'position' is missing or not JSON`);
+  }
+  if (!isObject(position)) throw new CheckpointError(`${file}: metadata 'position' is not a JSON object`);
+  if (!Number.isInteger(position.epochsCompleted) || position.epochsCompleted < 0)
+    throw new CheckpointError(`${dir}: invalid epochsCompleted in the trainer state`);
+  // A resume checks the saved configuration against its own before it trusts the state.
+  if (!isObject(position.config))
+    throw new CheckpointError(
+      `${file}: the trainer state has no training configuration ('config' in its metadata 'position'), so a resume cannot check it against this run`,
+    );
+  if (!isObject(position.extra)) throw new CheckpointError(`${file}: the trainer state has no 'extra' record in its metadata 'position'`);
+  return { trainer, position, file };
+}
+
 /**
  * Loads a checkpoint: the model state and the trainer state of `rank` (rank 0's for a single
  * process). Another rank's model state is the shared weights with its own buffers (a checkpoint
@@ -157,24 +186,7 @@ export function loadCheckpoint(target: string, rank = 0, worldSize?: number): Lo
 /** Rank `rank`'s state as written, from the checkpoint directory `dir`. */
 function loadRank(dir: string, rank: number): LoadedCheckpoint {
   const model = readSafetensors(path.join(dir, 'model.safetensors'));
-  const file = path.join(dir, trainerFile(rank));
-  if (!fs.existsSync(file)) throw new CheckpointError(`${dir} holds no trainer state for rank ${rank} (${trainerFile(rank)})`);
-  const trainer = readSafetensors(file);
-  let position: TrainerPosition;
-  try {
-    position = JSON.parse(trainer.metadata.position ?? '') as TrainerPosition;
-  } catch {
-    throw new CheckpointError(`${file}: metadata 'position' is missing or not JSON`);
-  }
-  if (!isObject(position)) throw new CheckpointError(`${file}: metadata 'position' is not a JSON object`);
-  if (!Number.isInteger(position.epochsCompleted) || position.epochsCompleted < 0)
-    throw new CheckpointError(`${dir}: invalid epochsCompleted in the trainer state`);
-  // A resume checks the saved configuration against its own before it trusts the state.
-  if (!isObject(position.config))
-    throw new CheckpointError(
-      `${file}: the trainer state has no training configuration ('config' in its metadata 'position'), so a resume cannot check it against this run`,
-    );
-  if (!isObject(position.extra)) throw new CheckpointError(`${file}: the trainer state has no 'extra' record in its metadata 'position'`);
+  const { trainer, position, file } = readTrainerFile(dir, rank);
   const isTrainer = (name: string) => TRAINER_PREFIXES.some((p) => name.startsWith(p));
   const own = [...trainer.tensors.values()];
   const modelState = [...model.tensors.values()];

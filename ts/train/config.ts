@@ -7,26 +7,59 @@ import { UsageError } from '../base/errors.js';
 import { ARCHITECTURES, DEFAULT_CONFIG, OPTIONS, OPTION_KEYS, boundMessage, meetsBound, presetFor, presetValues, type TrainConfig } from '../config/options.js';
 import { compressionSpec } from '../config/compression.js';
 import { parseDevice } from '../native/device.js';
+import { savedRunConfig } from './checkpoint.js';
 import { checkMemory } from './memory.js';
 import * as os from 'node:os';
 
-/** Options the caller gives: any subset of the configuration, with the model. */
-export type TrainOptions = Partial<TrainConfig> & { model: TrainConfig['model'] };
+/** Options the caller gives: any subset of the configuration, with the model, or with the run to resume (which knows its model). */
+export type TrainOptions = Partial<TrainConfig> & ({ model: TrainConfig['model'] } | { resume: string });
 
-/** Settings that must match between a checkpoint and the run that resumes it. */
-export const RESUME_MUST_MATCH: (keyof TrainConfig)[] = ['model', 'width', 'dataset', 'trainImages', 'batchSize', 'seed', 'compressor', 'accordion', 'adapt'];
+/**
+ * What a resumed run may set anew: how long it trains (the schedule's end), how many workers and
+ * threads it has, its timeouts, its output and checkpoints, where the data and the device are.
+ * Every other option is the run's own; given again, it must have the run's value.
+ */
+export const RESUME_MAY_CHANGE: readonly (keyof TrainConfig)[] = [
+  'epochs', 'workers', 'threads', 'timeoutMs', 'progress', 'outDir', 'resume', 'overwrite', 'checkpointEvery', 'dataDir', 'device',
+];
+
+/** Options that belong to one invocation, never taken from the run being resumed (the job sets the workers). */
+const NOT_INHERITED: readonly string[] = ['workers', 'outDir', 'resume', 'overwrite', 'progress'];
+
+/**
+ * The options of a resumed run (`options.resume` set): the run's own configuration, from its last
+ * checkpoint, with the given values of what a resume may change. A given value of any other option
+ * that differs from the run's is refused, naming both (an option the checkpoint predates has its
+ * default there).
+ */
+export function resumedOptions<T extends Partial<TrainConfig>>(options: T): T & Partial<TrainConfig> {
+  const { dir, config: saved } = savedRunConfig(options.resume!);
+  for (const [key, value] of Object.entries(options)) {
+    if (value === undefined || !(key in OPTIONS) || RESUME_MAY_CHANGE.includes(key as keyof TrainConfig)) continue;
+    const spec = OPTIONS[key as keyof TrainConfig];
+    const was = key in saved ? saved[key] : spec.default;
+    if (JSON.stringify(was) !== JSON.stringify(value))
+      throw new UsageError(
+        `cannot resume from ${dir}: it was trained with ${key} = ${JSON.stringify(was)}, this run gives ${JSON.stringify(value)} (${spec.flag}); ` +
+          `a resume takes the run's own settings, and may change only ${RESUME_MAY_CHANGE.map((k) => OPTIONS[k].flag).join(', ')}`,
+      );
+  }
+  const inherited = Object.fromEntries(Object.entries(saved).filter(([key]) => key in OPTIONS && !NOT_INHERITED.includes(key)));
+  return { ...inherited, ...options } as T & Partial<TrainConfig>;
+}
 
 /** Modes that grow the global batch by micro-batches, which must then be whole. */
 export const BATCH_MODES: TrainConfig['adapt'][] = ['batch', 'smith', 'batch+compression'];
 
 /** The configuration of a run: defaults, presets, bounds and the options' agreement. */
-export function resolveConfig(options: TrainOptions): TrainConfig {
+export function resolveConfig(options: Partial<TrainConfig>): TrainConfig {
   if (typeof options !== 'object' || options === null) throw new UsageError('Trainer.create: options must be an object');
-  if (!ARCHITECTURES.includes(options.model)) throw new UsageError(boundMessage('option --model', OPTIONS.model, options.model));
+  const model = options.model;
+  if (model === undefined || !ARCHITECTURES.includes(model)) throw new UsageError(boundMessage('option --model', OPTIONS.model, model));
   for (const key of Object.keys(options))
     if (!(key in OPTIONS)) throw new UsageError(`unknown option '${key}' (the options are: ${OPTION_KEYS.join(', ')})`);
-  const preset = presetFor(options.model, options.dataset);
-  const given = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) as TrainOptions;
+  const preset = presetFor(model, options.dataset);
+  const given = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) as Partial<TrainConfig> & { model: TrainConfig['model'] };
   const config: TrainConfig = { ...structuredClone(DEFAULT_CONFIG), ...(preset ? presetValues(preset) : {}), ...given };
   checkBounds(config);
   checkAgreement(config, options);
@@ -60,7 +93,7 @@ function checkBounds(c: TrainConfig): void {
 }
 
 /** The options that depend on each other. */
-function checkAgreement(config: TrainConfig, options: TrainOptions): void {
+function checkAgreement(config: TrainConfig, options: Partial<TrainConfig>): void {
   if ((config.model === 'lstm') !== (config.dataset === 'wikitext2'))
     throw new UsageError(config.model === 'lstm' ? `the lstm model trains on --dataset wikitext2, not ${config.dataset}` : `--dataset wikitext2 is for --model lstm`);
   if (config.model === 'lstm' && config.width !== 1) throw new UsageError(`option --width: ${config.width} scales the channels of resnet18 and vgg19bn; the lstm's size is --hidden`);
@@ -77,7 +110,7 @@ function checkAgreement(config: TrainConfig, options: TrainOptions): void {
 }
 
 /** With the job's size known: the worker count agrees, and a grown batch is whole micro-batches. */
-export function checkJob(config: TrainConfig, options: TrainOptions, worldSize: number): void {
+export function checkJob(config: TrainConfig, options: Partial<TrainConfig>, worldSize: number): void {
   if (options.workers !== undefined && options.workers !== worldSize)
     throw new UsageError(
       worldSize === 1

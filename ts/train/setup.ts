@@ -5,7 +5,7 @@
  */
 import * as path from 'node:path';
 import { CheckpointError } from '../base/errors.js';
-import { OPTIONS, type TrainConfig } from '../config/options.js';
+import type { TrainConfig } from '../config/options.js';
 import { compressionSpec, type CompressionSpec } from '../config/compression.js';
 import { binding } from '../native/binding.js';
 import { requireDevice, workerDevice } from '../native/device.js';
@@ -14,7 +14,7 @@ import { firstTrainImages, loadImageDataset, type ImageDataset } from '../data/d
 import { readWikiText } from '../data/wikitext.js';
 import { Model } from '../engine/model.js';
 import { loadCheckpoint } from './checkpoint.js';
-import { BATCH_MODES, RESUME_MUST_MATCH, checkJob, resolveConfig, type TrainOptions } from './config.js';
+import { BATCH_MODES, checkJob, resolveConfig, resumedOptions, type TrainOptions } from './config.js';
 import { checkRunDir } from './rundir.js';
 import { ImageTask, LanguageTask, type TrainingTask } from './tasks.js';
 import { initialLevel } from './policies/choose.js';
@@ -42,7 +42,8 @@ export interface SetUp {
   resumed?: { epochsCompleted: number; history: EpochRecord[]; switches: LevelSwitch[]; extra: Record<string, unknown> };
 }
 
-export async function setUp(options: TrainOptions, context: TrainerContext): Promise<SetUp> {
+export async function setUp(given: TrainOptions, context: TrainerContext): Promise<SetUp> {
+  const options = given.resume === undefined ? given : resumedOptions(given);
   const config = resolveConfig(options);
   const spec = compressionSpec(config);
   const env = context.group ? undefined : distributedEnv();
@@ -77,15 +78,6 @@ export async function setUp(options: TrainOptions, context: TrainerContext): Pro
           `accordion: resuming a run of ${savedWorkers} workers with ${config.workers}: every worker's error memory starts as the mean of the ${savedWorkers} saved ones ` +
             `(the mass owed to the averaged gradient is kept); weights, momentum and compressor state are rank 0's; new ranks take rank 0's batch-norm statistics\n`,
         );
-      const saved = checkpoint.position.config as Partial<TrainConfig>;
-      for (const key of RESUME_MUST_MATCH) {
-        // A checkpoint older than an option holds its default.
-        const was = key in saved ? saved[key] : OPTIONS[key].default;
-        if (JSON.stringify(was) !== JSON.stringify(config[key]))
-          throw new CheckpointError(
-            `cannot resume from ${checkpoint.dir}: it was trained with ${key} = ${JSON.stringify(was)}, this run has ${JSON.stringify(config[key])}`,
-          );
-      }
       config.outDir ??= path.resolve(checkpoint.dir, '..', '..');
     }
     const shard = { rank, worldSize: config.workers };
