@@ -134,6 +134,17 @@ describe('checkpoints', function () {
     await model.dispose();
   });
 
+  it('names the dtype a tensor declares when its bytes do not fit it (float64 over float32-sized bytes), before any cast', async function () {
+    const model = await Model.create({ architecture: 'resnet18', width: 0.125 });
+    const before = await weightsOf(model);
+    const err = await model.loadStateDict([{ name: 'bn1.weight', dtype: 'F64', shape: [8], data: new Uint8Array(32) }]).then(() => null, (e) => e);
+    expect(err?.code).to.equal('ERR_CHECKPOINT');
+    expect(err.message).to.equal("tensor 'bn1.weight' is declared F64 of shape (8,), which takes 64 bytes, but holds 32");
+    const after = await weightsOf(model);
+    for (const [name, b] of before) expect(b.equals(after.get(name)), name).to.equal(true);
+    await model.dispose();
+  });
+
   it('reports a missing checkpoint directory', async function () {
     try {
       await Trainer.create(small(tmp, { resume: path.join(tmp, 'no-such-run') }));

@@ -68,6 +68,8 @@ function repairTail(fd: number): void {
 /** How a metrics log was read: its events, and the number of a torn last line that was skipped. */
 export interface MetricsRead {
   events: MetricsEvent[];
+  /** The line number (from 1) of each event. */
+  lines: number[];
   /** Line number (from 1) of an incomplete last line, cut short by a crash, that was left out. */
   tornLine?: number;
 }
@@ -90,6 +92,7 @@ export function readMetricsLog(file: string): MetricsRead {
   const complete = text.endsWith('\n');
   if (complete) lines.pop();
   const events: MetricsEvent[] = [];
+  const numbers: number[] = [];
   let tornLine: number | undefined;
   lines.forEach((line, i) => {
     if (line.trim() === '') return;
@@ -108,8 +111,9 @@ export function readMetricsLog(file: string): MetricsRead {
       throw new DataError(`${file}: line ${i + 1} is not a JSON object (got ${JSON.stringify(value).slice(0, 40)})`);
     if (typeof (value as MetricsEvent).event !== 'string') throw new DataError(`${file}: line ${i + 1} has no "event" name`);
     events.push(value as MetricsEvent);
+    numbers.push(i + 1);
   });
-  return tornLine === undefined ? { events } : { events, tornLine };
+  return tornLine === undefined ? { events, lines: numbers } : { events, lines: numbers, tornLine };
 }
 
 /** Reads a metrics log back (for reports and tests); a torn last line from a crash is skipped. */

@@ -13,6 +13,7 @@ import { resolveCheckpointDir, savedRunConfig } from '../train/checkpoint.js';
 import { resumedOptions } from '../train/config.js';
 import type { TrainSummary } from '../train/records.js';
 import { Trainer } from '../train/trainer.js';
+import { writeReport } from '../report/report.js';
 import { parseTrainArgs, trainHelp, type TrainArgs } from './args.js';
 import { describeCompressor, describeSwitches } from './describe.js';
 import { defaultRunDir, runLaunch } from './launch.js';
@@ -82,8 +83,10 @@ export async function train(argv: string[]): Promise<number> {
       ` (${trainer.task.trainSamples} train / ${trainer.task.testSamples} test ${trainer.task.kind === 'language' ? 'tokens' : 'images'}), ${config.epochs} epochs,` +
       ` batch ${config.batchSize}${config.workers > 1 ? ` per worker × ${config.workers} workers` : ''}, device ${config.device}, compressor ${describeCompressor(config)}, run directory ${config.outDir}\n`,
   );
+  const report = reporting && config.outDir ? keepReport(trainer, config.outDir) : undefined;
   try {
     const summary = await trainer.fit();
+    const reportFile = await report?.();
     if (stoppedBy && summary.interrupted) {
       process.stderr.write(describeInterruption(stoppedBy, summary, config));
       return signalExitCode(stoppedBy);
@@ -104,6 +107,7 @@ export async function train(argv: string[]): Promise<number> {
           : []),
         ...(summary.accordion ? [`Accordion: ${summary.switches.length} level switch${summary.switches.length === 1 ? '' : 'es'}`, ...describeSwitches(summary)] : []),
         `run directory ${summary.runDir}`,
+        ...(reportFile ? [`report ${reportFile}`] : []),
       ].join('\n') + '\n',
     );
   } finally {
@@ -112,6 +116,26 @@ export async function train(argv: string[]): Promise<number> {
     await trainer.dispose();
   }
   return 0;
+}
+
+/**
+ * The run's report.html, written after every epoch (one write at a time, off the event loop, as the
+ * checkpoints are); the returned function writes it a last time and resolves to its path (undefined
+ * if it could not be written: a warning says why, and training goes on without it).
+ */
+function keepReport(trainer: Trainer, runDir: string): () => Promise<string | undefined> {
+  let written: Promise<string | undefined> = Promise.resolve(undefined);
+  const write = () => {
+    written = written.then(() =>
+      writeReport([runDir], undefined, { onWarning: () => {} }).catch((err: Error) => {
+        process.stderr.write(`accordion: warning: the report was not written: ${err.message}\n`);
+        return undefined;
+      }),
+    );
+    return written;
+  };
+  trainer.on('epoch', write);
+  return write;
 }
 
 /**

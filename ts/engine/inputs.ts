@@ -122,6 +122,10 @@ export function stateEntries(tensors: Iterable<NamedTensor>): { entries: StateEn
     checkTensor(t);
     if (t.dtype !== 'F32' && t.dtype !== 'I64' && t.dtype !== 'F64')
       throw new CheckpointError(`tensor '${t.name}' has dtype ${t.dtype}; the engine's state uses F32, F64 and I64`);
+    // Checked against the dtype the caller declares, before a float64 tensor is cast.
+    const need = t.shape.reduce((a, b) => a * b, 1) * (t.dtype === 'F32' ? 4 : 8);
+    if (t.data.byteLength !== need)
+      throw new CheckpointError(`tensor '${t.name}' is declared ${t.dtype} of shape (${t.shape.join(', ')}${t.shape.length === 1 ? ',' : ''}), which takes ${need} bytes, but holds ${t.data.byteLength}`);
     const bad = firstNonFinite(t);
     if (bad)
       throw new CheckpointError(

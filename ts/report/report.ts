@@ -5,14 +5,15 @@
  *   2. test accuracy against floats communicated (every run),
  *   3. test accuracy against wall-clock seconds (every run: compare runs over one network),
  *   4. each layer's compression level over the epochs (first run with Accordion), as a heatmap,
- *   5. each layer's norm-change ratio at the check epochs, with η marked.
- * Charts are drawn by Chart.js (and its matrix plugin for the heatmap), inlined into the file.
+ *   5. each layer's norm-change ratio at the check epochs, with η marked,
+ *   6. the link as training measured it (runs of several workers).
+ * A section without data (a run without compression, one worker) is left out. Charts are drawn by Chart.js (and its matrix plugin for the heatmap), inlined into the file.
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { createRequire } from 'node:module';
 import { readMetricsLog, type MetricsEvent } from '../base/metrics.js';
-import { UsageError } from '../base/errors.js';
+import { DataError, UsageError } from '../base/errors.js';
 import { writeFileAtomicAsync } from '../base/files.js';
 import { formatRate } from '../base/units.js';
 import { DENSE_BF16, compressionSpec, describeLevel, levelTitle } from '../config/compression.js';
@@ -53,7 +54,7 @@ const processWarning: WarningSink = (message) => process.emitWarning(message, { 
 export function loadRun(runDir: string, warn: WarningSink = processWarning): RunSeries {
   const file = path.join(runDir, 'metrics.jsonl');
   if (!fs.existsSync(file)) throw new UsageError(`${runDir} is not a run directory (no metrics.jsonl)`);
-  const { events, tornLine } = readMetricsLog(file);
+  const { events, lines, tornLine } = readMetricsLog(file);
   if (tornLine !== undefined)
     warn(`${file}: line ${tornLine} is incomplete (the run was stopped while writing it); the report uses the ${events.length} complete lines`);
   const start = [...events].reverse().find((e) => e.event === 'start' || e.event === 'resume') as MetricsEvent | undefined;
@@ -63,7 +64,8 @@ export function loadRun(runDir: string, warn: WarningSink = processWarning): Run
   const byEpoch = new Map<number, RunSeries['epochs'][number]>();
   let segmentStart = NaN;
   let offset = 0;
-  for (const e of events) {
+  for (const [index, e] of events.entries()) {
+    if (e.event === 'epoch') checkEpochRecord(e, `${file}: line ${lines[index]}`);
     const time = typeof e.time === 'string' ? Date.parse(e.time) : NaN;
     if (e.event === 'start' || e.event === 'resume') {
       segmentStart = time;
@@ -104,6 +106,17 @@ export function loadRun(runDir: string, warn: WarningSink = processWarning): Run
   };
 }
 
+/** An epoch record's figures that the charts draw: numbers of the right kind, or a DataError naming `where`. */
+function checkEpochRecord(e: MetricsEvent, where: string): void {
+  const wrong = (field: string, what: string) => new DataError(`${where}: the epoch record's "${field}" is ${JSON.stringify(e[field])}, not ${what}`);
+  if (!Number.isInteger(e.epoch) || (e.epoch as number) < 0) throw wrong('epoch', 'an epoch number');
+  if (typeof e.testAccuracy !== 'number' || !Number.isFinite(e.testAccuracy)) throw wrong('testAccuracy', 'a number');
+  if (typeof e.floatsSentTotal !== 'number' || !Number.isFinite(e.floatsSentTotal) || e.floatsSentTotal < 0) throw wrong('floatsSentTotal', 'a count of floats');
+  if (e.time !== undefined && (typeof e.time !== 'string' || Number.isNaN(Date.parse(e.time)))) throw wrong('time', 'a time');
+  for (const key of ['levels', 'ratios'] as const)
+    if (e[key] !== undefined && !(Array.isArray(e[key]) && (e[key] as unknown[]).every((v) => v === null || typeof v === 'number'))) throw wrong(key, 'a list of numbers');
+}
+
 /**
  * "100 Mbit/s" for a run made by `accordion cluster` (its network.jsonl names the hosts' link), or
  * with a schedule "1 Gbit/s, then 100 Mbit/s from 60 s" (host 0's changes of rate).
@@ -140,6 +153,13 @@ export function renderReport(runs: RunSeries[]): string {
   const chartJs = inlineScript(require, 'chart.js', 'chart.umd.js');
   const matrixPlugin = inlineScript(require, 'chartjs-chart-matrix', 'chartjs-chart-matrix.min.js');
   const data = JSON.stringify(runs).replace(/</g, '\\u003c');
+  // Sections without data are left out: levels need a compressed run, ratios an Accordion check,
+  // the link several workers.
+  const adaptive = runs.find((r) => r.accordion && r.epochs.some((e) => e.levels)) ?? runs.find((r) => r.epochs.some((e) => e.levels));
+  const withLevels = adaptive !== undefined;
+  const withRatios = adaptive?.epochs.some((e) => e.ratios?.some((x) => x !== null)) ?? false;
+  const withLink = runs.some((r) => r.epochs.some((e) => e.link));
+  const section = (shown: boolean, html: string) => (shown ? html : '');
   return `<!doctype html>
 <html lang="en">
 <head>
@@ -164,15 +184,15 @@ export function renderReport(runs: RunSeries[]): string {
 <div class="chart"><canvas id="accuracy-floats"></canvas></div>
 <h2>Test accuracy against wall-clock time</h2>
 <div class="chart"><canvas id="accuracy-wall"></canvas></div>
-<h2>Compression level of each layer over the epochs</h2>
+${section(withLevels, `<h2>Compression level of each layer over the epochs</h2>
 <p class="note" id="heatmap-note"></p>
-<div class="chart tall"><canvas id="levels-heatmap"></canvas></div>
-<h2>Norm-change ratio per layer at the check epochs</h2>
+<div class="chart tall"><canvas id="levels-heatmap"></canvas></div>`)}
+${section(withRatios, `<h2>Norm-change ratio per layer at the check epochs</h2>
 <p class="note" id="ratio-note"></p>
-<div class="chart"><canvas id="norm-ratios"></canvas></div>
-<h2>The link as training measured it</h2>
+<div class="chart"><canvas id="norm-ratios"></canvas></div>`)}
+${section(withLink, `<h2>The link as training measured it</h2>
 <p class="note" id="link-note"></p>
-<div class="chart"><canvas id="link"></canvas></div>
+<div class="chart"><canvas id="link"></canvas></div>`)}
 <script>
 const runs = ${data};
 // Charts are drawn in their final state at once: a screenshot or a print taken as the page opens
@@ -226,40 +246,40 @@ if (adaptive) {
       scales: { x: { type: 'category', labels: epochLabels, offset: true, grid: { display: false }, title: { display: true, text: 'epoch' } },
                 y: { type: 'category', labels: layers.map((l) => l.name), offset: true, grid: { display: false }, ticks: { autoSkip: false, font: { size: 9 } } } } },
   });
-  const ratioSets = layers.map((l, k) => ({ label: l.name, showLine: true, borderColor: palette[k % palette.length], backgroundColor: palette[k % palette.length],
-    data: adaptive.epochs.filter((e) => e.ratios && e.ratios[l.i] !== null && e.ratios[l.i] !== undefined).map((e) => ({ x: e.epoch, y: e.ratios[l.i] })) }));
-  const checks = adaptive.epochs.filter((e) => e.ratios && e.ratios.some((r) => r !== null)).map((e) => e.epoch);
-  ratioSets.push({ label: 'η = ' + adaptive.eta, borderColor: '#000', borderDash: [6, 4], pointRadius: 0, showLine: true,
-    data: checks.length ? [{ x: Math.min(...checks), y: adaptive.eta }, { x: Math.max(...checks), y: adaptive.eta }] : [] });
-  document.getElementById('ratio-note').textContent = adaptive.name + ': |old − curr| / old of each layer\\'s accumulated-gradient norm; at or above η (dashed) the layer is in a critical regime and gets low compression.';
-  charts.ratios = new Chart(document.getElementById('norm-ratios'), {
-    type: 'scatter', data: { datasets: ratioSets },
-    options: { maintainAspectRatio: false, plugins: { legend: { display: false } }, scales: { x: { ticks: epochTicks, title: { display: true, text: 'epoch' } }, y: { title: { display: true, text: 'norm-change ratio' } } } },
-  });
-} else {
-  document.getElementById('heatmap-note').textContent = 'No run with per-layer levels (train with a compressor).';
-  document.getElementById('ratio-note').textContent = 'No run with Accordion.';
+  if (document.getElementById('norm-ratios')) {
+    const ratioSets = layers.map((l, k) => ({ label: l.name, showLine: true, borderColor: palette[k % palette.length], backgroundColor: palette[k % palette.length],
+      data: adaptive.epochs.filter((e) => e.ratios && e.ratios[l.i] !== null && e.ratios[l.i] !== undefined).map((e) => ({ x: e.epoch, y: e.ratios[l.i] })) }));
+    const checks = adaptive.epochs.filter((e) => e.ratios && e.ratios.some((r) => r !== null)).map((e) => e.epoch);
+    ratioSets.push({ label: 'η = ' + adaptive.eta, borderColor: '#000', borderDash: [6, 4], pointRadius: 0, showLine: true,
+      data: checks.length ? [{ x: Math.min(...checks), y: adaptive.eta }, { x: Math.max(...checks), y: adaptive.eta }] : [] });
+    document.getElementById('ratio-note').textContent = adaptive.name + ': |old − curr| / old of each layer\\'s accumulated-gradient norm; at or above η (dashed) the layer is in a critical regime and gets low compression.';
+    charts.ratios = new Chart(document.getElementById('norm-ratios'), {
+      type: 'scatter', data: { datasets: ratioSets },
+      options: { maintainAspectRatio: false, plugins: { legend: { display: false } }, scales: { x: { ticks: epochTicks, title: { display: true, text: 'epoch' } }, y: { title: { display: true, text: 'norm-change ratio' } } } },
+    });
+  }
 }
 // Per epoch, from the exchange's own collectives: bandwidth (solid, left) and latency (dashed, right).
 const measured = runs.filter((r) => r.epochs.some((e) => e.link));
 const linkPoints = (r, value) => r.epochs.filter((e) => e.link && e.wallSeconds !== null && value(e.link) !== null).map((e) => ({ x: e.wallSeconds, y: value(e.link) }));
-charts.link = new Chart(document.getElementById('link'), {
-  type: 'line',
-  data: { datasets: measured.flatMap((r) => {
-    const color = palette[runs.indexOf(r) % palette.length];
-    return [
-      { label: r.name + ': Mbit/s', borderColor: color, yAxisID: 'rate', data: linkPoints(r, (l) => (l.bitsPerSecond === null ? null : l.bitsPerSecond / 1e6)) },
-      { label: r.name + ': latency (ms)', borderColor: color, borderDash: [6, 4], yAxisID: 'latency', data: linkPoints(r, (l) => 1000 * l.latencySeconds) },
-    ];
-  }) },
-  options: { maintainAspectRatio: false, scales: {
-    x: { type: 'linear', title: { display: true, text: 'wall-clock seconds since the run began' } },
-    rate: { position: 'left', beginAtZero: true, title: { display: true, text: 'bandwidth (Mbit/s)' } },
-    latency: { position: 'right', beginAtZero: true, grid: { drawOnChartArea: false }, title: { display: true, text: 'latency (ms)' } } } },
-});
-document.getElementById('link-note').textContent = measured.length
-  ? 'Per epoch, from the gradient exchange of rank 0: the rate at which a collective moves bytes once under way, and the time of one that carries almost nothing; waiting for a late peer is left out of both.'
-  : 'No run with several workers (the link is measured from their collectives).';
+if (measured.length) {
+  charts.link = new Chart(document.getElementById('link'), {
+    type: 'line',
+    data: { datasets: measured.flatMap((r) => {
+      const color = palette[runs.indexOf(r) % palette.length];
+      return [
+        { label: r.name + ': Mbit/s', borderColor: color, yAxisID: 'rate', data: linkPoints(r, (l) => (l.bitsPerSecond === null ? null : l.bitsPerSecond / 1e6)) },
+        { label: r.name + ': latency (ms)', borderColor: color, borderDash: [6, 4], yAxisID: 'latency', data: linkPoints(r, (l) => 1000 * l.latencySeconds) },
+      ];
+    }) },
+    options: { maintainAspectRatio: false, scales: {
+      x: { type: 'linear', title: { display: true, text: 'wall-clock seconds since the run began' } },
+      rate: { position: 'left', beginAtZero: true, title: { display: true, text: 'bandwidth (Mbit/s)' } },
+      latency: { position: 'right', beginAtZero: true, grid: { drawOnChartArea: false }, title: { display: true, text: 'latency (ms)' } } } },
+  });
+  document.getElementById('link-note').textContent =
+    'Per epoch, from the gradient exchange of rank 0: the rate at which a collective moves bytes once under way, and the time of one that carries almost nothing; waiting for a late peer is left out of both.';
+}
 window.reportCharts = charts;
 </script>
 </body>
