@@ -48,7 +48,11 @@ export async function train(argv: string[]): Promise<number> {
   // The library prints nothing unless asked; the command line shows progress unless --quiet.
   args.progress ??= true;
   args.outDir ??= args.resume ? undefined : defaultRunDir(String(args.model));
-  if (args.text !== undefined) useTextFile(args);
+  if (args.text !== undefined) {
+    // --text names the data anew: a resumed run's own split gives way to it.
+    if (parsed.dataDir === undefined) delete args.dataDir;
+    useTextFile(args);
+  }
   // A signal while the data is read and the model built: nothing has been trained or written yet.
   const onEarlySignal = (signal: NodeJS.Signals) => {
     process.stderr.write(`\naccordion: interrupted by ${signal} before training started; no checkpoint was written\n`);

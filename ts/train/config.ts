@@ -4,7 +4,7 @@
  * other, and `accordion: 'auto'` decided.
  */
 import { UsageError } from '../base/errors.js';
-import { ARCHITECTURES, DEFAULT_CONFIG, OPTIONS, OPTION_KEYS, boundMessage, meetsBound, presetFor, presetValues, type TrainConfig } from '../config/options.js';
+import { ARCHITECTURES, DEFAULT_CONFIG, OPTIONS, OPTION_KEYS, boundMessage, defaultFor, meetsBound, presetFor, presetValues, type TrainConfig } from '../config/options.js';
 import { compressionSpec } from '../config/compression.js';
 import { parseDevice } from '../native/device.js';
 import { savedRunConfig } from './checkpoint.js';
@@ -44,7 +44,14 @@ export function resumedOptions<T extends Partial<TrainConfig>>(options: T): T & 
           `a resume takes the run's own settings, and may change only ${RESUME_MAY_CHANGE.map((k) => OPTIONS[k].flag).join(', ')}`,
       );
   }
-  const inherited = Object.fromEntries(Object.entries(saved).filter(([key]) => key in OPTIONS && !NOT_INHERITED.includes(key)));
+  // Values the run took by default stay defaults, so that the checks of what was given (a static
+  // --rank against --accordion on) read the resumed run as they read the run itself.
+  const preset = presetFor(saved.model as TrainConfig['model'], saved.dataset as TrainConfig['dataset']);
+  const inherited = Object.fromEntries(
+    Object.entries(saved).filter(
+      ([key, value]) => key in OPTIONS && !NOT_INHERITED.includes(key) && JSON.stringify(value) !== JSON.stringify(defaultFor(key as keyof TrainConfig, preset)),
+    ),
+  );
   return { ...inherited, ...options } as T & Partial<TrainConfig>;
 }
 
