@@ -44,7 +44,8 @@ export async function train(argv: string[]): Promise<number> {
   // The default run directory is stamped with each process's own clock; `accordion launch` picks one.
   if (distributed && distributed.launcher !== 'accordion' && distributed.worldSize > 1 && !args.outDir && !args.resume)
     throw new UsageError(`under ${LAUNCHER_NAMES[distributed.launcher]} the ranks write one run directory: give every rank the same --out (or --resume)`);
-  if (args.dataDir && !args.dataset) args.dataset = args.model === 'lstm' ? 'wikitext2' : 'cifar10';
+  // --data alone names CIFAR-10 (WikiText-2 for the lstm); a resumed run's dataset is its own.
+  if (parsed.dataDir && !args.dataset && parsed.resume === undefined) args.dataset = args.model === 'lstm' ? 'wikitext2' : 'cifar10';
   // The library prints nothing unless asked; the command line shows progress unless --quiet.
   args.progress ??= true;
   args.outDir ??= args.resume ? undefined : defaultRunDir(String(args.model));
