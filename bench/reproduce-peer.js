@@ -12,7 +12,8 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { BENCH_DIR, PYTHON, ROOT, fmt, freePort, meanInterval, peerEnv, runLogged, t95 } from './common.js';
-import { WORKERS, finished, scheduleArgs } from './reproduce.js';
+import { finished } from './reproduce.js';
+import { WORKERS, scheduleArgs } from './reproduce-settings.js';
 
 const STEPS = 10;
 const THREADS = 2;

@@ -8,9 +8,8 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { BENCH_DIR, fmt, formatTable, meanInterval } from './common.js';
-import { CONFIGS, WORKERS, finished, runDir, scheduleArgs } from './reproduce.js';
-
-const TITLES = { low: 'static low', high: 'static high', accordion: 'Accordion', equal: 'Accordion, both levels low' };
+import { finished, runDir } from './reproduce.js';
+import { TITLES, WORKERS, configsOf, scheduleArgs } from './reproduce-settings.js';
 
 /** One finished run's figures, from its metrics log. */
 function readRun(run) {
@@ -70,6 +69,7 @@ function ranges(epochs) {
 
 /** Writes bench/results/reproduce-SETTING(-quick).md and .png from the setting's finished runs. */
 export async function writeSettingReport(s, o) {
+  const CONFIGS = configsOf(s);
   const configs = Object.keys(CONFIGS).filter((c) => o.seeds.some((seed) => finished(runDir(o.dir, s, c, seed))));
   const runs = {};
   for (const c of configs) runs[c] = Object.fromEntries(o.seeds.filter((seed) => finished(runDir(o.dir, s, c, seed))).map((seed) => [seed, readRun(runDir(o.dir, s, c, seed))]));
@@ -178,7 +178,7 @@ function drawChart(s, o, configs) {
   if (made.status !== 0) throw new Error(`accordion report failed: ${made.stderr}`);
   const png = path.join(o.results, `reproduce-${s.name}${s.quick ? '-quick' : ''}.png`);
   const shot = spawnSync('/usr/bin/chromium', ['--headless', '--no-sandbox', '--disable-gpu', '--hide-scrollbars', '--disable-background-networking',
-    '--disable-component-update', '--no-first-run', '--window-size=1100,2000', `--screenshot=${png}`, `file://${html}`], { encoding: 'utf8', timeout: 120_000 });
+    '--disable-component-update', '--no-first-run', '--window-size=1100,3600', `--screenshot=${png}`, `file://${html}`], { encoding: 'utf8', timeout: 120_000 });
   if (shot.status !== 0 || !fs.existsSync(png)) {
     console.error(`chromium could not draw the chart (${shot.stderr?.trim().split('\n').pop()}): the report is ${html}`);
     return null;

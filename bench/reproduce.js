@@ -15,86 +15,8 @@ import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { ROOT, runLogged } from './common.js';
 import { writeSettingReport } from './reproduce-report.js';
+import { FASHION_MNIST, QUICK, SETTINGS, WORKERS, configsOf, resolveSetting, trainArgs } from './reproduce-settings.js';
 import { runPeerComparison } from './reproduce-peer.js';
-
-export const FASHION_MNIST = '/usr/share/datasets/fashion-mnist';
-export const WORKERS = 4;
-
-/**
- * The settings, each with the paper's figures beside it (Table 1: CIFAR-10, 300 epochs, 3 seeds).
- * Width, data size and epochs were fixed from the static runs alone (BENCHMARKS.md, *The paper's
- * claim on real images*), before any Accordion run.
- */
-export const SETTINGS = {
-  'resnet18-powersgd': {
-    model: 'resnet18',
-    compressor: 'powersgd',
-    low: 2,
-    high: 1,
-    width: 0.125,
-    trainImages: 12_800,
-    epochs: 30,
-    batchSize: 32,
-    paper: { low: 94.5, high: 94.1, accordion: 94.5, floatsFactor: 0.65, source: 'Table 1, ResNet-18 on CIFAR-10' },
-  },
-  'vgg19bn-powersgd': {
-    model: 'vgg19bn',
-    compressor: 'powersgd',
-    low: 4,
-    high: 1,
-    width: 0.125,
-    trainImages: 12_800,
-    epochs: 30,
-    batchSize: 32,
-    paper: { low: 93.4, high: 68.6, accordion: 92.9, floatsFactor: 0.44, source: 'Table 1, VGG-19bn on CIFAR-10' },
-  },
-};
-
-/** The smoke mode: the same commands on a sliver of the data, whose figures are not quoted. */
-const QUICK = { trainImages: 512, epochs: 3, batchSize: 16 };
-
-/** The runs of a setting: static low, static high, Accordion between them, and Accordion with both levels low. */
-export const CONFIGS = {
-  low: (s) => ['--rank', String(s.low)],
-  high: (s) => ['--rank', String(s.high)],
-  accordion: (s) => ['--low-rank', String(s.low), '--high-rank', String(s.high)],
-  equal: (s) => ['--low-rank', String(s.low), '--high-rank', String(s.low)],
-};
-
-/** A setting as it runs: the table's values, replaced by the quick mode's or by the command line's. */
-export function resolveSetting(name, overrides = {}) {
-  const base = SETTINGS[name];
-  if (!base) throw new Error(`unknown setting '${name}' (known: ${Object.keys(SETTINGS).join(', ')})`);
-  const s = { name, ...base, ...(overrides.quick ? QUICK : {}), ...Object.fromEntries(Object.entries(overrides).filter(([k, v]) => k !== 'quick' && v !== undefined)) };
-  s.quick = Boolean(overrides.quick);
-  s.tag = `w${s.width}-n${s.trainImages}-e${s.epochs}-b${s.batchSize}${s.quick ? '-quick' : ''}`;
-  return s;
-}
-
-/**
- * The paper's schedule shape for a run of E epochs: lr 0.1 × global batch / 128 after a 5-epoch
- * warm-up from a worker's share, ÷10 from 50% and from 83% of the run, Accordion's check every 1/30
- * of the run (at least every epoch). The engine's milestone m takes effect from epoch m + 3
- * (counting from 1), so the milestones are the decay epochs less 3.
- */
-export function scheduleArgs(s) {
-  const globalBatch = s.batchSize * WORKERS;
-  const peak = (0.1 * globalBatch) / 128;
-  const decays = [Math.round(0.5 * s.epochs), Math.round((5 / 6) * s.epochs)].map((done) => Math.max(0, done + 1 - 3));
-  return [
-    '--lr', String(peak / WORKERS), '--warmup-epochs', String(Math.min(5, s.epochs)), '--milestones', decays.join(','),
-    '--accordion-interval', String(Math.max(1, Math.floor(s.epochs / 30))),
-  ];
-}
-
-/** The `accordion train` arguments of one run (without --out). */
-export function trainArgs(s, config, seed, dataDir) {
-  return [
-    '--model', s.model, '--width', String(s.width), '--dataset', 'fashion-mnist', '--data', dataDir, '--train-images', String(s.trainImages),
-    '--epochs', String(s.epochs), '--workers', String(WORKERS), '--batch-size', String(s.batchSize), '--threads', '1',
-    '--compressor', s.compressor, ...CONFIGS[config](s), ...scheduleArgs(s), '--seed', String(seed), '--quiet',
-  ];
-}
 
 export const runDir = (dir, s, config, seed) => path.join(dir, s.name, s.tag, `${config}-seed${seed}`);
 
@@ -164,7 +86,7 @@ const USAGE = `Usage: node bench/reproduce.js run|report|check|peer SETTING [opt
            and batches, then full runs over --seeds
 
 Options:
-  --configs LIST   run: of ${Object.keys(CONFIGS).join(', ')} (default low,high,accordion)
+  --configs LIST   run: of the setting's runs (low, high, accordion, equal, …; default low,high,accordion)
   --seeds LIST     default 1,2,3
   --quick          a smoke run on ${QUICK.trainImages} images for ${QUICK.epochs} epochs; its figures are not quoted
   --width W, --train-images N, --epochs E, --batch-size B   replace the setting's values (to choose them)
@@ -198,7 +120,8 @@ async function main() {
   const number = (key) => (values[key] === undefined ? undefined : Number(values[key]));
   const s = resolveSetting(name, { quick: values.quick, width: number('width'), trainImages: number('train-images'), epochs: number('epochs'), batchSize: number('batch-size') });
   const configs = values.configs.split(',');
-  for (const c of configs) if (!CONFIGS[c]) throw new Error(`--configs: unknown config '${c}' (known: ${Object.keys(CONFIGS).join(', ')})`);
+  const known = Object.keys(configsOf(s));
+  for (const c of configs) if (!known.includes(c)) throw new Error(`--configs: unknown config '${c}' for ${s.name} (known: ${known.join(', ')})`);
   const o = { configs, seeds: values.seeds.split(',').map(Number), dir: path.resolve(values.dir), data: values.data, results: path.resolve(values.results) };
   if (command === 'run') await runSetting(s, o);
   else if (command === 'report') await writeSettingReport(s, o);
