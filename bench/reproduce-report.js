@@ -1,28 +1,41 @@
-// The report of one setting of bench/reproduce.js in the paper's form: final test accuracy on the
-// whole test set per run and seed, the mean of the last 3 evaluations, floats against static low,
-// wall-clock; paired differences with 95% intervals and the goals decided from them; which layers
-// ran at which level when; and a chart of the first seed's runs (accuracy against epochs and floats,
-// each layer's level over the epochs) drawn by `accordion report` and photographed by Chromium.
+// The report of one setting of bench/reproduce.js in the paper's form: the final test accuracy (the
+// LSTM's test perplexity) per run and seed, the mean of the last 3 evaluations, floats against static
+// low, wall-clock; paired differences with 95% intervals and the goals decided from them; which
+// layers ran at which level when (the global batch, for batch-size adaptation); and a chart of the
+// first seed's runs drawn by `accordion report` and photographed by Chromium.
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { BENCH_DIR, fmt, formatTable, meanInterval } from './common.js';
 import { finished, runDir } from './reproduce.js';
-import { TITLES, WORKERS, configsOf, scheduleArgs } from './reproduce-settings.js';
+import { TITLES, WORKERS, byPerplexity, configsOf, describeLevels, scheduleArgs } from './reproduce-settings.js';
+
+/**
+ * How a setting's runs are compared. Accuracy: in %, differences in points. Perplexity: differences
+ * in % of the second run's perplexity, signed so that positive is better (lower perplexity), as for
+ * accuracy. `goal`: the least difference from static low the adaptive runs must keep; `separation`:
+ * the most static high may differ by for the setting to be evidence.
+ */
+function metricOf(s) {
+  return byPerplexity(s)
+    ? { name: 'test perplexity', of: (e) => e.testPerplexity, show: (v) => fmt(v, 2), diff: (a, b) => (-100 * (a - b)) / b, unit: '% of perplexity', goal: -2, separation: -5 }
+    : { name: 'test accuracy', of: (e) => 100 * e.testAccuracy, show: (v) => `${fmt(v, 2)}%`, diff: (a, b) => a - b, unit: 'points', goal: -0.3, separation: -1 };
+}
 
 /** One finished run's figures, from its metrics log. */
-function readRun(run) {
+function readRun(run, metric) {
   const events = fs.readFileSync(path.join(run, 'metrics.jsonl'), 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
   const byEpoch = new Map();
   for (const e of events) if (e.event === 'epoch') byEpoch.set(e.epoch, e); // a resumed run logs some epochs again: the last wins
   const epochs = [...byEpoch.values()].sort((a, b) => a.epoch - b.epoch);
-  const last = epochs.at(-1);
+  const lastThree = epochs.slice(-3);
   return {
-    accuracy: 100 * last.testAccuracy,
-    lastThree: (100 * epochs.slice(-3).reduce((a, e) => a + e.testAccuracy, 0)) / Math.min(3, epochs.length),
-    floats: last.floatsSentTotal,
+    quality: metric.of(epochs.at(-1)),
+    lastThree: lastThree.reduce((a, e) => a + metric.of(e), 0) / lastThree.length,
+    floats: epochs.at(-1).floatsSentTotal,
     minutes: epochs.reduce((a, e) => a + e.seconds, 0) / 60,
+    names: events.find((e) => e.event === 'start')?.parameterNames ?? [],
     epochs,
   };
 }
@@ -31,9 +44,9 @@ const signed = (x, digits = 2) => `${x >= 0 ? '+' : '−'}${fmt(Math.abs(x), dig
 const interval = (m) => (m.n > 1 ? `${signed(m.low)} … ${signed(m.high)}` : 'one seed');
 
 /**
- * Whether `diffs` (paired differences, points) show the mean at or above `bound`: met when the 95%
- * interval lies above it, not met when below, otherwise undecided with the seeds that would decide
- * at this spread.
+ * Whether `diffs` (paired differences) show the mean at or above `bound`: met when the 95% interval
+ * lies above it, not met when below, otherwise undecided with the seeds that would decide at this
+ * spread.
  */
 export function decideAtLeast(diffs, bound) {
   const m = meanInterval(diffs);
@@ -45,18 +58,7 @@ export function decideAtLeast(diffs, bound) {
   return { ...m, verdict: `undecided: at this spread about ${Number.isFinite(needed) ? needed : 'unboundedly many'} seeds would decide` };
 }
 
-/** Per layer of a run with levels: the epochs at each level, and the epochs in which every matrix ran at `low`. */
-function levelStory(run, s) {
-  const withLevels = run.epochs.filter((e) => Array.isArray(e.levels));
-  if (!withLevels.length) return null;
-  const matrices = withLevels[0].levels.map((_, i) => i).filter((i) => withLevels.some((e) => e.levels[i] === s.low || e.levels[i] === s.high));
-  const atLow = (e) => matrices.filter((i) => e.levels[i] === s.low).length;
-  const allLow = withLevels.filter((e) => atLow(e) === matrices.length).map((e) => e.epoch);
-  const share = withLevels.reduce((a, e) => a + atLow(e), 0) / (withLevels.length * matrices.length);
-  return { share, allLow, perEpoch: withLevels.map((e) => `${atLow(e)}`).join(' '), matrices: matrices.length };
-}
-
-/** Epoch numbers as ranges: 1-5, 16, 26-30. */
+/** Epoch numbers as ranges: 1–5, 16, 26–30. */
 function ranges(epochs) {
   const out = [];
   for (const e of epochs) {
@@ -67,99 +69,127 @@ function ranges(epochs) {
   return out.map(([a, b]) => (a === b ? `${a}` : `${a}–${b}`)).join(', ') || 'none';
 }
 
-/** Writes bench/results/reproduce-SETTING(-quick).md and .png from the setting's finished runs. */
+/**
+ * What an adaptive run did, per seed: the share of layer-epochs at the low level, the epochs in which
+ * every compressed matrix ran at it, and for the first seed each matrix's epochs at the low level;
+ * for batch-size adaptation, the global batch of each epoch.
+ */
+function adaptiveStory(s, runs) {
+  const lines = [];
+  for (const [seed, run] of Object.entries(runs)) {
+    if (s.kind === 'batch') {
+      const grew = run.epochs.find((e) => e.batchSize > run.epochs[0].batchSize);
+      lines.push(`- seed ${seed}: global batch ${run.epochs[0].batchSize}${grew ? `, ${grew.batchSize} from epoch ${grew.epoch}` : ' throughout'}.`);
+      continue;
+    }
+    const withLevels = run.epochs.filter((e) => Array.isArray(e.levels));
+    if (!withLevels.length) continue;
+    const matrices = withLevels[0].levels.map((_, i) => i).filter((i) => withLevels.some((e) => e.levels[i] > 0));
+    const atLow = (e) => matrices.filter((i) => e.levels[i] === s.low);
+    const share = withLevels.reduce((a, e) => a + atLow(e).length, 0) / (withLevels.length * matrices.length);
+    const allLow = withLevels.filter((e) => atLow(e).length === matrices.length).map((e) => e.epoch);
+    lines.push(`- seed ${seed}: ${fmt(100 * share, 1)}% of layer-epochs at the low level (${s.low}); all ${matrices.length} compressed matrices at it in epochs ${ranges(allLow)}; ` +
+      `matrices at it, epoch by epoch: ${withLevels.map((e) => atLow(e).length).join(' ')}.`);
+    if (seed === Object.keys(runs)[0])
+      for (const i of matrices) lines.push(`  - ${run.names[i] ?? `parameter ${i}`}: low in epochs ${ranges(withLevels.filter((e) => e.levels[i] === s.low).map((e) => e.epoch))}`);
+  }
+  return lines;
+}
+
+/** Writes RESULTS/reproduce-SETTING(-quick).md and .png from the setting's finished runs. */
 export async function writeSettingReport(s, o) {
+  const metric = metricOf(s);
   const CONFIGS = configsOf(s);
   const configs = Object.keys(CONFIGS).filter((c) => o.seeds.some((seed) => finished(runDir(o.dir, s, c, seed))));
   const runs = {};
-  for (const c of configs) runs[c] = Object.fromEntries(o.seeds.filter((seed) => finished(runDir(o.dir, s, c, seed))).map((seed) => [seed, readRun(runDir(o.dir, s, c, seed))]));
+  for (const c of configs) runs[c] = Object.fromEntries(o.seeds.filter((seed) => finished(runDir(o.dir, s, c, seed))).map((seed) => [seed, readRun(runDir(o.dir, s, c, seed), metric)]));
   if (!runs.low || !Object.keys(runs.low).length) throw new Error(`no finished static-low run of ${s.name} (${s.tag}) under ${o.dir}: run it first`);
   const lowFloats = meanInterval(Object.values(runs.low).map((r) => r.floats)).mean;
-  const paired = (a, b, f = (x, y) => x.accuracy - y.accuracy) => o.seeds.filter((seed) => runs[a]?.[seed] && runs[b]?.[seed]).map((seed) => f(runs[a][seed], runs[b][seed]));
-  const paperOf = { low: s.paper.low, high: s.paper.high, accordion: s.paper.accordion };
+  const paired = (a, b) => o.seeds.filter((seed) => runs[a]?.[seed] && runs[b]?.[seed]).map((seed) => metric.diff(runs[a][seed].quality, runs[b][seed].quality));
+  const adaptive = ['accordion', 'auto', 'smith'].filter((c) => runs[c]);
 
   const lines = [];
   const say = (...l) => lines.push(...l);
-  say(`# ${s.name}: ${s.model} with PowerSGD, rank ${s.low} ↔ ${s.high}, on Fashion-MNIST${s.quick ? ' (quick mode: not to be quoted)' : ''}`, '');
+  say(`# ${s.name}: ${s.model}, ${describeLevels(s)}${s.quick ? ' (quick mode: not to be quoted)' : ''}`, '');
   say(`Written by \`node bench/reproduce.js report ${s.name}${s.quick ? ' --quick' : ''}\` on ${new Date().toISOString().slice(0, 10)} from the runs under ` +
-    `\`${path.relative(process.cwd(), path.join(o.dir, s.name, s.tag))}\` (${os.cpus()[0]?.model ?? 'unknown CPU'}, ${os.cpus().length} cores).`, '');
-  say(`Setting: width ${s.width}, the first ${s.trainImages.toLocaleString('en-US')} training images, the whole 10,000-image test set, ${s.epochs} epochs, ` +
-    `${WORKERS} workers × batch ${s.batchSize}; \`accordion train\` schedule arguments \`${scheduleArgs(s).join(' ')}\`. ` +
-    `Paper: ${s.paper.source} (300 epochs, 3 seeds).`, '');
+    `\`${path.relative(process.cwd(), path.join(o.dir, s.name, s.tag))}\` (${os.cpus()[0]?.model ?? 'unknown CPU'}, ${os.cpus().length} cores, shared: minutes are indicative).`, '');
+  const data = s.kind === 'language'
+    ? `the LSTM (hidden ${s.hidden}) on ${path.basename(s.text)} split 90/5/5, ${WORKERS} workers × ${s.batchSize} columns`
+    : `width ${s.width}, the first ${s.trainImages.toLocaleString('en-US')} Fashion-MNIST training images, the whole 10,000-image test set, ${WORKERS} workers × batch ${s.batchSize}`;
+  say(`Setting: ${data}, ${s.epochs} epochs; schedule arguments \`${scheduleArgs(s).join(' ')}\`. Paper: ${s.paper.source}.`, '');
 
-  say('## Final test accuracy', '');
+  say(`## Final ${metric.name}`, '');
   const columns = [{ key: 'run', title: 'run', align: 'left' }, ...o.seeds.map((seed) => ({ key: `s${seed}`, title: `seed ${seed}` })),
     { key: 'mean', title: 'mean' }, { key: 'lastThree', title: 'mean of last 3 evals' }, { key: 'floats', title: 'floats / worker' },
     { key: 'factor', title: '× static low' }, { key: 'minutes', title: 'minutes / run' }, { key: 'paper', title: 'paper' }];
   const rows = configs.map((c) => {
     const got = Object.values(runs[c]);
     const mean = (f) => got.reduce((a, r) => a + f(r), 0) / got.length;
+    const paper = s.paper[c];
     const row = {
-      run: `${TITLES[c]} (${CONFIGS[c](s).join(' ')})`,
-      mean: `${fmt(mean((r) => r.accuracy), 2)}%`,
-      lastThree: `${fmt(mean((r) => r.lastThree), 2)}%`,
+      run: `${TITLES[c]} (${CONFIGS[c](s).join(' ') || 'dense'})`,
+      mean: metric.show(mean((r) => r.quality)),
+      lastThree: metric.show(mean((r) => r.lastThree)),
       floats: `${fmt(mean((r) => r.floats) / 1e6, 2)}M`,
       factor: fmt(mean((r) => r.floats) / lowFloats, 3),
       minutes: fmt(mean((r) => r.minutes), 1),
-      paper: paperOf[c] === undefined ? '' : `${fmt(paperOf[c], 1)}%${c === 'accordion' ? ` at ${s.paper.floatsFactor}×` : ''}`,
+      paper: paper === undefined ? '' : `${metric.show(paper)}${c === 'accordion' && s.paper.floatsFactor ? ` at ${fmt(s.paper.floatsFactor, 2)}×` : ''}`,
     };
-    for (const seed of o.seeds) row[`s${seed}`] = runs[c][seed] ? `${fmt(runs[c][seed].accuracy, 2)}%` : '';
+    for (const seed of o.seeds) row[`s${seed}`] = runs[c][seed] ? metric.show(runs[c][seed].quality) : '';
     return row;
   });
   say(formatTable(columns, rows, { markdown: true }), '');
 
-  say('## Paired differences (points of final test accuracy, per seed)', '');
-  const diffRows = [];
+  say(`## Paired differences (${metric.unit}${byPerplexity(s) ? ', positive: lower perplexity' : ''}, per seed)`, '');
   const verdicts = {};
-  const addDiff = (a, b, bound, label) => {
+  const diffRows = [];
+  const addDiff = (a, b, bound, key) => {
     const d = paired(a, b);
     if (!d.length) return;
     const v = decideAtLeast(d, bound);
-    verdicts[label] = v;
-    const goal = Number.isFinite(bound) ? `≥ ${signed(bound, 1)}: ${v.verdict}` : '';
-    diffRows.push({ pair: `${TITLES[a]} − ${TITLES[b]}`, seeds: d.map((x) => signed(x)).join(', '), mean: signed(v.mean), ci: interval(v), goal });
+    verdicts[key] = v;
+    diffRows.push({ pair: `${TITLES[a]} − ${TITLES[b]}`, seeds: d.map((x) => signed(x)).join(', '), mean: signed(v.mean), ci: interval(v), goal: Number.isFinite(bound) ? `≥ ${signed(bound, 1)}: ${v.verdict}` : '' });
   };
   addDiff('high', 'low', -Infinity, 'separation');
-  addDiff('accordion', 'low', -0.3, 'accordion');
+  for (const c of adaptive) addDiff(c, 'low', metric.goal, c);
+  if (runs.auto && runs.accordion) addDiff('auto', 'accordion', 0, 'autoOverAccordion');
   addDiff('equal', 'low', -Infinity, 'equal');
   say(formatTable([{ key: 'pair', title: 'A − B', align: 'left' }, { key: 'seeds', title: 'per seed', align: 'left' }, { key: 'mean', title: 'mean' },
     { key: 'ci', title: '95% interval' }, { key: 'goal', title: 'goal', align: 'left' }], diffRows, { markdown: true }), '');
 
   say('## Goals', '');
+  const factorOf = (c) => meanInterval(Object.values(runs[c]).map((r) => r.floats)).mean / lowFloats;
   const sep = verdicts.separation;
+  const separated = sep !== undefined && sep.mean <= metric.separation;
   if (sep) {
-    const gap = sep.mean;
     const collapse = s.model === 'vgg19bn';
-    say(`- **Separation** (static high at least 1 point below static low on the mean${collapse ? '; a collapse needs 5' : ''}): ${signed(gap)} points: ` +
-      (gap <= -1 ? 'separated' : 'NOT separated: an Accordion result here is no evidence') + (collapse && gap > -5 ? '; collapse not reproduced (rank 1 within 5 points of rank 4)' : '') + '.');
+    say(`- **Separation** (static high at least ${byPerplexity(s) ? '5% worse in perplexity' : '1 point below'} static low on the mean${collapse ? '; a collapse needs 5 points' : ''}): ` +
+      `${signed(sep.mean)}: ${separated ? 'separated' : 'NOT separated: a result of the adaptive runs here is no evidence'}` +
+      `${collapse && sep.mean > -5 ? '; collapse not reproduced (rank 1 within 5 points of rank 4)' : ''}.`);
   }
-  if (verdicts.accordion) {
-    const factor = meanInterval(Object.values(runs.accordion).map((r) => r.floats)).mean / lowFloats;
-    say(`- **Accordion − static low ≥ −0.3 points** (decided by the 95% interval's lower end): ${verdicts.accordion.verdict} (mean ${signed(verdicts.accordion.mean)}, ${interval(verdicts.accordion)}).`);
-    say(`- **Floats ≤ 0.7 × static low's**: ${fmt(factor, 3)}× — ${factor <= 0.7 ? 'met' : 'not met'}.`);
-    if (s.model === 'vgg19bn' && sep) {
-      const perSeed = o.seeds.filter((seed) => runs.accordion?.[seed] && runs.high?.[seed] && runs.low?.[seed])
-        .map((seed) => (runs.accordion[seed].accuracy - runs.high[seed].accuracy) / (runs.low[seed].accuracy - runs.high[seed].accuracy));
-      const r = meanInterval(perSeed.map((x) => 100 * x));
-      say(`- **Accordion recovers ≥ 80% of the gap from static high to static low**: ${fmt(r.mean, 1)}% (per seed ${perSeed.map((x) => fmt(100 * x, 1) + '%').join(', ')}; ${r.n > 1 ? `95% interval ${fmt(r.low, 1)} … ${fmt(r.high, 1)}` : 'one seed'}) — ${r.n > 1 && r.low >= 80 ? 'met' : r.n > 1 && r.high < 80 ? 'not met' : 'undecided'}.`);
-    }
+  for (const c of adaptive) {
+    const v = verdicts[c];
+    say(`- **${TITLES[c]} − static low ≥ ${signed(metric.goal, 1)} ${metric.unit}** (decided by the 95% interval): ${v.verdict} (mean ${signed(v.mean)}, ${interval(v)})` +
+      `${separated ? '' : ' — no evidence: the static levels are not separated'}.`);
+    if (c !== 'smith') say(`- **${TITLES[c]}'s floats ≤ 0.7 × static low's**: ${fmt(factorOf(c), 3)}× — ${factorOf(c) <= 0.7 ? 'met' : 'not met'}.`);
   }
-  if (verdicts.equal) say(`- **Accordion with both levels low equals static low**: differences ${paired('equal', 'low').map((x) => signed(x)).join(', ')} points (bit for bit: \`node bench/reproduce.js check ${s.name}\`).`);
+  if (verdicts.autoOverAccordion)
+    say(`- **Automatic levels at least as good as Accordion with fewer floats**: ${verdicts.autoOverAccordion.verdict} (mean ${signed(verdicts.autoOverAccordion.mean)}, ` +
+      `${interval(verdicts.autoOverAccordion)}); floats ${fmt(factorOf('auto') / factorOf('accordion'), 3)}× Accordion's — ${factorOf('auto') < factorOf('accordion') ? 'fewer' : 'NOT fewer'}.`);
+  if (s.model === 'vgg19bn' && sep && runs.accordion) {
+    const perSeed = o.seeds.filter((seed) => runs.accordion[seed] && runs.high?.[seed] && runs.low?.[seed])
+      .map((seed) => (100 * (runs.accordion[seed].quality - runs.high[seed].quality)) / (runs.low[seed].quality - runs.high[seed].quality));
+    const r = meanInterval(perSeed);
+    say(`- **Accordion recovers ≥ 80% of the gap from static high to static low**: ${fmt(r.mean, 1)}% (per seed ${perSeed.map((x) => `${fmt(x, 1)}%`).join(', ')}; ` +
+      `${r.n > 1 ? `95% interval ${fmt(r.low, 1)} … ${fmt(r.high, 1)}` : 'one seed'}) — ${r.n > 1 && r.low >= 80 ? 'met' : r.n > 1 && r.high < 80 ? 'not met' : 'undecided'}.`);
+  }
+  if (verdicts.equal) say(`- **Accordion with both levels low equals static low**: differences ${paired('equal', 'low').map((x) => signed(x)).join(', ')} (bit for bit: \`node bench/reproduce.js check ${s.name}\`).`);
   say('');
 
-  if (runs.accordion) {
-    say('## Which layers ran at which level when (Accordion)', '');
-    for (const [seed, run] of Object.entries(runs.accordion)) {
-      const story = levelStory(run, s);
-      if (!story) continue;
-      say(`- seed ${seed}: ${fmt(100 * story.share, 1)}% of layer-epochs at rank ${s.low}; every one of the ${story.matrices} compressed matrices at rank ${s.low} in epochs ${ranges(story.allLow)}; ` +
-        `matrices at rank ${s.low} per epoch: ${story.perEpoch}.`);
-    }
-    say('');
-  }
+  for (const c of adaptive.filter((c) => c !== 'auto')) say(`## What ${TITLES[c]} did`, '', ...adaptiveStory(s, runs[c]), '');
 
   const chart = drawChart(s, o, configs.filter((c) => c !== 'equal'));
-  if (chart) say(`![${s.name}, seed ${o.seeds[0]}](${path.basename(chart)})`, '', `The chart: seed ${o.seeds[0]}'s runs as \`accordion report\` draws them (accuracy against epochs, floats and time; each layer's level over the epochs).`, '');
+  if (chart) say(`![${s.name}, seed ${o.seeds[0]}](${path.basename(chart)})`, '', `The chart: seed ${o.seeds[0]}'s runs as \`accordion report\` draws them (${metric.name} against epochs, floats and time; each layer's level over the epochs).`, '');
 
   const file = path.join(o.results, `reproduce-${s.name}${s.quick ? '-quick' : ''}.md`);
   fs.writeFileSync(file, lines.join('\n'));
@@ -167,7 +197,7 @@ export async function writeSettingReport(s, o) {
   console.log(`\nwritten to ${path.relative(process.cwd(), file)}`);
 }
 
-/** The first seed's runs as `accordion report` draws them, photographed into bench/results/reproduce-SETTING.png. */
+/** The first seed's runs as `accordion report` draws them, photographed into RESULTS/reproduce-SETTING.png. */
 function drawChart(s, o, configs) {
   const seed = o.seeds[0];
   const dirs = configs.map((c) => runDir(o.dir, s, c, seed)).filter(finished);

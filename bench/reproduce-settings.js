@@ -16,6 +16,12 @@ export const SHAKESPEARE = path.join(ROOT, 'test', 'fixtures', 'tinyshakespeare.
 const IMAGES = { width: 0.125, trainImages: 12_800, epochs: 30, batchSize: 32 };
 
 /**
+ * The LSTM workload: the 2-layer tied LSTM on test/fixtures/tinyshakespeare.txt split 90/5/5,
+ * hidden 64, 20 columns × 35 steps per worker, the LSTM recipe (lr 2.5 × workers after 5 epochs).
+ */
+const LANGUAGE = { text: SHAKESPEARE, hidden: 64, epochs: 30, batchSize: 20 };
+
+/**
  * kind 'compression' and 'language': low and high are compression levels (a PowerSGD rank, a TopK
  * ratio); kind 'batch': global batch sizes. `paper`: the paper's figures (accuracy in %, perplexity
  * for the LSTM; `floatsFactor`: the adaptive run's floats over static low's).
@@ -29,6 +35,18 @@ export const SETTINGS = {
     kind: 'compression', model: 'vgg19bn', compressor: 'powersgd', low: 4, high: 1, ...IMAGES,
     paper: { low: 93.4, high: 68.6, accordion: 92.9, floatsFactor: 0.44, source: 'Table 1, VGG-19bn on CIFAR-10' },
   },
+  'resnet18-topk': {
+    kind: 'compression', model: 'resnet18', compressor: 'topk', low: 0.99, high: 0.1, ...IMAGES,
+    paper: { low: 94.2, high: 93.1, accordion: 93.9, floatsFactor: 1 / 2.8, source: 'Table 3, ResNet-18 on CIFAR-10' },
+  },
+  'lstm-topk': {
+    kind: 'language', model: 'lstm', compressor: 'topk', low: 0.99, high: 0.02, ...LANGUAGE,
+    paper: { source: 'Figure 11, the 2-layer LSTM on WikiText-2 (perplexity; Accordion at static low\'s)' },
+  },
+  'resnet18-batch': {
+    kind: 'batch', model: 'resnet18', low: 128, high: 1024, ...IMAGES,
+    paper: { low: 94.5, accordion: 94.4, floatsFactor: 1 / 5.6, source: "Table 5, ResNet-18 on CIFAR-10, batch 512 ↔ 4096 (× 12,800 / 50,000 here)" },
+  },
 };
 
 /** The smoke mode: the same commands on a sliver of the data, whose figures are not quoted. */
@@ -37,12 +55,24 @@ export const QUICK = { trainImages: 512, epochs: 3, batchSize: 16 };
 const LEVEL_FLAGS = { powersgd: ['--rank', '--low-rank', '--high-rank'], topk: ['--topk-ratio', '--low-ratio', '--high-ratio'] };
 
 /** Per kind, the runs of a setting and the arguments that make each one. */
+const LEVELS = {
+  low: (s) => ['--compressor', s.compressor, LEVEL_FLAGS[s.compressor][0], String(s.low)],
+  high: (s) => ['--compressor', s.compressor, LEVEL_FLAGS[s.compressor][0], String(s.high)],
+  accordion: (s) => ['--compressor', s.compressor, LEVEL_FLAGS[s.compressor][1], String(s.low), LEVEL_FLAGS[s.compressor][2], String(s.high)],
+  equal: (s) => ['--compressor', s.compressor, LEVEL_FLAGS[s.compressor][1], String(s.low), LEVEL_FLAGS[s.compressor][2], String(s.low)],
+  // Automatic levels under the error budget of static low's level (the reference).
+  auto: (s) => ['--compressor', s.compressor, '--adapt', 'auto', LEVEL_FLAGS[s.compressor][0], String(s.low)],
+};
 const CONFIGS_BY_KIND = {
-  compression: {
-    low: (s) => [LEVEL_FLAGS[s.compressor][0], String(s.low)],
-    high: (s) => [LEVEL_FLAGS[s.compressor][0], String(s.high)],
-    accordion: (s) => [LEVEL_FLAGS[s.compressor][1], String(s.low), LEVEL_FLAGS[s.compressor][2], String(s.high)],
-    equal: (s) => [LEVEL_FLAGS[s.compressor][1], String(s.low), LEVEL_FLAGS[s.compressor][2], String(s.low)],
+  compression: LEVELS,
+  language: LEVELS,
+  // Dense exchange; the global batch in samples. Static high trains at the large batch all along, its
+  // rate scaled with it as batch mode scales it after the switch.
+  batch: {
+    low: () => [],
+    high: (s) => ['--adapt', 'batch', '--batch-low', String(s.high), '--batch-high', String(s.high), '--lr', String(lrPerWorker(s) * (s.high / s.low))],
+    accordion: (s) => ['--adapt', 'batch', '--batch-low', String(s.low), '--batch-high', String(s.high)],
+    smith: (s) => ['--adapt', 'smith', '--batch-low', String(s.low), '--batch-high', String(s.high)],
   },
 };
 
@@ -50,7 +80,7 @@ const CONFIGS_BY_KIND = {
 export const configsOf = (s) => CONFIGS_BY_KIND[s.kind];
 
 /** What each run is called in reports. */
-export const TITLES = { low: 'static low', high: 'static high', accordion: 'Accordion', equal: 'Accordion, both levels low' };
+export const TITLES = { low: 'static low', high: 'static high', accordion: 'Accordion', equal: 'Accordion, both levels low', auto: 'automatic levels', smith: "Smith et al.'s schedule" };
 
 /** A setting as it runs: the table's values, replaced by the quick mode's or by the command line's. */
 export function resolveSetting(name, overrides = {}) {
@@ -59,31 +89,49 @@ export function resolveSetting(name, overrides = {}) {
   const given = Object.fromEntries(Object.entries(overrides).filter(([k, v]) => k !== 'quick' && v !== undefined));
   const s = { name, ...base, ...(overrides.quick ? QUICK : {}), ...given };
   s.quick = Boolean(overrides.quick);
-  s.tag = `w${s.width}-n${s.trainImages}-e${s.epochs}-b${s.batchSize}${s.quick ? '-quick' : ''}`;
+  const shape = s.kind === 'language' ? `h${s.hidden}` : `w${s.width}-n${s.trainImages}`;
+  s.tag = `${shape}-e${s.epochs}-b${s.batchSize}${s.quick ? '-quick' : ''}`;
   return s;
 }
 
+/** A worker's base rate: the vision models' 0.1 × global batch / 128 shared by the workers; the LSTM's 2.5. */
+const lrPerWorker = (s) => (s.kind === 'language' ? 2.5 : (0.1 * s.batchSize * WORKERS) / 128 / WORKERS);
+
+/** The levels a setting compares, in words. */
+export function describeLevels(s) {
+  if (s.kind === 'batch') return `global batch ${s.low} ↔ ${s.high}, dense exchange`;
+  return s.compressor === 'powersgd' ? `PowerSGD, rank ${s.low} ↔ ${s.high}` : `TopK, ${100 * s.low}% ↔ ${100 * s.high}%`;
+}
+
+/** Whether a setting's quality is a perplexity (lower is better) rather than an accuracy. */
+export const byPerplexity = (s) => s.kind === 'language';
+
 /**
- * The paper's schedule shape for a run of E epochs: lr 0.1 × global batch / 128 after a 5-epoch
- * warm-up from a worker's share, ÷10 from 50% and from 83% of the run, Accordion's check every 1/30
- * of the run (at least every epoch). The engine's milestone m takes effect from epoch m + 3
- * (counting from 1), so the milestones are the decay epochs less 3.
+ * The paper's schedule shape for a run of E epochs: a 5-epoch warm-up from a worker's rate to W
+ * times it, ÷10 twice, Accordion's check at a fixed share of the run (at least every epoch). Vision
+ * (CIFAR's 300 epochs): lr 0.1 × global batch / 128, decays from 50% and 83% of the run, a check
+ * every 1/30. The LSTM (WikiText-2's 90 epochs): lr 2.5 a worker, decays from 67% and 89%, a check
+ * every 1/18. The engine's milestone m takes effect from epoch m + 3 (counting from 1), so the
+ * milestones are the decay epochs less 3.
  */
 export function scheduleArgs(s) {
-  const globalBatch = s.batchSize * WORKERS;
-  const peak = (0.1 * globalBatch) / 128;
-  const decays = [Math.round(0.5 * s.epochs), Math.round((5 / 6) * s.epochs)].map((done) => Math.max(0, done + 1 - 3));
+  const language = s.kind === 'language';
+  const decays = (language ? [2 / 3, 8 / 9] : [1 / 2, 5 / 6]).map((share) => Math.max(0, Math.round(share * s.epochs) + 1 - 3));
   return [
-    '--lr', String(peak / WORKERS), '--warmup-epochs', String(Math.min(5, s.epochs)), '--milestones', decays.join(','),
-    '--accordion-interval', String(Math.max(1, Math.floor(s.epochs / 30))),
+    '--lr', String(lrPerWorker(s)), '--warmup-epochs', String(Math.min(5, s.epochs)), '--milestones', decays.join(','),
+    '--accordion-interval', String(Math.max(1, Math.round(s.epochs / (language ? 18 : 30)))),
   ];
 }
 
-/** The `accordion train` arguments of one run (without --out). */
+/** The `accordion train` arguments of one run (without --out); a config's own arguments come last and win. */
 export function trainArgs(s, config, seed, dataDir) {
+  const data = s.kind === 'language'
+    ? ['--model', 'lstm', '--text', s.text, '--hidden', String(s.hidden)]
+    : ['--model', s.model, '--width', String(s.width), '--dataset', 'fashion-mnist', '--data', dataDir, '--train-images', String(s.trainImages)];
+  const own = configsOf(s)[config](s);
+  const schedule = scheduleArgs(s).filter((_, i, all) => !own.includes(all[i - (i % 2)]));
   return [
-    '--model', s.model, '--width', String(s.width), '--dataset', 'fashion-mnist', '--data', dataDir, '--train-images', String(s.trainImages),
-    '--epochs', String(s.epochs), '--workers', String(WORKERS), '--batch-size', String(s.batchSize), '--threads', '1',
-    '--compressor', s.compressor, ...configsOf(s)[config](s), ...scheduleArgs(s), '--seed', String(seed), '--quiet',
+    ...data, '--epochs', String(s.epochs), '--workers', String(WORKERS), '--batch-size', String(s.batchSize), '--threads', '1',
+    ...own, ...schedule, '--seed', String(seed), '--quiet',
   ];
 }

@@ -15,7 +15,7 @@ import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { ROOT, runLogged } from './common.js';
 import { writeSettingReport } from './reproduce-report.js';
-import { FASHION_MNIST, QUICK, SETTINGS, WORKERS, configsOf, resolveSetting, trainArgs } from './reproduce-settings.js';
+import { FASHION_MNIST, QUICK, SETTINGS, WORKERS, configsOf, describeLevels, resolveSetting, trainArgs } from './reproduce-settings.js';
 import { runPeerComparison } from './reproduce-peer.js';
 
 export const runDir = (dir, s, config, seed) => path.join(dir, s.name, s.tag, `${config}-seed${seed}`);
@@ -114,7 +114,10 @@ async function main() {
   const [command, name] = positionals;
   if (values.help || !command) return console.log(USAGE);
   if (command === 'list') {
-    for (const [key, s] of Object.entries(SETTINGS)) console.log(`${key}: ${s.model} width ${s.width}, ${s.compressor} rank ${s.low} ↔ ${s.high}, ${s.trainImages} images, ${s.epochs} epochs (paper: ${s.paper.source})`);
+    for (const name of Object.keys(SETTINGS)) {
+      const s = resolveSetting(name);
+      console.log(`${name}: ${s.model} (${s.tag}), ${describeLevels(s)}; runs ${Object.keys(configsOf(s)).join(', ')}; paper: ${s.paper.source}`);
+    }
     return;
   }
   const number = (key) => (values[key] === undefined ? undefined : Number(values[key]));

@@ -36,7 +36,7 @@ describe('the reproduction of the paper (bench/reproduce.js --quick)', function 
     const report = reproduce('report');
     expect(report.status, report.stderr).to.equal(0);
     const md = fs.readFileSync(path.join(tmp, 'reproduce-resnet18-powersgd-quick.md'), 'utf8');
-    for (const row of ['static low (--rank 2)', 'static high (--rank 1)', 'Accordion (--low-rank 2 --high-rank 1)', 'Accordion, both levels low − static low'])
+    for (const row of ['static low (--compressor powersgd --rank 2)', 'static high (--compressor powersgd --rank 1)', 'Accordion (--compressor powersgd --low-rank 2 --high-rank 1)', 'Accordion − static low'])
       expect(md).to.include(row);
     expect(md).to.match(/\*\*Separation\*\*/);
     expect(fs.statSync(path.join(tmp, 'reproduce-resnet18-powersgd-quick.png')).size).to.be.above(10000);
@@ -45,8 +45,8 @@ describe('the reproduction of the paper (bench/reproduce.js --quick)', function 
   it('refuses an unknown setting or config, naming it', () => {
     const setting = spawnSync(process.execPath, [SCRIPT, 'run', 'alexnet'], { encoding: 'utf8' });
     expect(setting.status).to.equal(1);
-    expect(setting.stderr).to.include("unknown setting 'alexnet' (known: resnet18-powersgd, vgg19bn-powersgd)");
+    expect(setting.stderr).to.include("unknown setting 'alexnet' (known: resnet18-powersgd, vgg19bn-powersgd, resnet18-topk, lstm-topk, resnet18-batch)");
     const config = reproduce('run', '--configs', 'low,medium');
-    expect(config.stderr).to.include("--configs: unknown config 'medium'");
+    expect(config.stderr).to.include("--configs: unknown config 'medium' for resnet18-powersgd (known: low, high, accordion, equal, auto)");
   });
 });
