@@ -9,7 +9,9 @@ which are PyTorch's) and one batch: `input.images` (float32 NCHW, normalised) an
 (layers, B, hidden)) for the LSTM. For each file the model is built in training
 mode with dropout off, the mean cross-entropy of the batch is backpropagated in
 float64 and again in float32, and the output file gets `f64.<name>` and
-`f32.<name>` for every parameter's gradient, `loss` (float64), and for the CNNs
+`f32.<name>` for every parameter's gradient, `loss` (float64), with --autocast also
+`bf16.<name>` and `loss.bf16`: the float32 model's under torch.autocast('cpu', dtype=torch.bfloat16),
+as its users train in mixed precision, and for the CNNs
 `margin`: the smallest distance of any ReLU input from zero and of any max-pool
 window's largest value from its runner-up (ties excluded), over the float64
 forward. Where the margin exceeds the rounding of a float32 forward, float32
@@ -89,10 +91,10 @@ class Margins:
 def build(args, dtype):
     if args.model == 'lstm':
         return LanguageModel(args.vocabulary, args.hidden, args.layers).to(dtype)
-    return models.without_dropout(models.build(args.model, args.classes).to(dtype))
+    return models.without_dropout(models.build(args.model, args.classes, args.width).to(dtype))
 
 
-def gradients(args, inputs, dtype, margins=False):
+def gradients(args, inputs, dtype, margins=False, autocast=False):
     model = build(args, dtype)
     state = {k: v for k, v in inputs.items() if not k.startswith('input.')}
     if args.model == 'lstm':
@@ -100,12 +102,13 @@ def gradients(args, inputs, dtype, margins=False):
     model.load_state_dict({k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}, strict=True)
     model.train()
     recorder = Margins(model) if margins else None
-    if args.model == 'lstm':
-        carried = (inputs['input.h'].to(dtype), inputs['input.c'].to(dtype))
-        logits = model(inputs['input.tokens'].long(), carried)
-        loss = F.cross_entropy(logits, inputs['input.targets'].long().flatten())
-    else:
-        loss = F.cross_entropy(model(inputs['input.images'].to(dtype)), inputs['input.labels'].long())
+    with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+        if args.model == 'lstm':
+            carried = (inputs['input.h'].to(dtype), inputs['input.c'].to(dtype))
+            logits = model(inputs['input.tokens'].long(), carried)
+            loss = F.cross_entropy(logits, inputs['input.targets'].long().flatten())
+        else:
+            loss = F.cross_entropy(model(inputs['input.images'].to(dtype)), inputs['input.labels'].long())
     loss.backward()
     if recorder:
         recorder.close()
@@ -120,6 +123,8 @@ def main(argv=None):
     p.add_argument('--vocabulary', type=int, default=0)
     p.add_argument('--hidden', type=int, default=0)
     p.add_argument('--layers', type=int, default=2)
+    p.add_argument('--width', type=float, default=1.0)
+    p.add_argument('--autocast', action='store_true', help='also the gradients under CPU autocast to bfloat16')
     p.add_argument('pairs', nargs='+', help='input.safetensors:output.safetensors')
     args = p.parse_args(argv)
     torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
@@ -143,6 +148,10 @@ def main(argv=None):
         out['moved'] = torch.tensor([moved], dtype=torch.float64)
         if margin is not None:
             out['margin'] = torch.tensor([margin], dtype=torch.float64)
+        if args.autocast:
+            bf16, loss_bf16, _ = gradients(args, inputs, torch.float32, autocast=True)
+            out.update({f'bf16.{k}': v for k, v in bf16.items()})
+            out['loss.bf16'] = torch.tensor([loss_bf16], dtype=torch.float64)
         safetensors_io.save_state_dict(out, target)
 
 

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <vector>
 
-#include "comm/precision.h"
+#include "core/precision.h"
 
 namespace accordion {
 

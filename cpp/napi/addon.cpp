@@ -5,6 +5,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/cuda.h"
+#include "ops/cpu_bf16.h"
 #include "ops/cpu_compression_kernels.h"
 #include "napi/classes.h"
 
@@ -38,6 +39,10 @@ Napi::Value buildInfo(const Napi::CallbackInfo& info) {
   o.Set("dnnl", std::to_string(dnnl->major) + "." + std::to_string(dnnl->minor) + "." + std::to_string(dnnl->patch));
   o.Set("openblas", openblas_get_config());
   o.Set("threads", omp_get_max_threads());
+  Napi::Object cpu = Napi::Object::New(env);
+  cpu.Set("isa", cpuIsaName());
+  cpu.Set("bf16", cpuBf16Compute() == Bf16Compute::Native ? "native" : "rounded");
+  o.Set("cpu", cpu);
   Napi::Object cuda = Napi::Object::New(env);
   cuda.Set("built", cuda::built());
   cuda.Set("architectures", cuda::compiledArchitectures());

@@ -84,7 +84,7 @@ static cuda::NcclOptions ncclOptions(const GlooGroup& gloo, const Device& device
   return o;
 }
 
-// new Engine({ model, classes, width, hidden, layers, seed, dropout, device, convAlgorithms, learningRate,
+// new Engine({ model, classes, width, precision, hidden, layers, seed, dropout, device, convAlgorithms, learningRate,
 //              momentum, weightDecay, nesterov, compressor, level (with a compressor),
 //              compressionSeed, minCompressionRate, commDtype, bucketBytes, broadcastBuffers, clipNorm, and optionally
 //              accumulateNorms, frozenBatchNorm, keepGradients, threads, group })
@@ -126,6 +126,11 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
   if (convAlgorithms != "fastest" && convAlgorithms != "accurate")
     throw rangeError(env, "option 'convAlgorithms' must be 'fastest' or 'accurate', got '" + convAlgorithms + "'");
   backendOptions.accurateConvolutions = convAlgorithms == "accurate";
+  const std::string precision = stringOption(o, "precision");
+  if (precision != "fp32" && precision != "bf16") throw rangeError(env, "option 'precision' must be 'fp32' or 'bf16', got '" + precision + "'");
+  if (precision == "bf16" && !device.isCpu())
+    throw makeError(env, "ERR_UNSUPPORTED", "precision 'bf16' computes on the CPU only; on a GPU train in fp32 (leave out --precision)");
+  backendOptions.compute = parsePrecision(precision);
   ProcessGroupWrap* groupWrap = nullptr;
   Napi::Value group = o.Get("group");
   if (!group.IsUndefined() && !group.IsNull()) {

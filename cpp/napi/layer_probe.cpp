@@ -19,7 +19,7 @@ constexpr int64_t kMaxWindow = 1 << 10;          // kernel, stride, padding
 constexpr int64_t kMaxTensor = int64_t{1} << 26;  // elements of any input, output or weight (256 MiB)
 
 // new LayerProbe(kind, options): kinds conv2d, batchnorm2d, relu, maxpool2d, globalavgpool, flatten,
-// linear, dropout, basicblock.
+// linear, dropout, basicblock; `precision` 'bf16' computes its convolutions and products in bf16.
 LayerProbeWrap::LayerProbeWrap(const Napi::CallbackInfo& info) try : GuardedWrap<LayerProbeWrap>(info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsString()) throw typeError(env, "layer kind must be a string");
@@ -32,6 +32,9 @@ LayerProbeWrap::LayerProbeWrap(const Napi::CallbackInfo& info) try : GuardedWrap
   const uint64_t seed = static_cast<uint64_t>(intOption(o, "seed", 0, 0, kMaxSafeInteger));
   Random rng(seed);
   backend_ = std::make_unique<CpuBackend>();
+  const std::string precision = stringOption(o, "precision", "fp32");
+  if (precision != "fp32" && precision != "bf16") throw rangeError(env, "option 'precision' must be 'fp32' or 'bf16', got '" + precision + "'");
+  backend_->options.compute = parsePrecision(precision);
   Backend& ops = *backend_;
   if (kind_ == "conv2d") {
     const int64_t in = width("inChannels"), out = width("outChannels"), kernel = window("kernel", 3, 1);

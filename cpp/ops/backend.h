@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ops/compression_kernels.h"
+#include "core/precision.h"
 #include "core/tensor.h"
 #include "ops/batchnorm2d.h"
 #include "ops/conv2d.h"
@@ -47,6 +48,10 @@ struct BackendOptions {
   // Winograd), whose weight gradients stay within 1e-4 of float64 where a transform's came 2e-3
   // away. The CPU has one kind.
   bool accurateConvolutions = false;
+  // The precision of convolutions and matrix products: Fp32, or Bf16 (autocast's semantics: their
+  // inputs and weights rounded to bf16, products accumulated and written in fp32; everything else,
+  // parameters and gradients included, stays fp32).
+  Precision compute = Precision::Fp32;
 };
 
 class Backend : public Allocator {

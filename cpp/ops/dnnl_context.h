@@ -19,9 +19,9 @@ inline dnnl::stream& cpuStream() {
 
 inline dnnl::memory::dims dimsOf(const Shape& shape) { return dnnl::memory::dims(shape.begin(), shape.end()); }
 
-// A 4-D activation (N, C, H, W) stored channels-last.
-inline dnnl::memory::desc activationDesc(const Shape& shape) {
-  return dnnl::memory::desc(dimsOf(shape), dnnl::memory::data_type::f32, dnnl::memory::format_tag::nhwc);
+// A 4-D activation (N, C, H, W) stored channels-last, in fp32 unless `type` says otherwise.
+inline dnnl::memory::desc activationDesc(const Shape& shape, dnnl::memory::data_type type = dnnl::memory::data_type::f32) {
+  return dnnl::memory::desc(dimsOf(shape), type, dnnl::memory::format_tag::nhwc);
 }
 
 inline dnnl::memory::desc plainDesc(const Shape& shape, dnnl::memory::format_tag tag) {

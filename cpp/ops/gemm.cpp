@@ -1,14 +1,76 @@
-// General row-major GEMM on OpenBLAS: C (m, n) = op(A)·op(B) (+ C).
+// General row-major GEMM: C (m, n) = op(A)·op(B) (+ C), on OpenBLAS in fp32. In bf16
+// (BackendOptions::compute) A and B are rounded to bf16 and the products summed in fp32: oneDNN's
+// bf16 matmul where the CPU multiplies bf16 itself, else sgemm over the rounded values
+// (ops/cpu_bf16.h).
 #include <cblas.h>
 
+#include <map>
+#include <tuple>
+#include <vector>
+
 #include "ops/cpu_backend.h"
+#include "ops/cpu_bf16.h"
+#include "ops/dnnl_context.h"
 
 namespace accordion {
 
+namespace {
+
+using dnnl::memory;
+
+struct Bf16Matmul {
+  dnnl::matmul::primitive_desc desc;
+  dnnl::matmul primitive;
+};
+
+// One bf16 matmul primitive per shape (creating one costs far more than running it).
+Bf16Matmul& bf16Matmul(bool transA, bool transB, int64_t m, int64_t n, int64_t k, bool accumulate) {
+  thread_local std::map<std::tuple<bool, bool, int64_t, int64_t, int64_t, bool>, Bf16Matmul> made;
+  auto key = std::make_tuple(transA, transB, m, n, k, accumulate);
+  auto it = made.find(key);
+  if (it != made.end()) return it->second;
+  using tag = memory::format_tag;
+  const memory::desc a({m, k}, memory::data_type::bf16, transA ? tag::ba : tag::ab), b({k, n}, memory::data_type::bf16, transB ? tag::ba : tag::ab),
+      c({m, n}, memory::data_type::f32, tag::ab);
+  dnnl::primitive_attr attr;
+  if (accumulate) {
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    attr.set_post_ops(sum);
+  }
+  dnnl::matmul::primitive_desc desc(dnnl::matmul::desc(a, b, c), attr, cpuEngine());
+  return made.emplace(key, Bf16Matmul{desc, dnnl::matmul(desc)}).first->second;
+}
+
+}  // namespace
+
 void CpuBackend::gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
                       bool accumulate) {
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, transA ? m : k, b,
-              transB ? k : n, accumulate ? 1.0f : 0.0f, c, n);
+  const auto ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
+  const blasint lda = transA ? m : k, ldb = transB ? k : n;
+  const float beta = accumulate ? 1.0f : 0.0f;
+  if (options.compute != Precision::Bf16) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, n);
+    return;
+  }
+  if (cpuBf16Compute() == Bf16Compute::Native) {
+    thread_local std::vector<uint16_t> a16, b16;
+    a16.resize(static_cast<size_t>(m * k));
+    b16.resize(static_cast<size_t>(k * n));
+    encodeBf16(a, a16.data(), m * k);
+    encodeBf16(b, b16.data(), k * n);
+    Bf16Matmul& product = bf16Matmul(transA, transB, m, n, k, accumulate);
+    product.primitive.execute(cpuStream(), {{DNNL_ARG_SRC, memory(product.desc.src_desc(), cpuEngine(), a16.data())},
+                                            {DNNL_ARG_WEIGHTS, memory(product.desc.weights_desc(), cpuEngine(), b16.data())},
+                                            {DNNL_ARG_DST, memory(product.desc.dst_desc(), cpuEngine(), c)}});
+    return;
+  }
+  thread_local std::vector<float> a32, b32;
+  a32.resize(static_cast<size_t>(m * k));
+  b32.resize(static_cast<size_t>(k * n));
+  roundToBf16(a, a32.data(), m * k);
+  roundToBf16(b, b32.data(), k * n);
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a32.data(), lda, b32.data(), ldb, beta, c, n);
 }
 
 }  // namespace accordion

@@ -12,6 +12,7 @@ import { splitTextFile } from '../data/wikitext.js';
 import { resolveCheckpointDir, savedRunConfig } from '../train/checkpoint.js';
 import { resumedOptions } from '../train/config.js';
 import type { TrainSummary } from '../train/records.js';
+import { binding } from '../native/binding.js';
 import { Trainer } from '../train/trainer.js';
 import { writeReport } from '../report/report.js';
 import { parseTrainArgs, trainHelp, type TrainArgs } from './args.js';
@@ -83,6 +84,10 @@ export async function train(argv: string[]): Promise<number> {
   process.once('SIGTERM', onSignal);
   const { config } = trainer;
   const reporting = trainer.rank === 0;
+  if (reporting && config.precision === 'bf16' && config.device === 'cpu' && binding.buildInfo().cpu.bf16 === 'rounded')
+    process.stderr.write(
+      `accordion: this CPU (${binding.buildInfo().cpu.isa}) has no bf16 instructions (AVX512-BF16 or AMX): --precision bf16 rounds each product's inputs to bf16 and multiplies in fp32, bf16's numerics at fp32's speed\n`,
+    );
   if (reporting) process.stderr.write(
     `accordion: ${config.model} (${trainer.model.parameterCount().toLocaleString('en-US')} parameters) on ${config.dataset}` +
       ` (${trainer.task.trainSamples} train / ${trainer.task.testSamples} test ${trainer.task.kind === 'language' ? 'tokens' : 'images'}), ${config.epochs} epochs,` +

@@ -7,6 +7,8 @@
 export type Architecture = 'resnet18' | 'vgg19bn' | 'lstm';
 export const ARCHITECTURES: readonly Architecture[] = ['resnet18', 'vgg19bn', 'lstm'];
 export type CompressorName = 'none' | 'powersgd' | 'topk';
+/** The precision of convolutions and matrix products (parameters, gradients and updates stay fp32). */
+export type ComputePrecision = 'fp32' | 'bf16';
 /** The precision gradients, PowerSGD's P and Q, and TopK's values travel in (sums stay in fp32). */
 export type CommDtype = 'fp32' | 'bf16' | 'fp16';
 export type DatasetName = 'synthetic' | 'cifar10' | 'cifar100' | 'fashion-mnist' | 'mnist' | 'wikitext2';
@@ -20,6 +22,7 @@ export type DeviceName = 'cpu' | 'cuda' | `cuda:${number}`;
 export interface TrainConfig {
   model: Architecture;
   width: number;
+  precision: ComputePrecision;
   device: DeviceName;
   convAlgorithms: 'fastest' | 'accurate';
   dataset: DatasetName;
@@ -126,6 +129,10 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   width: {
     flag: '--width', type: 'number', default: 1, above: 0, max: 16, modelKey: 'width',
     help: "resnet18, vgg19bn: every convolution's channels (and the classifier's input) × this factor, rounded, at least 1; 1 is the paper's model",
+  },
+  precision: {
+    flag: '--precision', type: 'string', default: 'fp32', choices: ['fp32', 'bf16'], modelKey: 'precision',
+    help: "convolutions and matrix products in bf16, summed in fp32, as PyTorch's autocast; parameters, momentum, batch-norm statistics, the loss and the gradients exchanged stay fp32 (CPU only; natively with AVX512-BF16 or AMX, else rounded at fp32's speed: accordion info says which)",
   },
   device: { flag: '--device', type: 'string', default: 'cpu', help: 'where the model trains: cpu, cuda (GPU 0) or cuda:N' },
   convAlgorithms: {

@@ -4,13 +4,13 @@
  */
 import * as os from 'node:os';
 import { UsageError } from '../base/errors.js';
-import { OPTIONS, OPTION_KEYS, boundMessage, defaultFor, meetsBound, type Architecture, type CommDtype, type CompressorName, type DeviceName, type TrainConfig } from '../config/options.js';
+import { OPTIONS, OPTION_KEYS, boundMessage, defaultFor, meetsBound, type Architecture, type CommDtype, type CompressorName, type ComputePrecision, type DeviceName, type TrainConfig } from '../config/options.js';
 import { ProcessGroup } from '../comm/group.js';
 import { describe } from './inputs.js';
 
 /**
  * Options of Model.create. Those that are training options too (learningRate as lr, momentum,
- * weightDecay, nesterov, seed, compressor, minCompressionRate, compressionSeed, commDtype, width, hidden, layers,
+ * weightDecay, nesterov, seed, compressor, minCompressionRate, compressionSeed, commDtype, width, precision, hidden, layers,
  * dropout, bucketMb, broadcastBuffers, clipNorm as clip, threads) take that option's default and bounds from
  * config/options.ts: a model built here and one a Trainer builds start alike.
  */
@@ -26,6 +26,12 @@ export interface ModelOptions {
    * this factor, rounded, at least 1 (default 1: the paper's models).
    */
   width?: number;
+  /**
+   * Convolutions and matrix products in 'fp32' (default) or 'bf16': inputs and weights rounded to
+   * bf16, products summed in fp32, as PyTorch's autocast; parameters, gradients and updates in fp32
+   * (CPU only).
+   */
+  precision?: ComputePrecision;
   /** Dropout probability in [0, 1): the LSTM's (default 0.4) or VGG's classifier's (default 0.5); 0 turns it off. */
   dropout?: number;
   /** Seed of the weight initialisation (and of dropout): the same weights on every device. */

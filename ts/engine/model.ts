@@ -83,6 +83,7 @@ export class Model {
       frozenBatchNorm: options.frozenBatchNorm ?? false,
       broadcastBuffers: options.broadcastBuffers ?? true,
       width: options.width ?? modelDefault('width', options),
+      precision: options.precision ?? modelDefault('precision', options),
       hidden: options.hidden ?? modelDefault('hidden', options),
       layers: options.layers ?? modelDefault('layers', options),
       dropout: options.dropout ?? modelDefault('dropout', options),

@@ -29,6 +29,8 @@ export interface BuildInfo {
   dnnl: string;
   openblas: string;
   threads: number;
+  /** oneDNN's view of the CPU; bf16 products 'native' (AVX512-BF16, AMX) or 'rounded' (rounded inputs, fp32 products). */
+  cpu: { isa: string; bf16: 'native' | 'rounded' };
   /** `nccl`: true when libnccl.so.2 loads, else the reason it does not. */
   cuda: { built: boolean; architectures: string; runtimeVersion: number; nccl: true | string };
   models: string[];
@@ -154,6 +156,8 @@ export interface EngineOptions {
   broadcastBuffers?: boolean;
   /** Vision models: the factor on every convolution's channels. */
   width: number;
+  /** Convolutions and matrix products in 'fp32' or 'bf16' (CPU only). */
+  precision: 'fp32' | 'bf16';
   /** Language model: hidden (= embedding) size, layers. */
   hidden?: number;
   layers?: number;
@@ -320,7 +324,7 @@ export interface NativeReducerProbeOptions {
 
 /** The addon's tools for tests and benchmarks. */
 export interface TestingBinding {
-  LayerProbe: new (kind: string, options?: Record<string, number | boolean>) => NativeLayerProbe;
+  LayerProbe: new (kind: string, options?: Record<string, number | boolean | string>) => NativeLayerProbe;
   ReducerProbe: new (shapes: number[][], options: NativeReducerProbeOptions) => NativeReducerProbe;
   crossEntropy(logits: Float32Array, n: number, k: number, labels: Int32Array): { loss: number; grad: Float32Array; correct: number };
   orthogonalize(matrix: Float32Array, rows: number, cols: number, eps?: number): void;

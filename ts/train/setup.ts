@@ -91,6 +91,7 @@ export async function setUp(given: TrainOptions, context: TrainerContext): Promi
       convAlgorithms: config.convAlgorithms,
       classes: task.classes,
       width: config.width,
+      precision: config.precision,
       hidden: config.hidden,
       layers: config.layers,
       dropout: config.dropout,

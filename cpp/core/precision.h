@@ -1,9 +1,10 @@
-// The precision values travel in (--comm-dtype): fp32, or one of two 16-bit formats, each rounded to
-// nearest, ties to even, as IEEE 754 and PyTorch's conversions round.
+// The precisions values are computed in (--precision) or travel in (--comm-dtype): fp32, or one of
+// two 16-bit formats, each rounded to nearest, ties to even, as IEEE 754 and PyTorch's conversions
+// round.
 //   bf16: fp32's 8-bit exponent, 7 mantissa bits: fp32's range, 2⁻⁸ relative rounding.
 //   fp16: 5-bit exponent, 10 mantissa bits: 2⁻¹¹ relative rounding, |x| ≤ 65504 (beyond: ±Inf;
 //         below 2⁻¹⁴: subnormal steps of 2⁻²⁴).
-// Only what is sent is rounded; sums are taken in fp32 (ProcessGroup::allReduceSumAs).
+// Only what is sent (or multiplied, in bf16 compute) is rounded; sums are taken in fp32.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,4 +1,4 @@
-#include "comm/precision.h"
+#include "core/precision.h"
 
 #include <cmath>
 #include <cstring>
