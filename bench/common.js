@@ -212,9 +212,10 @@ export function runTorchPeer(script, args, threads) {
 }
 
 /** One training step of a CNN in PyTorch (bench/peers/torch_step.py), on the CPU or a GPU. */
-export function runTorchStep({ model, batch, threads, warmup, steps, classes = 10, channelsLast = false, device = 'cpu' }) {
+export function runTorchStep({ model, batch, threads, warmup, steps, classes = 10, channelsLast = false, device = 'cpu', autocast = false }) {
   const args = ['--model', model, '--batch', batch, '--threads', threads, '--warmup', warmup, '--steps', steps, '--classes', classes];
   if (channelsLast) args.push('--channels-last');
+  if (autocast) args.push('--autocast');
   if (device !== 'cpu') args.push('--device', 'cuda');
   return runTorchPeer(TORCH_STEP, args, threads);
 }

@@ -4,7 +4,9 @@
 // GPU memory).
 //
 //   node bench/step.js [--models resnet18,vgg19bn] [--batch 32] [--threads N] [--steps 10]
-//                      [--warmup 3] [--rounds 2] [--device cpu|cuda] [--torch-channels-last] [--json out.json]
+//                      [--warmup 3] [--rounds 2] [--device cpu|cuda] [--precision fp32|bf16]
+//                      [--torch-channels-last] [--json out.json]
+// With --precision bf16 the engine computes in bf16 and PyTorch under torch.autocast(bfloat16).
 import { Mulberry32 } from '../lib/base/random.js';
 import {
   defaultThreads, exitUnlessDevice, fastest, fmt, formatTable, loadEngine, machineInfo, median, pct, positiveInt, probeTorch, round3, runMain,
@@ -20,6 +22,7 @@ const USAGE = `usage: node bench/step.js [options]
   --rounds N             runs of each peer, interleaved (default 2)
   --classes N            output classes (default 10)
   --device cpu|cuda      where both peers train (default cpu; cuda means GPU 0)
+  --precision fp32|bf16  the engine's --precision; bf16 runs PyTorch under autocast to bfloat16 (default fp32)
   --torch-channels-last  run the PyTorch peer in channels-last memory format
   --json FILE            also write every timing and the machine facts to FILE
   --markdown             print the result table as Markdown (for BENCHMARKS.md)`;
@@ -34,6 +37,7 @@ const OPTIONS = {
   classes: { type: 'string', default: '10' },
   device: { type: 'string', default: 'cpu' },
   'torch-channels-last': { type: 'boolean', default: false },
+  precision: { type: 'string', default: 'fp32' },
 };
 
 function options(values) {
@@ -47,6 +51,7 @@ function options(values) {
     classes: positiveInt('--classes', values.classes, { min: 2 }),
     device: ['cpu', 'cuda'].includes(values.device) ? values.device : (() => { throw new Error(`--device must be cpu or cuda, got '${values.device}'`); })(),
     channelsLast: values['torch-channels-last'],
+    precision: ['fp32', 'bf16'].includes(values.precision) ? values.precision : (() => { throw new Error(`--precision must be fp32 or bf16, got '${values.precision}'`); })(),
     json: values.json,
     markdown: values.markdown,
   };
@@ -66,7 +71,7 @@ async function timeOurs(lib, opts, architecture, data) {
   const { Model, binding } = lib;
   // The same hyper-parameters as torch_step.py, so the update does the same arithmetic.
   const model = await Model.create({
-    architecture, classes: opts.classes, seed: 0, device: opts.device,
+    architecture, classes: opts.classes, seed: 0, device: opts.device, precision: opts.precision,
     learningRate: 0.05, momentum: 0.9, weightDecay: 1e-4, nesterov: true,
   });
   try {
@@ -113,7 +118,8 @@ async function main() {
   exitUnlessDevice('bench/step.js', opts.device, lib.requireDevice);
   console.log(`device ${opts.device}${opts.device !== 'cpu' ? ` (${lib.deviceQuery().devices[0].name})` : ''}, ` +
     `batch ${opts.batch}, ${opts.threads} threads, ${opts.warmup} warmup + ${opts.steps} timed steps, ` +
-    `${opts.rounds} round(s)${opts.channelsLast ? ', torch channels-last' : ''}`);
+    `${opts.rounds} round(s), ${opts.precision}${opts.precision === 'bf16' ? ` (ours ${lib.buildInfo().cpu.bf16} on ${lib.buildInfo().cpu.isa}, PyTorch autocast)` : ''}` +
+    `${opts.channelsLast ? ', torch channels-last' : ''}`);
   if (!torch.ok) console.log(`note: PyTorch column skipped: ${torch.reason}`);
 
   const data = randomDataset((opts.warmup + opts.steps) * opts.batch, opts.classes, 12345);
@@ -129,7 +135,7 @@ async function main() {
         try {
           const peer = await runTorchStep({
             model, batch: opts.batch, threads: opts.threads, warmup: opts.warmup,
-            steps: opts.steps, classes: opts.classes, channelsLast: opts.channelsLast, device: opts.device,
+            steps: opts.steps, classes: opts.classes, channelsLast: opts.channelsLast, device: opts.device, autocast: opts.precision === 'bf16',
           });
           runs[model].torch.push(peer);
           line += `, PyTorch ${fmt(peer.step_ms_median)} ms`;

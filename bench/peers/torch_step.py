@@ -38,6 +38,7 @@ def parse_args(argv=None):
     p.add_argument('--steps', type=int, default=10)
     p.add_argument('--classes', type=int, default=10)
     p.add_argument('--channels-last', action='store_true')
+    p.add_argument('--autocast', action='store_true', help="forward and loss under torch.autocast('cpu', dtype=torch.bfloat16), as users train in bf16")
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
     args = p.parse_args(argv)
@@ -64,7 +65,8 @@ def main(argv=None):
 
     def step(_):
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.autocast):
+            loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         if gpu:
@@ -82,6 +84,7 @@ def main(argv=None):
         'classes': args.classes,
         'threads': args.threads,
         'channels_last': args.channels_last,
+        'autocast': args.autocast,
         'warmup': args.warmup,
         'steps': args.steps,
         **timing.step_figures(seconds),
