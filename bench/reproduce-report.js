@@ -154,6 +154,7 @@ export async function writeSettingReport(s, o) {
   for (const c of adaptive) addDiff(c, 'low', metric.goal, c);
   if (runs.auto && runs.accordion) addDiff('auto', 'accordion', 0, 'autoOverAccordion');
   addDiff('equal', 'low', -Infinity, 'equal');
+  for (const [a, b] of s.pairs ?? []) addDiff(a, b, metric.goal, `${a}:${b}`);
   say(formatTable([{ key: 'pair', title: 'A − B', align: 'left' }, { key: 'seeds', title: 'per seed', align: 'left' }, { key: 'mean', title: 'mean' },
     { key: 'ci', title: '95% interval' }, { key: 'goal', title: 'goal', align: 'left' }], diffRows, { markdown: true }), '');
 
@@ -183,6 +184,8 @@ export async function writeSettingReport(s, o) {
     say(`- **Accordion recovers ≥ 80% of the gap from static high to static low**: ${fmt(r.mean, 1)}% (per seed ${perSeed.map((x) => `${fmt(x, 1)}%`).join(', ')}; ` +
       `${r.n > 1 ? `95% interval ${fmt(r.low, 1)} … ${fmt(r.high, 1)}` : 'one seed'}) — ${r.n > 1 && r.low >= 80 ? 'met' : r.n > 1 && r.high < 80 ? 'not met' : 'undecided'}.`);
   }
+  for (const [a, b] of s.pairs ?? [])
+    if (verdicts[`${a}:${b}`]) say(`- **${TITLES[a]} − ${TITLES[b]} ≥ ${signed(metric.goal, 1)} ${metric.unit}**: ${verdicts[`${a}:${b}`].verdict} (mean ${signed(verdicts[`${a}:${b}`].mean)}, ${interval(verdicts[`${a}:${b}`])}).`);
   if (verdicts.equal) say(`- **Accordion with both levels low equals static low**: differences ${paired('equal', 'low').map((x) => signed(x)).join(', ')} (bit for bit: \`node bench/reproduce.js check ${s.name}\`).`);
   say('');
 

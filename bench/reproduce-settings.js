@@ -43,6 +43,12 @@ export const SETTINGS = {
     kind: 'language', model: 'lstm', compressor: 'topk', low: 0.99, high: 0.02, ...LANGUAGE,
     paper: { source: 'Figure 11, the 2-layer LSTM on WikiText-2 (perplexity; Accordion at static low\'s)' },
   },
+  // Not the paper's: bf16 compute (--precision bf16) against fp32, dense and PowerSGD at rank 2.
+  'resnet18-precision': {
+    kind: 'precision', model: 'resnet18', compressor: 'powersgd', low: 2, ...IMAGES,
+    pairs: [['dense-bf16', 'dense'], ['low-bf16', 'low']],
+    paper: { source: 'none (bf16 against fp32 on the same runs)' },
+  },
   'resnet18-batch': {
     kind: 'batch', model: 'resnet18', low: 128, high: 1024, ...IMAGES,
     paper: { low: 94.5, accordion: 94.4, floatsFactor: 1 / 5.6, source: "Table 5, ResNet-18 on CIFAR-10, batch 512 ↔ 4096 (× 12,800 / 50,000 here)" },
@@ -66,6 +72,12 @@ const LEVELS = {
 const CONFIGS_BY_KIND = {
   compression: LEVELS,
   language: LEVELS,
+  precision: {
+    dense: () => [],
+    'dense-bf16': () => ['--precision', 'bf16'],
+    low: LEVELS.low,
+    'low-bf16': (s) => [...LEVELS.low(s), '--precision', 'bf16'],
+  },
   // Dense exchange; the global batch in samples. Static high trains at the large batch all along, its
   // rate scaled with it as batch mode scales it after the switch.
   batch: {
@@ -80,7 +92,10 @@ const CONFIGS_BY_KIND = {
 export const configsOf = (s) => CONFIGS_BY_KIND[s.kind];
 
 /** What each run is called in reports. */
-export const TITLES = { low: 'static low', high: 'static high', accordion: 'Accordion', equal: 'Accordion, both levels low', auto: 'automatic levels', smith: "Smith et al.'s schedule" };
+export const TITLES = {
+  low: 'static low', high: 'static high', accordion: 'Accordion', equal: 'Accordion, both levels low', auto: 'automatic levels', smith: "Smith et al.'s schedule",
+  dense: 'dense, fp32', 'dense-bf16': 'dense, bf16',
+};
 
 /** A setting as it runs: the table's values, replaced by the quick mode's or by the command line's. */
 export function resolveSetting(name, overrides = {}) {
@@ -100,6 +115,7 @@ const lrPerWorker = (s) => (s.kind === 'language' ? 2.5 : (0.1 * s.batchSize * W
 /** The levels a setting compares, in words. */
 export function describeLevels(s) {
   if (s.kind === 'batch') return `global batch ${s.low} ↔ ${s.high}, dense exchange`;
+  if (s.kind === 'precision') return `bf16 against fp32, dense and PowerSGD rank ${s.low}`;
   return s.compressor === 'powersgd' ? `PowerSGD, rank ${s.low} ↔ ${s.high}` : `TopK, ${100 * s.low}% ↔ ${100 * s.high}%`;
 }
 
