@@ -150,53 +150,81 @@ describe('bf16 compute (--precision bf16)', function () {
     });
     after(() => tmp && fs.rmSync(tmp, { recursive: true, force: true }));
 
+    /** One step of `architecture` in fp32 and in bf16 from the same weights and batch, and PyTorch's gradients of it. */
+    async function stepBeside(architecture, options, batch, inputsOf, oracle) {
+      const engine = {};
+      for (const precision of ['fp32', 'bf16']) {
+        const model = await Model.create({ ...options, architecture, seed: 4, dropout: 0, keepGradients: true, threads: 2, precision });
+        if (precision === 'fp32') writeSafetensors(path.join(tmp, `${architecture}-in.safetensors`), [...(await model.stateDict()).filter((e) => e.name !== 'decoder.weight'), ...inputsOf()]);
+        const { loss } = await model.trainStep(batch);
+        engine[precision] = { loss, gradients: await model.gradients() };
+        await model.dispose();
+      }
+      const out = path.join(tmp, `${architecture}-out.safetensors`);
+      const r = spawnSync(PYTHON, [path.join(ROOT, 'bench/peers/torch_gradients.py'), ...oracle, '--autocast', `${path.join(tmp, `${architecture}-in.safetensors`)}:${out}`],
+        { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '2' }, timeout: 240000 });
+      expect(r.status, r.stderr).to.equal(0);
+      const torch = readSafetensors(out).tensors;
+      const f64 = (name) => new Float64Array(torch.get(name).data.slice().buffer);
+      const names = [...engine.fp32.gradients.keys()];
+      const ours = (precision) => (k) => engine[precision].gradients.get(k).data;
+      const theirs = (kind) => (k) => f64(`${kind}.${k}`);
+      // Distances between two sets of gradients, over the whole model, relative to float64's norm.
+      const squares = (a, b) => names.reduce((s, k) => {
+        const [x, y] = [a(k), b ? b(k) : null];
+        return s + x.reduce((t, v, i) => t + (v - (y ? y[i] : 0)) ** 2, 0);
+      }, 0);
+      const scale = Math.sqrt(squares(theirs('f64')));
+      const apart = (a, b) => Math.sqrt(squares(a, b)) / scale;
+      return {
+        loss: { ours: engine.bf16.loss, autocast: f64('loss.bf16')[0], exact: f64('loss')[0] },
+        autocast: apart(theirs('bf16'), theirs('f64')),
+        ours: apart(ours('bf16'), theirs('f64')),
+        oursFromAutocast: apart(ours('bf16'), theirs('bf16')),
+        fp32: apart(ours('fp32'), theirs('f64')),
+      };
+    }
+
     for (const architecture of ['resnet18', 'vgg19bn'])
       it(`${architecture} (width 0.25): the loss and every gradient as close to float64 as PyTorch's autocast, and to autocast as autocast is to float64`, async function () {
         const rng = makeRng(5);
         const images = randomNormal(8 * 3 * 32 * 32, rng);
         const labels = Int32Array.from({ length: 8 }, () => rng.int(10));
-        const options = { architecture, width: 0.25, classes: 10, seed: 4, dropout: 0, keepGradients: true, threads: 2 };
-        const engine = {};
-        for (const precision of ['fp32', 'bf16']) {
-          const model = await Model.create({ ...options, precision });
-          if (precision === 'fp32') {
-            const inputs = await model.stateDict();
-            inputs.push({ name: 'input.images', dtype: 'F32', shape: [8, 3, 32, 32], data: bytesOf(images) });
-            inputs.push({ name: 'input.labels', dtype: 'I32', shape: [8], data: bytesOf(labels) });
-            writeSafetensors(path.join(tmp, `${architecture}-in.safetensors`), inputs);
-          }
-          const { loss } = await model.trainStep({ images, labels });
-          engine[precision] = { loss, gradients: await model.gradients() };
-          await model.dispose();
-        }
-        const out = path.join(tmp, `${architecture}-out.safetensors`);
-        const r = spawnSync(PYTHON, [path.join(ROOT, 'bench/peers/torch_gradients.py'), '--model', architecture, '--width', '0.25', '--autocast',
-          `${path.join(tmp, `${architecture}-in.safetensors`)}:${out}`], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '2' }, timeout: 240000 });
-        expect(r.status, r.stderr).to.equal(0);
-        const torch = readSafetensors(out).tensors;
-        const f64 = (name) => new Float64Array(torch.get(name).data.slice().buffer);
-        const lossOf = (name) => f64(name)[0];
+        const inputs = () => [
+          { name: 'input.images', dtype: 'F32', shape: [8, 3, 32, 32], data: bytesOf(images) },
+          { name: 'input.labels', dtype: 'I32', shape: [8], data: bytesOf(labels) },
+        ];
+        const r = await stepBeside(architecture, { width: 0.25, classes: 10 }, { images, labels }, inputs, ['--model', architecture, '--width', '0.25']);
         // The loss: ours and autocast's each within a few bf16 roundings of float64's.
-        const exactLoss = lossOf('loss');
-        expect(Math.abs(engine.bf16.loss - exactLoss) / exactLoss).to.be.below(8 * U);
-        expect(Math.abs(lossOf('loss.bf16') - exactLoss) / exactLoss).to.be.below(8 * U);
-        // Gradients, as norms over the whole model.
-        const distance = (a, b) =>
-          Math.sqrt([...engine.fp32.gradients.keys()].reduce((s, k) => {
-            const [x, y] = [a(k), b(k)];
-            return s + x.reduce((t, v, i) => t + (v - y[i]) ** 2, 0);
-          }, 0));
-        const ours = (precision) => (k) => engine[precision].gradients.get(k).data;
-        const theirs = (kind) => (k) => f64(`${kind}.${k}`);
-        const scale = Math.sqrt([...engine.fp32.gradients.keys()].reduce((s, k) => s + theirs('f64')(k).reduce((t, v) => t + v * v, 0), 0));
-        const autocastError = distance(theirs('bf16'), theirs('f64')) / scale;
-        const oursError = distance(ours('bf16'), theirs('f64')) / scale;
-        const apart = distance(ours('bf16'), theirs('bf16')) / scale;
-        const fp32Error = distance(ours('fp32'), theirs('f64')) / scale;
-        expect(fp32Error, 'fp32 steps stay fp32').to.be.below(autocastError / 20);
-        expect(oursError, `ours ${oursError.toExponential(2)} against autocast's ${autocastError.toExponential(2)} from float64`).to.be.below(2 * autocastError);
-        expect(apart, 'ours from autocast').to.be.below(3 * autocastError);
+        expect(Math.abs(r.loss.ours - r.loss.exact) / r.loss.exact).to.be.below(8 * U);
+        expect(Math.abs(r.loss.autocast - r.loss.exact) / r.loss.exact).to.be.below(8 * U);
+        // bf16's gradients at initialisation are far from float64's (batch norm's backward cancels
+        // most of what reaches it); ours no farther than autocast's, and fp32 steps stay fp32.
+        expect(r.fp32, 'fp32 steps stay fp32').to.be.below(r.autocast / 20);
+        expect(r.ours, `ours ${r.ours.toExponential(2)} against autocast's ${r.autocast.toExponential(2)} from float64`).to.be.below(2 * r.autocast);
+        expect(r.oursFromAutocast, 'ours from autocast').to.be.below(3 * r.autocast);
       });
+
+    it("the LSTM (2 layers of 16, a 6 × 8 window): bf16 gates and decoder no farther from float64 than autocast, which keeps PyTorch's LSTM in fp32", async function () {
+      const rng = makeRng(6);
+      const [steps, batch, vocabulary, hidden] = [6, 8, 50, 16];
+      const tokens = Int32Array.from({ length: steps * batch }, () => rng.int(vocabulary));
+      const targets = Int32Array.from({ length: steps * batch }, () => rng.int(vocabulary));
+      const zeros = new Float32Array(2 * batch * hidden);
+      const inputs = () => [
+        { name: 'input.tokens', dtype: 'I32', shape: [steps, batch], data: bytesOf(tokens) },
+        { name: 'input.targets', dtype: 'I32', shape: [steps, batch], data: bytesOf(targets) },
+        { name: 'input.h', dtype: 'F32', shape: [2, batch, hidden], data: bytesOf(zeros) },
+        { name: 'input.c', dtype: 'F32', shape: [2, batch, hidden], data: bytesOf(zeros) },
+      ];
+      const r = await stepBeside('lstm', { classes: vocabulary, hidden, layers: 2, clipNorm: 0 }, { tokens, targets, steps, batch }, inputs,
+        ['--model', 'lstm', '--vocabulary', String(vocabulary), '--hidden', String(hidden), '--layers', '2']);
+      expect(Math.abs(r.loss.ours - r.loss.exact) / r.loss.exact).to.be.below(8 * U);
+      expect(r.fp32, 'fp32 steps stay fp32').to.be.below(1e-5);
+      // Ours rounds the gates' products too, autocast only the decoder's (and its logits, to bf16).
+      expect(r.ours, 'bf16 rounding shows').to.be.above(10 * r.fp32);
+      expect(r.ours, `ours ${r.ours.toExponential(2)} against autocast's ${r.autocast.toExponential(2)} from float64`).to.be.below(2 * r.autocast);
+    });
   });
 
   it('keeps fp32 master weights: a step too small to move a bf16 weight moves the fp32 one', async function () {
