@@ -30,6 +30,7 @@ const USAGE = `usage: node bench/lstm.js [options]
   --bptt N       window length (default 35)
   --batch N      streams per window (default 20)
   --device D     where both peers train: cpu (default) or cuda (GPU 0; PyTorch's LSTM runs on cuDNN)
+  --precision P  fp32 (default) or bf16: the engine's --precision, and PyTorch under autocast to bfloat16
   --omp-wait-policy P
                  OMP_WAIT_POLICY for both peers: passive (default), active, or inherit (leave the
                  environment's); libgomp's spinning threads starve PyTorch's OpenBLAS threads here
@@ -48,12 +49,14 @@ const OPTIONS = {
   bptt: { type: 'string', default: '35' },
   batch: { type: 'string', default: '20' },
   device: { type: 'string', default: 'cpu' },
+  precision: { type: 'string', default: 'fp32' },
   'omp-wait-policy': { type: 'string', default: 'passive' },
   quick: { type: 'boolean', default: false },
 };
 
 function options(values) {
   if (!['cpu', 'cuda'].includes(values.device)) throw new Error(`--device must be cpu or cuda, got '${values.device}'`);
+  if (!['fp32', 'bf16'].includes(values.precision)) throw new Error(`--precision must be fp32 or bf16, got '${values.precision}'`);
   const waitPolicy = values['omp-wait-policy'];
   if (!['passive', 'active', 'inherit'].includes(waitPolicy))
     throw new Error(`--omp-wait-policy must be passive, active or inherit, got '${waitPolicy}'`);
@@ -70,6 +73,7 @@ function options(values) {
     bptt: positiveInt('--bptt', values.bptt),
     batch: positiveInt('--batch', values.batch),
     device: values.device,
+    precision: values.precision,
     waitPolicy,
     clip: 0.25,
     dropout: 0.4,
@@ -103,6 +107,7 @@ async function timeOurs(lib, opts, stream, windows) {
   const model = await Model.create({
     architecture: 'lstm', classes: opts.vocab, hidden: opts.hidden, layers: opts.layers, dropout: opts.dropout,
     seed: 0, learningRate: opts.learningRate, momentum: 0.9, nesterov: true, weightDecay: 0, clipNorm: opts.clip, device: opts.device,
+    precision: opts.precision,
   });
   const perWindow = opts.bptt * opts.batch;
   // Views, not copies, as the trainer passes them: targets are the inputs one row later. Made before
@@ -150,7 +155,7 @@ async function timeOurs(lib, opts, stream, windows) {
 function runTorchLstm(opts) {
   const args = ['--vocab', opts.vocab, '--hidden', opts.hidden, '--layers', opts.layers, '--dropout', opts.dropout,
     '--bptt', opts.bptt, '--batch', opts.batch, '--clip', opts.clip, '--lr', opts.learningRate, '--threads', opts.threads,
-    '--warmup', opts.warmup, '--steps', opts.steps, '--device', opts.device];
+    '--warmup', opts.warmup, '--steps', opts.steps, '--device', opts.device, ...(opts.precision === 'bf16' ? ['--autocast'] : [])];
   return runTorchPeer(TORCH_LSTM, args, opts.threads);
 }
 
@@ -175,7 +180,7 @@ async function main() {
   const tokens = opts.bptt * opts.batch;
   console.log(`lstm bench: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, ` +
     `OpenBLAS ${machine.openblas?.split(' ')[1] ?? '?'}, torch ${torch.ok ? torch.version : 'unavailable'}`);
-  console.log(`device ${opts.device}${opts.device !== 'cpu' ? ` (${lib.deviceQuery().devices[0].name})` : ''}`);
+  console.log(`device ${opts.device}${opts.device !== 'cpu' ? ` (${lib.deviceQuery().devices[0].name})` : ''}, ${opts.precision}${opts.precision === 'bf16' ? ' (PyTorch under autocast)' : ''}`);
   console.log(`LSTM ${opts.layers}×${opts.hidden}, vocabulary ${opts.vocab}, window ${opts.bptt}×${opts.batch} ` +
     `(${tokens} tokens), ${opts.threads} threads, ${opts.warmup} warmup + ${opts.steps} timed steps, ` +
     `${opts.rounds} round(s), OMP_WAIT_POLICY ${process.env.OMP_WAIT_POLICY ?? 'unset'}` +

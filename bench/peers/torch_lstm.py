@@ -80,6 +80,7 @@ def parse_args(argv=None):
                    help='timed forward-only windows (default: --steps; 0 skips them)')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
+    p.add_argument('--autocast', action='store_true', help="forward and loss under torch.autocast to bfloat16, as users train in bf16")
     args = p.parse_args(argv)
     timing.resolve_threads(p, args, _OMP)
     if args.forward_steps is None:
@@ -120,8 +121,9 @@ def main(argv=None):
         # Truncated BPTT: the state crosses windows, its graph does not.
         hidden = tuple(h.detach() for h in hidden)
         opt.zero_grad(set_to_none=True)
-        out, hidden = model(x, hidden)
-        loss = criterion(out, y)
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.autocast):
+            out, hidden = model(x, hidden)
+            loss = criterion(out, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, args.clip)
         opt.step()
