@@ -90,8 +90,11 @@ function adaptiveStory(s, runs) {
     const allLow = withLevels.filter((e) => atLow(e).length === matrices.length).map((e) => e.epoch);
     lines.push(`- seed ${seed}: ${fmt(100 * share, 1)}% of layer-epochs at the low level (${s.low}); all ${matrices.length} compressed matrices at it in epochs ${ranges(allLow)}; ` +
       `matrices at it, epoch by epoch: ${withLevels.map((e) => atLow(e).length).join(' ')}.`);
-    if (seed === Object.keys(runs)[0])
-      for (const i of matrices) lines.push(`  - ${run.names[i] ?? `parameter ${i}`}: low in epochs ${ranges(withLevels.filter((e) => e.levels[i] === s.low).map((e) => e.epoch))}`);
+    if (seed !== Object.keys(runs)[0]) continue;
+    // The rule's evidence: at each check, the largest norm change over the matrices (η = 0.5 marks a critical regime).
+    const largest = run.epochs.map((e) => Math.max(...matrices.map((i) => e.ratios?.[i] ?? -Infinity)));
+    lines.push(`  - the largest norm-change ratio at each epoch's check: ${largest.map((r) => (Number.isFinite(r) ? fmt(r, 2) : '–')).join(' ')}`);
+    for (const i of matrices) lines.push(`  - ${run.names[i] ?? `parameter ${i}`}: low in epochs ${ranges(withLevels.filter((e) => e.levels[i] === s.low).map((e) => e.epoch))}`);
   }
   return lines;
 }
