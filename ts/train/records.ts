@@ -104,12 +104,12 @@ export interface CheckpointEvent {
 }
 
 export interface LevelSwitch {
-  /** The epoch (from 1) at whose end the decision was taken; the new level applies from the next one. */
+  /** The epoch (from 1) at whose end the decision was taken; the new level applies from the next one. 'policy': a user's own policy. */
   epoch: number;
   parameter: string;
   from: number;
   to: number;
-  reason: 'norm-change' | 'lr-decay' | 'auto' | 'link';
+  reason: 'norm-change' | 'lr-decay' | 'auto' | 'link' | 'policy';
   /** A change between epochs (a re-plan after the link dropped): the run's step after which it applies. */
   runStep?: number;
 }

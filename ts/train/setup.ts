@@ -18,6 +18,8 @@ import { BATCH_MODES, checkJob, resolveConfig, resumedOptions, type TrainOptions
 import { checkRunDir } from './rundir.js';
 import { ImageTask, LanguageTask, type TrainingTask } from './tasks.js';
 import { initialLevel } from './policies/choose.js';
+import type { Policy } from './policies/policy.js';
+import type { PolicySettings } from './policies/settings.js';
 import type { EpochRecord, LevelSwitch } from './records.js';
 
 export interface TrainerContext {
@@ -28,6 +30,13 @@ export interface TrainerContext {
    * tests of the switching rule); the measured sums are still read and restarted every epoch.
    */
   gradientNorms?: (epoch: number, rank: number, measured: number[]) => number[];
+  /**
+   * The policy that decides levels and the global batch, in place of the one the configuration
+   * names (as PyTorch's register_comm_hook lets users bring their own compression logic): called
+   * once with what the built-in policies are built from. The engine then keeps the epoch's gradient
+   * sums for the norms whatever the configuration, since the policy may read them.
+   */
+  policy?: (settings: PolicySettings) => Policy;
 }
 
 /** A run ready to train: what the Trainer is built from. */
@@ -105,7 +114,7 @@ export async function setUp(given: TrainOptions, context: TrainerContext): Promi
       minCompressionRate: config.minCompressionRate,
       compressionSeed: config.compressionSeed,
       commDtype: config.commDtype,
-      accumulateNorms: config.accordion === 'on' || config.adapt === 'batch' || config.adapt === 'batch+compression',
+      accumulateNorms: context.policy !== undefined || config.accordion === 'on' || config.adapt === 'batch' || config.adapt === 'batch+compression',
       group,
       bucketMb: config.bucketMb,
       broadcastBuffers: config.broadcastBuffers,

@@ -63,7 +63,7 @@ export class Trainer extends EventEmitter {
     this.matrices = s.model.parameters().map((p) => p.shape.length > 1);
     const c = s.config;
     this.schedule = { base: c.lr, workers: c.workers, warmupEpochs: c.warmupEpochs, milestones: c.milestones, decay: c.lrDecay };
-    this.policy = choosePolicy({ config: c, spec: s.spec, schedule: this.schedule, matrices: this.matrices });
+    this.policy = (context.policy ?? choosePolicy)({ config: c, spec: s.spec, schedule: this.schedule, matrices: this.matrices });
     this.denseStart = new DenseStart(c.compressAfter);
     if (s.resumed) {
       this.startEpoch = s.resumed.epochsCompleted;
