@@ -23,7 +23,7 @@ class CoolingPolicy extends BasePolicy {
   async check(input) {
     this.seen.push({ epoch: input.epoch, norms: input.norms, levels: input.levels, lr: input.lr });
     const levels = input.levels.map((level, i) => (this.settings.matrices[i] && input.norms[i] < this.threshold ? 1 : level));
-    return { levels, reasons: levels.map(() => 'policy'), record: { norms: input.norms, ratios: input.norms.map(() => null) } };
+    return { levels, reasons: levels.map(() => 'policy') };
   }
   save() {
     return { cooled: this.seen.length };

@@ -276,7 +276,8 @@ export class Trainer extends EventEmitter {
       batchSize: batch,
       bookkeepingSeconds,
       syncSeconds,
-      ...(levels && decision.record ? { levels, norms: decision.record.norms, ratios: decision.record.ratios } : {}),
+      ...(levels ? { levels } : {}),
+      ...(levels && decision.record ? { norms: decision.record.norms, ratios: decision.record.ratios } : {}),
       ...(decision.record?.auto ? { auto: decision.record.auto } : {}),
     };
   }
