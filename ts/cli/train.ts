@@ -39,8 +39,7 @@ export async function train(argv: string[]): Promise<number> {
   watchLifeline(() => process.exit(signalExitCode('SIGTERM')));
   // --workers N outside a launched job: become the launcher of N workers on this machine.
   if (!distributed && typeof args.workers === 'number' && args.workers > 1) {
-    const masterPort = argv.includes('--master-port') ? undefined : 0;
-    return runLaunch({ nprocPerNode: args.workers, masterPort, trainArgs: argv });
+    return runLaunch({ nprocPerNode: args.workers, masterPort: 0, trainArgs: argv });
   }
   // The default run directory is stamped with each process's own clock; `accordion launch` picks one.
   if (distributed && distributed.launcher !== 'accordion' && distributed.worldSize > 1 && !args.outDir && !args.resume)

@@ -85,11 +85,6 @@ const FORMATS: Record<DatasetName, Format> = {
   },
 };
 
-/** Bytes per record in the given dataset's files. */
-export function cifarRecordBytes(dataset: DatasetName): number {
-  return formatOf(dataset).labelBytes + CIFAR_IMAGE_BYTES;
-}
-
 /** File names a split consists of, in reading order. */
 export function cifarFileNames(dataset: DatasetName, split: Split): string[] {
   return [...formatOf(dataset).files[split]];
