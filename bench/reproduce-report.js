@@ -109,7 +109,7 @@ export async function writeSettingReport(s, o) {
   if (!runs.low || !Object.keys(runs.low).length) throw new Error(`no finished static-low run of ${s.name} (${s.tag}) under ${o.dir}: run it first`);
   const lowFloats = meanInterval(Object.values(runs.low).map((r) => r.floats)).mean;
   const paired = (a, b) => o.seeds.filter((seed) => runs[a]?.[seed] && runs[b]?.[seed]).map((seed) => metric.diff(runs[a][seed].quality, runs[b][seed].quality));
-  const adaptive = ['accordion', 'auto', 'smith'].filter((c) => runs[c]);
+  const adaptive = ['accordion', 'auto', 'smith', ...Object.keys(s.extra ?? {})].filter((c) => runs[c]);
 
   const lines = [];
   const say = (...l) => lines.push(...l);
