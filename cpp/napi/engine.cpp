@@ -99,12 +99,12 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
   ModelSpec spec;
   spec.architecture = stringOption(o, "model");
   spec.classes = intOption(o, "classes", 2, kMaxClasses);
-  spec.width = numberOption(o, "width");
-  if (!(spec.width > 0.0 && spec.width <= 16.0)) throw rangeError(env, "option 'width' must be in (0, 16], got " + std::to_string(spec.width));
   spec.hidden = intOption(o, "hidden", 1, kMaxHidden);
   spec.layers = intOption(o, "layers", 1, kMaxLayers);
   spec.seed = static_cast<uint64_t>(intOption(o, "seed", 0, kMaxSafeInteger));
   spec.dropout = static_cast<float>(numberOption(o, "dropout"));
+  spec.width = numberOption(o, "width");
+  if (!(spec.width > 0.0 && spec.width <= 16.0)) throw rangeError(env, "option 'width' must be in (0, 16], got " + std::to_string(spec.width));
   SgdOptions sgd{numberOption(o, "learningRate"), numberOption(o, "momentum"), numberOption(o, "weightDecay"), boolOption(o, "nesterov")};
   ReducerOptions reducer;
   reducer.compressor = parseCompressor(stringOption(o, "compressor"));
