@@ -23,14 +23,16 @@ class Context;
 
 namespace accordion {
 
+// Every field is given by the binding (cpp/napi/process_group.cpp), whose caller's defaults are the
+// TypeScript layer's (the store's address and port, the option table's timeout).
 struct GlooOptions {
   int rank = 0, size = 1;
-  std::string storeHost = "127.0.0.1";
-  int storePort = 29500;
+  std::string storeHost;
+  int storePort = 0;
   std::string token;
   // The address other workers reach this one at (the interface used to reach the store).
-  std::string hostname = "127.0.0.1";
-  std::chrono::milliseconds timeout{60000};
+  std::string hostname;
+  std::chrono::milliseconds timeout{0};
   std::string prefix = "default";  // namespaces the keys of one group in the store
 };
 

@@ -28,7 +28,7 @@ namespace accordion {
 struct MeshOptions {
   int rank = 0, size = 1;
   std::string hostname;  // the address this rank's pairs listen on
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout{0};  // the group's
   int attempts = 3;  // meshes made before stray connections end the start-up
 };
 

@@ -15,7 +15,7 @@ namespace accordion::cuda {
 struct NcclOptions {
   int rank = 0, size = 1;
   int device = 0;                            // the GPU of this rank (LOCAL_RANK)
-  std::chrono::milliseconds timeout{60000};  // bounds the set-up and every collective
+  std::chrono::milliseconds timeout{0};  // bounds the set-up and every collective: the Gloo group's
   std::string prefix = "default";            // namespaces this communicator's keys in the store
   std::string hostname;                      // names this rank's host in errors
 };

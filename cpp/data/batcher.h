@@ -18,7 +18,7 @@
 namespace accordion {
 
 struct BatcherOptions {
-  int64_t batchSize = 128;
+  int64_t batchSize = 0;  // given by the caller (the option table's --batch-size)
   bool shuffle = true;
   bool augment = true;  // random crop (padding below) and horizontal flip
   int64_t padding = 4;

@@ -31,7 +31,7 @@ BatcherWrap::BatcherWrap(const Napi::CallbackInfo& info) try : GuardedWrap<Batch
                              std::to_string(count * Batcher::kImageBytes) + " for " + std::to_string(count) + " labels");
   Napi::Object o = info[3].As<Napi::Object>();
   BatcherOptions options;
-  options.batchSize = intOption(o, "batchSize", 128, 1, kMaxBatch);
+  options.batchSize = intOption(o, "batchSize", 1, kMaxBatch);  // required: its default is the caller's
   options.shuffle = boolOption(o, "shuffle", true);
   options.augment = boolOption(o, "augment", true);
   options.dropLast = boolOption(o, "dropLast", false);

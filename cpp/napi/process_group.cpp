@@ -23,11 +23,12 @@ ProcessGroupWrap::ProcessGroupWrap(const Napi::CallbackInfo& info) try : Guarded
   GlooOptions options;
   options.size = static_cast<int>(intOption(o, "worldSize", 1, 1, kMaxWorkers));
   options.rank = static_cast<int>(intOption(o, "rank", 0, 0, options.size - 1));
-  options.storeHost = stringOption(o, "storeHost", "127.0.0.1");
-  options.storePort = static_cast<int>(intOption(o, "storePort", 29500, 0, 65535));
+  // Every option is required: their defaults are the TypeScript layer's (ProcessGroup.connect).
+  options.storeHost = stringOption(o, "storeHost");
+  options.storePort = static_cast<int>(intOption(o, "storePort", 0, 65535));
   options.token = stringOption(o, "token", "");
-  options.hostname = stringOption(o, "hostname", "127.0.0.1");
-  options.timeout = std::chrono::milliseconds(intOption(o, "timeoutMs", 60000, 0, kMaxSafeInteger));
+  options.hostname = stringOption(o, "hostname");
+  options.timeout = std::chrono::milliseconds(intOption(o, "timeoutMs", 0, kMaxSafeInteger));
   options.prefix = stringOption(o, "prefix", "default");
   rank_ = options.rank;
   size_ = options.size;

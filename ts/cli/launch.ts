@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { UsageError } from '../base/errors.js';
+import { DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT } from '../comm/environment.js';
 import { launch } from '../cluster/launch.js';
 import { resolveCheckpointDir } from '../train/checkpoint.js';
 import { checkRunDir } from '../train/rundir.js';
@@ -20,8 +21,8 @@ const LAUNCH_OPTIONS: WrapperOption[] = [
   { flag: '--nproc-per-node', value: 'N', help: 'worker processes on this node', dflt: '1' },
   { flag: '--nnodes', value: 'N', help: 'nodes in the job', dflt: '1' },
   { flag: '--node-rank', value: 'N', help: "this node's index", dflt: '0' },
-  { flag: '--master-addr', value: 'VALUE', help: "node 0's address (the store listens there)", dflt: '127.0.0.1' },
-  { flag: '--master-port', value: 'N', help: "the store's port", dflt: '29500' },
+  { flag: '--master-addr', value: 'VALUE', help: "node 0's address (the store listens there)", dflt: DEFAULT_MASTER_ADDR },
+  { flag: '--master-port', value: 'N', help: "the store's port", dflt: String(DEFAULT_MASTER_PORT) },
   { flag: '--token', value: 'VALUE', help: 'job token shared by all nodes (default: ACCORDION_JOB_TOKEN, or random for one node)', dflt: '' },
   { flag: '--max-restarts', value: 'N', help: "restarts of the whole job after a worker fails, each from the run's last checkpoint (one node)", dflt: '0' },
 ];
@@ -51,8 +52,8 @@ export async function runLaunch(options: {
       nprocPerNode: options.nprocPerNode,
       nnodes: options.nnodes ?? 1,
       nodeRank: options.nodeRank ?? 0,
-      masterAddr: options.masterAddr ?? '127.0.0.1',
-      masterPort: options.masterPort ?? 29500,
+      masterAddr: options.masterAddr ?? DEFAULT_MASTER_ADDR,
+      masterPort: options.masterPort ?? DEFAULT_MASTER_PORT,
       token: options.token || undefined,
       command: [process.execPath, CLI_PATH, 'train', ...trainArgs],
     });

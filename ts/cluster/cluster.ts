@@ -15,6 +15,7 @@ import { randomBytes } from 'node:crypto';
 import * as os from 'node:os';
 import { UsageError, signalExitCode } from '../base/errors.js';
 import { type ClusterOptions, type RateChange } from './cluster-options.js';
+import { DEFAULT_MASTER_PORT } from '../comm/environment.js';
 import { formatRate } from '../base/units.js';
 import { ProcessSet, relay } from './launch.js';
 import { createNetwork, killNamespace, missingCapabilities, removeNetwork, setEgressRate, sweepStale, type ClusterNetwork } from './netns.js';
@@ -143,7 +144,7 @@ export async function runCluster(options: ClusterOptions): Promise<ClusterResult
     for (const host of network.hosts) {
       const launch = [
         ...['launch', '--nnodes', String(hosts), '--node-rank', String(host.index), '--nproc-per-node', String(nprocPerHost)],
-        ...['--master-addr', master, '--master-port', String(options.masterPort ?? 29500), '--', ...options.trainArgs],
+        ...['--master-addr', master, '--master-port', String(options.masterPort ?? DEFAULT_MASTER_PORT), '--', ...options.trainArgs],
       ];
       const child = spawn('ip', ['netns', 'exec', host.namespace, process.execPath, options.cli, ...launch], { stdio: ['ignore', 'pipe', 'pipe'], env });
       const entry = hostLaunchers.add({ host: host.index, child, exited: false });

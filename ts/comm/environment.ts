@@ -14,7 +14,7 @@
  *              MASTER_ADDR required
  *
  * Without a launcher of our own, rank 0 hosts the token-checked store at MASTER_ADDR:MASTER_PORT
- * (29500 unless MASTER_PORT says otherwise). The token is ACCORDION_JOB_TOKEN when set, else it is
+ * (DEFAULT_MASTER_PORT unless MASTER_PORT says otherwise). The token is ACCORDION_JOB_TOKEN when set, else it is
  * derived from what every rank of the job shares (the launcher's job id, the master address and
  * port, the world size): it keeps apart jobs that meet on one port, but it is no secret.
  */
@@ -35,8 +35,9 @@ export interface LaunchEnvironment {
   storeHosted: boolean;
 }
 
-/** torchrun's default, used when the launcher names no port and MASTER_PORT is unset. */
+/** torchrun's defaults, used when the launcher names no port or address and MASTER_PORT, MASTER_ADDR are unset. */
 export const DEFAULT_MASTER_PORT = 29500;
+export const DEFAULT_MASTER_ADDR = '127.0.0.1';
 
 type Env = Record<string, string | undefined>;
 
@@ -110,7 +111,7 @@ function torchrunStyle(env: Env): LaunchEnvironment {
   const worldSize = integer(env, 'WORLD_SIZE');
   checkRank(rank, worldSize, ['RANK', 'WORLD_SIZE']);
   const storeHosted = env.ACCORDION_STORE_HOSTED === '1';
-  const addr = masterAddr(env, '127.0.0.1');
+  const addr = masterAddr(env, DEFAULT_MASTER_ADDR);
   let port = masterPort(env);
   // torchrun's agent keeps its own store on MASTER_PORT and says so: the job's store takes the next port.
   if (!storeHosted && env.TORCHELASTIC_USE_AGENT_STORE?.toLowerCase() === 'true') {

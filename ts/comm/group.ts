@@ -6,7 +6,8 @@
 import { createHash } from 'node:crypto';
 import { binding, call, type CommDtype, type NativeProcessGroup } from '../native/binding.js';
 import { UsageError } from '../base/errors.js';
-import { DEFAULT_MASTER_PORT, detectLauncher, type LaunchEnvironment } from './environment.js';
+import { DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, detectLauncher, type LaunchEnvironment } from './environment.js';
+import { OPTIONS } from '../config/options.js';
 import { RendezvousError, StoreClient, StoreServer } from './store.js';
 
 export type DistributedEnv = LaunchEnvironment;
@@ -55,10 +56,10 @@ export class ProcessGroup {
     const { rank, worldSize } = options;
     if (!Number.isInteger(worldSize) || worldSize < 1 || !Number.isInteger(rank) || rank < 0 || rank >= worldSize)
       throw new UsageError(`rank ${rank} is outside a world of size ${worldSize}`);
-    const host = options.masterAddr ?? '127.0.0.1';
+    const host = options.masterAddr ?? DEFAULT_MASTER_ADDR;
     const port = options.masterPort ?? DEFAULT_MASTER_PORT;
     const token = options.token ?? '';
-    const timeoutMs = options.timeoutMs ?? 60_000;
+    const timeoutMs = options.timeoutMs ?? (OPTIONS.timeoutMs.default as number);
     const server = options.hostStore ? await StoreServer.listen({ host, port, token }) : undefined;
     let store: StoreClient | undefined;
     try {

@@ -13,6 +13,7 @@
  */
 import * as net from 'node:net';
 import { AccordionError } from '../base/errors.js';
+import { DEFAULT_MASTER_ADDR } from './environment.js';
 
 export class RendezvousError extends AccordionError {
   constructor(message: string) {
@@ -291,7 +292,7 @@ export class StoreClient {
 
   /** The local address of the connection: the interface other workers can reach this one on. */
   get localAddress(): string {
-    return this.socket.localAddress ?? '127.0.0.1';
+    return this.socket.localAddress ?? DEFAULT_MASTER_ADDR;
   }
 
   /** Connects (retrying until the deadline: the store may not be up yet) and presents the token. */
