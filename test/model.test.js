@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import { Model, Batcher } from '../lib/index.js';
+import { parameterCount } from '../lib/engine/parameter-count.js';
 import { tinyImageSet } from './helpers/images.js';
 
 // Parameter counts from docs/algorithms.md §1.4 (the Accordion paper's Tables 8-10).
@@ -16,6 +17,27 @@ describe('models', function () {
       const model = await Model.create({ architecture, classes, seed: 1 });
       try {
         expect(model.parameterCount()).to.equal(expected);
+      } finally {
+        await model.dispose();
+      }
+    });
+  }
+
+  // The count the memory checks read before building a model, against the models the engine builds.
+  const SIZES = [
+    { architecture: 'resnet18', classes: 10 },
+    { architecture: 'resnet18', classes: 10, width: 0.125 },
+    { architecture: 'resnet18', classes: 100, width: 0.3 },
+    { architecture: 'vgg19bn', classes: 10, width: 0.125 },
+    { architecture: 'vgg19bn', classes: 100, width: 0.3 },
+    { architecture: 'lstm', classes: 50, hidden: 12, layers: 2 },
+    { architecture: 'lstm', classes: 7, hidden: 5, layers: 3 },
+  ];
+  for (const size of SIZES) {
+    it(`counts the parameters of ${JSON.stringify(size)} before building it`, async function () {
+      const model = await Model.create({ ...size, seed: 1 });
+      try {
+        expect(parameterCount(size)).to.equal(model.parameterCount());
       } finally {
         await model.dispose();
       }

@@ -7,6 +7,7 @@ import { UsageError } from '../base/errors.js';
 import { OPTIONS, OPTION_KEYS, boundMessage, defaultFor, meetsBound, type Architecture, type CommDtype, type CompressorName, type ComputePrecision, type DeviceName, type TrainConfig } from '../config/options.js';
 import { ProcessGroup } from '../comm/group.js';
 import { describe } from './inputs.js';
+import { parameterCount } from './parameter-count.js';
 
 /**
  * Options of Model.create. Those that are training options too (learningRate as lr, momentum,
@@ -129,19 +130,8 @@ export function checkOptions(o: ModelOptions): void {
  * the parameters) would not fit in this machine's memory, before anything is allocated.
  */
 export function estimateMemory(architecture: Architecture, classes: number, hidden: number, layers: number, width: number): void {
-  let parameters: number;
-  let sizes: string;
-  if (architecture === 'lstm') {
-    parameters = classes * hidden + classes + layers * (8 * hidden * hidden + 8 * hidden);
-    sizes = `vocabulary (classes) ${classes}, hidden ${hidden}, layers ${layers}`;
-  } else if (architecture === 'resnet18') {
-    parameters = 11_168_832 * width ** 2 + 513 * classes;
-    sizes = `${classes} classes, width ${width}`;
-  } else {
-    const hiddenWidth = classes > 10 ? 4096 : 512;
-    parameters = 20_040_000 * width ** 2 + 513 * hiddenWidth + (hiddenWidth + 1) * hiddenWidth + (hiddenWidth + 1) * classes;
-    sizes = `${classes} classes, width ${width}`;
-  }
+  const parameters = parameterCount({ architecture, classes, hidden, layers, width });
+  const sizes = architecture === 'lstm' ? `vocabulary (classes) ${classes}, hidden ${hidden}, layers ${layers}` : `${classes} classes, width ${width}`;
   const bytes = 16 * parameters;
   const total = os.totalmem();
   if (bytes > total)

@@ -4,6 +4,7 @@
  */
 import { UsageError } from '../base/errors.js';
 import type { TrainConfig } from '../config/options.js';
+import { parameterCount } from '../engine/parameter-count.js';
 
 /**
  * Floats a model keeps per sample between the forward and the backward pass, counted low: for the
@@ -16,13 +17,11 @@ function activationFloatsPerSample(c: TrainConfig): number {
 }
 
 /**
- * Parameters, counted low: the vision models' CIFAR-10 sizes, × the smaller of width and width²
- * (a convolution's weights scale with width², the first one's and the classifier's with width or
- * not at all); the LSTM's recurrent layers only (the vocabulary is not known yet).
+ * Parameters, counted low: the vision models' at 10 classes; the LSTM's recurrent layers only (the
+ * vocabulary is not known yet).
  */
 function parameterFloats(c: TrainConfig): number {
-  if (c.model === 'lstm') return c.layers * (8 * c.hidden * c.hidden + 8 * c.hidden);
-  return Math.floor((c.model === 'vgg19bn' ? 20_565_834 : 11_173_962) * Math.min(c.width, c.width ** 2));
+  return parameterCount({ architecture: c.model, classes: c.model === 'lstm' ? 0 : 10, width: c.width, hidden: c.hidden, layers: c.layers });
 }
 
 const GiB = 2 ** 30;
