@@ -222,11 +222,10 @@ function summarise(dir) {
   }
   const reached = epochs.find(reaches);
   // The wire: every epoch and host, payload bytes over the bytes the floats accounting predicts.
-  const parameters = start.parameterSizes.map((numel, i) => ({ numel, matrix: start.matrices[i] }));
   const levelsOf = new Map(epochs.map((e) => [e.epoch, e.levels]));
   const exchange =
     start.compressor === 'topk'
-      ? (r) => topkExchange(parameters, levelsOf.get(r.epoch) ?? parameters.map(() => start.topkRatio), start.workers, r.bytesSent ?? 4 * r.floatsSent, start.commDtype)
+      ? (r) => topkExchange(start.parameterShapes, levelsOf.get(r.epoch) ?? start.parameterShapes.map(() => start.topkRatio), start.workers, r.bytesSent ?? 4 * r.floatsSent, start.commDtype)
       : undefined;
   const wire = compareWire(readNetworkLog(dir), { exchange });
   const ratios = wire.flatMap((w) => [w.sentRatio, w.receivedRatio]);

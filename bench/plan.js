@@ -112,7 +112,7 @@ const rows = cells.map((c) => {
   const level = spec.kind === 'none' ? 0 : spec.reference;
   const link = { bytesPerSecond: (parseBandwidth(c.bandwidth) / 8) * PAYLOAD_FRACTION, latencySeconds: latencyOf(c.hosts) };
   const work = { computeSeconds: m.computeSeconds, forwardSeconds: forwardShare * m.computeSeconds, compressionSeconds: m.compressionSeconds, broadcastFloats: layout.broadcastFloats };
-  const p = predictStep({ shapes: layout.shapes, spec, level, valueBytes: 4, bucketBytes: run.bucketMb * 2 ** 20 }, work, c.hosts, link, 'ring');
+  const p = predictStep({ shapes: layout.shapes, spec, level, commDtype: 'fp32', bucketBytes: run.bucketMb * 2 ** 20 }, work, c.hosts, link, 'ring');
   const predicted = c.mode === 'overlapped' ? p.overlappedSeconds : p.afterBackwardSeconds;
   return { hosts: c.hosts, bandwidth: c.bandwidth, config: c.name, mode: c.mode, measured: m.stepSeconds, predicted, ratio: predicted / m.stepSeconds, compute: m.computeSeconds, compression: m.compressionSeconds, latency: link.latencySeconds };
 });

@@ -9,6 +9,7 @@ import { expect } from 'chai';
 import { allGatherSeconds, allReduceSeconds, broadcastSeconds, bucketTraffic, predictStep } from '../lib/cluster/predict.js';
 import { compressionSpec } from '../lib/config/compression.js';
 import { DEFAULT_CONFIG } from '../lib/config/options.js';
+import { ReducerProbe } from '../lib/testing.js';
 
 const CLI = fileURLToPath(new URL('../lib/cli.js', import.meta.url));
 const link = { bytesPerSecond: 1e6, latencySeconds: 1e-3 };
@@ -37,21 +38,49 @@ describe('accordion plan', function () {
     it('buckets the exchange as the engine does and sends each tensor by its level', function () {
       const shapes = [[4, 3], [4], [10, 20]];
       // PowerSGD rank 2: [10, 20] sends P 10·2 and Q 20·2 floats ((10 + 20)·2 < 200); [4, 3] stays dense ((4 + 3)·2 ≥ 12).
-      expect(bucketTraffic({ shapes, spec: spec('powersgd'), level: 2, valueBytes: 4, bucketBytes: 0 })).to.deep.equal([{ dense: 16 + 48, powerSgdP: 80, powerSgdQ: 160, topkPairs: 0 }]);
+      expect(bucketTraffic({ shapes, spec: spec('powersgd'), level: 2, commDtype: 'fp32', bucketBytes: 0 })).to.deep.equal([{ dense: 16 + 48, powerSgdP: 80, powerSgdQ: 160, topkPairs: 0, denseBf16: 0 }]);
       // Buckets of 100 bytes, in reverse order: [10, 20] (800 bytes) fills the first; [4] and [4, 3] the second.
-      expect(bucketTraffic({ shapes, spec: spec('powersgd'), level: 2, valueBytes: 2, bucketBytes: 100 })).to.deep.equal([
-        { dense: 0, powerSgdP: 40, powerSgdQ: 80, topkPairs: 0 },
-        { dense: 8 + 24, powerSgdP: 0, powerSgdQ: 0, topkPairs: 0 },
+      expect(bucketTraffic({ shapes, spec: spec('powersgd'), level: 2, commDtype: 'bf16', bucketBytes: 100 })).to.deep.equal([
+        { dense: 0, powerSgdP: 40, powerSgdQ: 80, topkPairs: 0, denseBf16: 0 },
+        { dense: 8 + 24, powerSgdP: 0, powerSgdQ: 0, topkPairs: 0, denseBf16: 0 },
       ]);
       // TopK 10%: ⌊0.1·200⌋ = 20 and ⌊0.1·12⌋ = 1 pairs of 4 + 4 bytes; the bias dense; dense: everything.
-      expect(bucketTraffic({ shapes, spec: spec('topk'), level: 0.1, valueBytes: 4, bucketBytes: 0 })).to.deep.equal([{ dense: 16, powerSgdP: 0, powerSgdQ: 0, topkPairs: 168 }]);
-      expect(bucketTraffic({ shapes, spec: spec('powersgd'), level: 0, valueBytes: 4, bucketBytes: 0 })).to.deep.equal([{ dense: 864, powerSgdP: 0, powerSgdQ: 0, topkPairs: 0 }]);
+      expect(bucketTraffic({ shapes, spec: spec('topk'), level: 0.1, commDtype: 'fp32', bucketBytes: 0 })).to.deep.equal([{ dense: 16, powerSgdP: 0, powerSgdQ: 0, topkPairs: 168, denseBf16: 0 }]);
+      expect(bucketTraffic({ shapes, spec: spec('powersgd'), level: 0, commDtype: 'fp32', bucketBytes: 0 })).to.deep.equal([{ dense: 864, powerSgdP: 0, powerSgdQ: 0, topkPairs: 0, denseBf16: 0 }]);
+      // Dense in bf16: the matrices' 212 values at 2 bytes, the bias in the exchange's fp32.
+      expect(bucketTraffic({ shapes, spec: spec('powersgd'), level: -1, commDtype: 'fp32', bucketBytes: 0 })).to.deep.equal([{ dense: 16, powerSgdP: 0, powerSgdQ: 0, topkPairs: 0, denseBf16: 424 }]);
+    });
+
+    it("predicts every collective the engine's exchange runs, at each bucket size and level", function () {
+      // The plan's traffic and the exchange come from the same rules: change a bucket size, a level or
+      // a compressor and the collectives of 4 in-process workers follow the prediction, one by one.
+      const shapes = [[6, 5], [6], [40, 30], [40], [10, 40], [3, 3, 3, 3]];
+      const W = 4, allReduce = (b) => (b * 2 * (W - 1)) / W, allGather = (b) => b * (W - 1);
+      let cases = 0;
+      for (const [compressor, level] of [['powersgd', 2], ['powersgd', 1], ['powersgd', -1], ['topk', 0.1], ['topk', 0.5], ['none', 0]])
+        for (const bucketBytes of [0, 700, 5000]) {
+          const probe = new ReducerProbe(shapes, { compressor, level: level > 0 ? level : compressor === 'topk' ? 0.1 : 1, workers: W, bucketBytes });
+          if (compressor !== 'none' && level <= 0) shapes.forEach((s, i) => s.length > 1 && probe.setLevel(i, level));
+          const grads = Array.from({ length: W }, (_, w) => shapes.map((s) => Float32Array.from({ length: s.reduce((a, b) => a * b) }, (_, k) => Math.sin(k + 7 * w))));
+          const ran = [...probe.step(grads).collectiveBytes];
+          const predicted = bucketTraffic({ shapes, spec: spec(compressor), level, commDtype: 'fp32', bucketBytes }).flatMap((t) => [
+            ...[t.powerSgdP, t.powerSgdQ].filter((b) => b > 0).map(allReduce),
+            ...(t.topkPairs > 0 ? [allGather(t.topkPairs)] : []),
+            ...[t.denseBf16, t.dense].filter((b) => b > 0).map(allReduce),
+          ]);
+          // The workers' agreement on finite gradients: before the exchange, or after its buckets.
+          const agreement = allReduce(4 * W);
+          const expected = bucketBytes > 0 ? [...predicted, agreement] : [agreement, ...predicted];
+          expect(ran, `${compressor} at ${level}, buckets of ${bucketBytes} bytes`).to.deep.equal(expected);
+          cases++;
+        }
+      expect(cases).to.equal(18);
     });
 
     it('adds a step up: the statistics\' broadcast, compute, compression and the exchange, after backward or overlapped', function () {
       const shapes = [[4, 3], [4], [10, 20]];
       const work = { computeSeconds: 1, forwardSeconds: 0.25, compressionSeconds: 0.1, broadcastFloats: 250 };
-      const p = predictStep({ shapes, spec: spec('powersgd'), level: 2, valueBytes: 4, bucketBytes: 0 }, work, 4, link, 'ring');
+      const p = predictStep({ shapes, spec: spec('powersgd'), level: 2, commDtype: 'fp32', bucketBytes: 0 }, work, 4, link, 'ring');
       // Ring of 4: dense 64 B, P 80 B, Q 160 B and the agreement's 16 B, each 6α + 1.5·B/β;
       // the broadcast of 1,000 bytes: 2 rounds.
       const exchange = 4 * 0.006 + (1.5 * (64 + 80 + 160 + 16)) / 1e6;
@@ -61,7 +90,7 @@ describe('accordion plan', function () {
       expect(p.afterBackwardSeconds).to.be.closeTo(broadcast + 1 + 0.1 + exchange, 1e-12);
       expect(p.overlappedSeconds).to.be.closeTo(broadcast + Math.max(1 + 0.1, 0.25 + 0.1 + exchange), 1e-12);
       // On a link slow enough, overlap hides compute behind the exchange instead.
-      const slow = predictStep({ shapes, spec: spec('powersgd'), level: 2, valueBytes: 4, bucketBytes: 0 }, work, 4, { bytesPerSecond: 100, latencySeconds: 0 }, 'ring');
+      const slow = predictStep({ shapes, spec: spec('powersgd'), level: 2, commDtype: 'fp32', bucketBytes: 0 }, work, 4, { bytesPerSecond: 100, latencySeconds: 0 }, 'ring');
       expect(slow.overlappedSeconds).to.be.closeTo(slow.afterBackwardSeconds - 1 + 0.25, 1e-9);
     });
   });

@@ -7,7 +7,8 @@ export { Model, type ModelOptions } from './engine/model.js';
 export {
   ARCHITECTURES, DEFAULT_CONFIG, OPTIONS, presetValues, type Architecture, type TrainConfig, type OptionSpec, type PresetName, type CompressorName,
 } from './config/options.js';
-export { DENSE_BF16, compressionSpec, floatsAtLevel, describeLevel, type CompressionSpec } from './config/compression.js';
+export { DENSE_BF16, compressionSpec, describeLevel, type CompressionSpec } from './config/compression.js';
+export { bucketTraffic, type ExchangeShape } from './cluster/predict.js';
 export { Batcher, type BatcherOptions } from './engine/batcher.js';
 export { Trainer } from './train/trainer.js';
 export type { TrainOptions } from './train/config.js';

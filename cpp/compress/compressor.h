@@ -87,8 +87,6 @@ class ErrorFeedbackCompressor {
   virtual Compressor kind() const = 0;
   // Throws, naming `where`, unless `level` is a level of this compressor.
   virtual void checkLevel(double level, const std::string& where) const = 0;
-  // Whether a (rows, cols) matrix is compressed at `level` (PowerSGD's rate test may say no).
-  virtual bool compresses(int64_t rows, int64_t cols, double level) const = 0;
   // Floats this worker sends per step for such a matrix at `level`, among `world` workers.
   virtual int64_t floats(int64_t rows, int64_t cols, double level, int world) const = 0;
   // What those floats take on the wire in the exchange's precision (indices stay 4 bytes).

@@ -10,8 +10,8 @@ namespace accordion {
 static uint64_t mix(uint64_t a, uint64_t b) { return finalise(a * kGolden + b + 0x2545F4914F6CDD1Dull); }
 
 PowerSgdCompressor::PowerSgdCompressor(const std::vector<Parameter*>& parameters, double level, uint64_t seed,
-                                       double minCompressionRate, float eps, Precision sent, Backend& backend)
-    : ErrorFeedbackCompressor(parameters, sent, backend), seed_(seed), minCompressionRate_(minCompressionRate), eps_(eps),
+                                       float eps, Precision sent, Backend& backend)
+    : ErrorFeedbackCompressor(parameters, sent, backend), seed_(seed), eps_(eps),
       q_(parameters.size()) {
   checkLevel(level, "initial level");
   for (size_t i = 0; i < parameters.size(); ++i) {
@@ -25,14 +25,8 @@ void PowerSgdCompressor::checkLevel(double level, const std::string& where) cons
     throw invalidArgument(where + ": a PowerSGD rank must be a positive integer (or 0: dense, -1: dense in bf16), got " + std::to_string(level));
 }
 
-bool PowerSgdCompressor::compresses(int64_t rows, int64_t cols, double level) const {
-  const double r = static_cast<double>(std::min<int64_t>({rows, cols, static_cast<int64_t>(level)}));
-  return minCompressionRate_ <= 0 ||
-         static_cast<double>(rows + cols) * r * minCompressionRate_ < static_cast<double>(rows * cols);
-}
-
 int64_t PowerSgdCompressor::floats(int64_t rows, int64_t cols, double level, int) const {
-  return (rows + cols) * std::min<int64_t>({rows, cols, static_cast<int64_t>(level)});
+  return (rows + cols) * powerSgdRank(rows, cols, level);
 }
 
 Tensor PowerSgdCompressor::initialQ(const MatrixView& view) const {

@@ -9,16 +9,16 @@
 // device starts alike.
 #pragma once
 #include "compress/compressor.h"
+#include "compress/traffic.h"
 
 namespace accordion {
 
 class PowerSgdCompressor : public ErrorFeedbackCompressor {
  public:
-  PowerSgdCompressor(const std::vector<Parameter*>& parameters, double level, uint64_t seed, double minCompressionRate, float eps,
+  PowerSgdCompressor(const std::vector<Parameter*>& parameters, double level, uint64_t seed, float eps,
                      Precision sent, Backend& backend);
   Compressor kind() const override { return Compressor::PowerSgd; }
   void checkLevel(double level, const std::string& where) const override;
-  bool compresses(int64_t rows, int64_t cols, double level) const override;
   int64_t floats(int64_t rows, int64_t cols, double level, int world) const override;
   int64_t bytes(int64_t rows, int64_t cols, double level, int world) const override {
     return floats(rows, cols, level, world) * bytesPerValue(sent_);
@@ -32,12 +32,11 @@ class PowerSgdCompressor : public ErrorFeedbackCompressor {
 
  private:
   std::function<void()> compressOnce(const MatrixView& view, Tensor& g, Tensor& residual) override;
-  static int64_t rank(const MatrixView& view) { return std::min<int64_t>({view.rows, view.cols, static_cast<int64_t>(view.level)}); }
+  static int64_t rank(const MatrixView& view) { return powerSgdRank(view.rows, view.cols, view.level); }
   // Q (cols, r), drawn from the shared seed, on the backend's device.
   Tensor initialQ(const MatrixView& view) const;
 
   uint64_t seed_;
-  double minCompressionRate_;
   float eps_;
   std::vector<Tensor> q_;  // per parameter: (cols, r), row-major; undefined for 1-D
   Tensor pBuffer_, qBuffer_;

@@ -12,7 +12,7 @@ static std::unique_ptr<ErrorFeedbackCompressor> makeCompressor(const ReducerOpti
                                                                Backend& backend) {
   switch (o.compressor) {
     case Compressor::PowerSgd:
-      return std::make_unique<PowerSgdCompressor>(parameters, o.level, o.seed, o.minCompressionRate, o.orthogonalizationEps, o.sent,
+      return std::make_unique<PowerSgdCompressor>(parameters, o.level, o.seed, o.orthogonalizationEps, o.sent,
                                                   backend);
     case Compressor::TopK: return std::make_unique<TopKCompressor>(parameters, o.level, o.sent, backend);
     default: return nullptr;
@@ -68,10 +68,12 @@ void GradientReducer::setLevel(size_t index, double level) {
 }
 
 bool GradientReducer::compressedAt(const Slot& s, double level) const {
-  return s.matrix && compressor_ && level > 0 && compressor_->compresses(s.rows, s.cols, level);
+  return routeOf(options_.compressor, s.parameter->value.shape(), level, options_.minCompressionRate) == Route::Compressed;
 }
 
-bool GradientReducer::roundedAt(const Slot& s, double level) const { return s.matrix && compressor_ && level == kDenseBf16; }
+bool GradientReducer::roundedAt(const Slot& s, double level) const {
+  return routeOf(options_.compressor, s.parameter->value.shape(), level, options_.minCompressionRate) == Route::DenseBf16;
+}
 
 bool GradientReducer::isCompressed(size_t index) const { return compressed(slots_.at(index)); }
 
@@ -210,17 +212,9 @@ void GradientReducer::checkInRange(const std::vector<size_t>& slots) {
 }
 
 std::vector<std::vector<size_t>> gradientBuckets(const std::vector<Parameter*>& parameters, int64_t bytes) {
-  std::vector<std::vector<size_t>> buckets;
-  int64_t filled = 0;
-  for (size_t k = parameters.size(); k-- > 0;) {
-    if (buckets.empty() || filled >= (buckets.size() == 1 ? std::min(bytes, kFirstBucketBytes) : bytes)) {
-      buckets.emplace_back();
-      filled = 0;
-    }
-    buckets.back().push_back(k);
-    filled += parameters[k]->grad.bytes();
-  }
-  return buckets;
+  std::vector<int64_t> gradientBytes;
+  for (const Parameter* p : parameters) gradientBytes.push_back(p->grad.bytes());
+  return gradientBuckets(gradientBytes, bytes);
 }
 
 void GradientReducer::startBuckets() {

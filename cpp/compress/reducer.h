@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "compress/compressor.h"
+#include "compress/traffic.h"
 
 namespace accordion {
 
@@ -47,13 +48,9 @@ struct ReducerOptions {
   int64_t bucketBytes = 0;
 };
 
-// A step's exchange in buckets, overlapped with backward (compress/bucket_exchange.h): the
-// parameters in reverse order, each bucket closed once it holds at least `bytes` of gradients (so
-// it overshoots by at most its last parameter), the first at kFirstBucketBytes when `bytes` is
-// larger: PyTorch DDP's rule, so that the exchange starts as soon as backward has begun. Exchanging
-// a bucket is exactly reduce() on its parameters, so bucketing changes no number but the order in
-// which the collectives sum.
-constexpr int64_t kFirstBucketBytes = int64_t{1} << 20;
+// A step's exchange in buckets, overlapped with backward (compress/bucket_exchange.h), by
+// compress/traffic.h's rule over the parameters' gradients. Exchanging a bucket is exactly reduce()
+// on its parameters, so bucketing changes no number but the order in which the collectives sum.
 std::vector<std::vector<size_t>> gradientBuckets(const std::vector<Parameter*>& parameters, int64_t bytes);
 
 struct ReduceResult {

@@ -16,12 +16,8 @@ void TopKCompressor::checkLevel(double level, const std::string& where) const {
     throw invalidArgument(where + ": a TopK ratio must lie in (0, 1] (or be 0: dense, -1: dense in bf16), got " + std::to_string(level));
 }
 
-int64_t TopKCompressor::count(double ratio, int64_t numel) {
-  return std::max<int64_t>(1, static_cast<int64_t>(std::floor(ratio * static_cast<double>(numel))));
-}
-
 int64_t TopKCompressor::floats(int64_t rows, int64_t cols, double level, int world) const {
-  return 2 * count(level, rows * cols) * world;
+  return 2 * topkCount(level, rows * cols) * world;
 }
 
 void TopKCompressor::exchange(const std::vector<MatrixView>& views, TimedGroup& group) {
@@ -29,7 +25,7 @@ void TopKCompressor::exchange(const std::vector<MatrixView>& views, TimedGroup& 
   std::vector<TopKTensor> tensors;
   int64_t perWorker = 0;
   for (const MatrixView& v : views) {
-    const int64_t n = v.parameter->grad.numel(), s = count(v.level, n);
+    const int64_t n = v.parameter->grad.numel(), s = topkCount(v.level, n);
     tensors.push_back({v.parameter->grad.data(), memory_[v.index].data(), nullptr, n, s, perWorker});
     perWorker += 2 * s;
   }
@@ -77,7 +73,7 @@ void TopKCompressor::gatherRounded(const std::vector<TopKTensor>& tensors, int64
 }
 
 std::function<void()> TopKCompressor::compressOnce(const MatrixView& v, Tensor& g, Tensor& residual) {
-  const int64_t numel = g.numel(), s = count(v.level, numel);
+  const int64_t numel = g.numel(), s = topkCount(v.level, numel);
   Tensor send = backend_.empty({2 * s});
   return [this, t = std::vector<TopKTensor>{{g.data(), residual.data(), send.data(), numel, s, 0}}, send] { kernels_.topKSelect(t); };
 }

@@ -5,6 +5,7 @@
 // in a second all-gather; what rounding a value loses joins the error memory at its index.
 #pragma once
 #include "compress/compressor.h"
+#include "compress/traffic.h"
 
 namespace accordion {
 
@@ -13,17 +14,14 @@ class TopKCompressor : public ErrorFeedbackCompressor {
   TopKCompressor(const std::vector<Parameter*>& parameters, double level, Precision sent, Backend& backend);
   Compressor kind() const override { return Compressor::TopK; }
   void checkLevel(double level, const std::string& where) const override;
-  bool compresses(int64_t, int64_t, double) const override { return true; }
   int64_t floats(int64_t rows, int64_t cols, double level, int world) const override;
   int64_t bytes(int64_t rows, int64_t cols, double level, int world) const override {
-    return count(level, rows * cols) * world * (4 + bytesPerValue(sent_));
+    return topkCount(level, rows * cols) * world * (4 + bytesPerValue(sent_));
   }
   void exchange(const std::vector<MatrixView>& matrices, TimedGroup& group) override;
 
  private:
   std::function<void()> compressOnce(const MatrixView& view, Tensor& g, Tensor& residual) override;
-  // s = max(1, ⌊K·numel⌋)
-  static int64_t count(double ratio, int64_t numel);
 
   // The values of the pairs apart from their indices, rounded, with their rounding error fed back;
   // `gathered` (the pairs of every worker, as the fp32 all-gather lays them out) put together again.

@@ -4,6 +4,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "compress/traffic.h"
 #include "core/cuda.h"
 #include "ops/cpu_bf16.h"
 #include "ops/cpu_compression_kernels.h"
@@ -120,6 +121,47 @@ Napi::Value roundTo(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// exchangeTraffic(shapes: number[][], { compressor, levels: number[], bucketBytes, commDtype,
+// minCompressionRate }) → { dense, denseBf16, powerSgdP, powerSgdQ, topkPairs }[]: per bucket, in the
+// order they travel, the bytes one worker hands to each collective (compress/traffic.h).
+Napi::Value exchangeTraffic(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsArray() || !info[1].IsObject()) throw typeError(env, "expected (shapes, options)");
+  Napi::Array shapes = info[0].As<Napi::Array>();
+  Napi::Object o = info[1].As<Napi::Object>();
+  TrafficQuery q;
+  q.compressor = parseCompressor(stringOption(o, "compressor"));
+  q.bucketBytes = intOption(o, "bucketBytes", 0, kMaxSafeInteger);
+  q.sent = parsePrecision(stringOption(o, "commDtype"));
+  q.minCompressionRate = numberOption(o, "minCompressionRate");
+  if (!(q.minCompressionRate >= 0)) throw rangeError(env, "option 'minCompressionRate' must be ≥ 0");
+  Napi::Value levels = o.Get("levels");
+  if (!levels.IsArray() || levels.As<Napi::Array>().Length() != shapes.Length())
+    throw typeError(env, "option 'levels' must hold one level per shape (" + std::to_string(shapes.Length()) + ")");
+  for (uint32_t i = 0; i < shapes.Length(); ++i) {
+    const std::string what = "shapes[" + std::to_string(i) + "]";
+    q.shapes.push_back(shapeArg(env, shapes.Get(i), what.c_str()));
+    for (int64_t d : q.shapes.back())
+      if (d < 1) throw rangeError(env, what + " " + shapeString(q.shapes.back()) + " has a dimension below 1");
+    Napi::Value level = levels.As<Napi::Array>().Get(i);
+    if (!level.IsNumber() || !std::isfinite(level.As<Napi::Number>().DoubleValue()))
+      throw typeError(env, "levels[" + std::to_string(i) + "] must be a finite number");
+    q.levels.push_back(level.As<Napi::Number>().DoubleValue());
+  }
+  const std::vector<BucketTraffic> traffic = exchangeTraffic(q);
+  Napi::Array out = Napi::Array::New(env, traffic.size());
+  for (size_t b = 0; b < traffic.size(); ++b) {
+    Napi::Object t = Napi::Object::New(env);
+    t.Set("dense", static_cast<double>(traffic[b].dense));
+    t.Set("denseBf16", static_cast<double>(traffic[b].denseBf16));
+    t.Set("powerSgdP", static_cast<double>(traffic[b].powerSgdP));
+    t.Set("powerSgdQ", static_cast<double>(traffic[b].powerSgdQ));
+    t.Set("topkPairs", static_cast<double>(traffic[b].topkPairs));
+    out.Set(static_cast<uint32_t>(b), t);
+  }
+  return out;
+}
+
 // checkDevice("cpu" | "cuda" | "cuda:N"): throws, with the cause's code, unless a model can run there.
 Napi::Value checkDevice(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -162,6 +204,7 @@ static Napi::Object defineExports(Napi::Env env, Napi::Object exports) {
   exports.Set("deviceQuery", Napi::Function::New(env, guarded<deviceQuery>));
   exports.Set("checkDevice", Napi::Function::New(env, guarded<checkDevice>));
   exports.Set("setThreads", Napi::Function::New(env, guarded<setThreads>));
+  exports.Set("exchangeTraffic", Napi::Function::New(env, guarded<exchangeTraffic>));
   // Tools of the tests and benchmarks, apart from the library's classes: ts/testing.ts
   // (accordion-engine/testing) is their only door.
   Napi::Object testing = Napi::Object::New(env);

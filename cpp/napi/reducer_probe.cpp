@@ -102,7 +102,8 @@ size_t ReducerProbeWrap::parameterArg(const Napi::CallbackInfo& info, size_t ind
   return static_cast<size_t>(intArg(info, index, "parameter", 0, static_cast<int64_t>(parameters_[0].size()) - 1));
 }
 
-// step(grads: Float32Array[][] indexed [worker][parameter]) → { outputs: Float32Array[][], floatsSent, bytesSent }
+// step(grads: Float32Array[][] indexed [worker][parameter]) → { outputs: Float32Array[][], floatsSent, bytesSent,
+//   collectiveBytes: Float64Array (worker 0's collectives in the order they ran: the bytes it sent) }
 Napi::Value ReducerProbeWrap::step(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const size_t workers = reducers_.size();
@@ -160,6 +161,9 @@ Napi::Value ReducerProbeWrap::step(const Napi::CallbackInfo& info) {
   out.Set("outputs", outputs);
   out.Set("floatsSent", static_cast<double>(results[0].floatsSent));
   out.Set("bytesSent", static_cast<double>(results[0].bytesSent));
+  std::vector<double> collectives;
+  for (const CollectiveTime& c : results[0].collectives) collectives.push_back(c.bytes);
+  out.Set("collectiveBytes", float64Array(env, collectives));
   return out;
 }
 

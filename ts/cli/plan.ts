@@ -92,11 +92,10 @@ export async function planCommand(argv: string[]): Promise<number> {
     ({ shapes, work } = await measureStepWork(config, levels, { vocabulary }));
   }
 
-  const valueBytes = config.commDtype === 'fp32' ? 4 : 2;
   const bucketBytes = config.bucketMb * 2 ** 20;
   const rows: PlanRow[] = workers.map((w) => ({
     workers: w,
-    levels: levels.map((level) => ({ level, prediction: predictStep({ shapes, spec, level, valueBytes, bucketBytes }, work.get(level)!, w, link, algorithm) })),
+    levels: levels.map((level) => ({ level, prediction: predictStep({ shapes, spec, level, commDtype: config.commDtype, bucketBytes }, work.get(level)!, w, link, algorithm) })),
   }));
 
   const name = (level: number) => describeLevel(spec.kind, level);

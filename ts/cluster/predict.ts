@@ -11,8 +11,9 @@
  *    (W − 1)·(α + b/β);
  *  - broadcast of B bytes (rank 0's batch-norm statistics before each step; a binomial tree):
  *    ⌈log₂ W⌉·(α + B/β).
- * The exchange runs per bucket (the engine's buckets: reverse order, the first of 1 MiB): its dense
- * tensors in one all-reduce, PowerSGD's P and Q in one each, TopK's pairs in one all-gather; then the
+ * The exchange runs per bucket, as the engine answers for shapes and a level (binding.exchangeTraffic,
+ * from the rules it sends by): PowerSGD's P and Q in one all-reduce each, TopK's pairs in one
+ * all-gather, matrices sent dense in bf16 in one all-reduce, the dense tensors in one; then the
  * workers' agreement on finite gradients, an all-reduce of W floats. A step takes
  *  - the exchange after backward: broadcast + compute + compression + communication;
  *  - overlapped with backward: broadcast + max(compute + compression, forward + compression +
@@ -22,6 +23,8 @@
  * to back, compute the same on every worker (no waiting for a straggler).
  */
 import type { CompressionSpec } from '../config/compression.js';
+import type { CommDtype } from '../config/options.js';
+import { binding, type BucketTraffic } from '../native/binding.js';
 
 export type Algorithm = 'ring' | 'tree';
 
@@ -56,14 +59,6 @@ export function broadcastSeconds(bytes: number, workers: number, link: LinkModel
   return rounds(workers) * (link.latencySeconds + bytes / link.bytesPerSecond);
 }
 
-/** What one bucket of the exchange sends per worker, in bytes, by collective. */
-export interface BucketTraffic {
-  dense: number;
-  powerSgdP: number;
-  powerSgdQ: number;
-  topkPairs: number;
-}
-
 /** The exchange of a model at a level, as the engine buckets it. */
 export interface ExchangeShape {
   /** Parameter shapes, state_dict order. */
@@ -71,52 +66,16 @@ export interface ExchangeShape {
   spec: CompressionSpec;
   /** Every matrix's level (0: dense). */
   level: number;
-  /** Bytes of a value sent: 4 (fp32) or 2 (bf16, fp16); TopK's indices take 4. */
-  valueBytes: number;
-  /** Buckets of at most this many bytes of gradients; 0: everything after backward, one bucket. */
+  /** The precision values travel in (TopK's indices take 4 bytes). */
+  commDtype: CommDtype;
+  /** Buckets of at least this many bytes of gradients; 0: everything after backward, one bucket. */
   bucketBytes: number;
 }
 
-/** The first bucket's size when buckets are larger (the engine's kFirstBucketBytes). */
-const FIRST_BUCKET_BYTES = 1 << 20;
-
-/** Per bucket, in the order they travel, the bytes each collective sends per worker. */
+/** Per bucket, in the order they travel, the bytes each collective sends per worker: the engine's answer. */
 export function bucketTraffic(x: ExchangeShape): BucketTraffic[] {
-  const buckets: number[][] = [];
-  let filled = 0;
-  for (let k = x.shapes.length - 1; k >= 0; k--) {
-    const limit = buckets.length === 1 ? Math.min(x.bucketBytes, FIRST_BUCKET_BYTES) : x.bucketBytes;
-    if (buckets.length === 0 || (x.bucketBytes > 0 && filled >= limit)) {
-      buckets.push([]);
-      filled = 0;
-    }
-    buckets.at(-1)!.push(k);
-    filled += 4 * numel(x.shapes[k]!);
-  }
-  return buckets.map((bucket) => {
-    const t: BucketTraffic = { dense: 0, powerSgdP: 0, powerSgdQ: 0, topkPairs: 0 };
-    for (const k of bucket) {
-      const shape = x.shapes[k]!;
-      const size = numel(shape);
-      const rows = shape[0] ?? 1, cols = size / rows;
-      if (x.spec.kind === 'none' || x.level <= 0 || shape.length < 2) {
-        t.dense += size * x.valueBytes;
-      } else if (x.spec.kind === 'powersgd') {
-        const r = Math.min(x.level, rows, cols);
-        if ((rows + cols) * r * x.spec.minCompressionRate < rows * cols) {
-          t.powerSgdP += rows * r * x.valueBytes;
-          t.powerSgdQ += cols * r * x.valueBytes;
-        } else t.dense += size * x.valueBytes;
-      } else {
-        t.topkPairs += Math.max(1, Math.floor(x.level * size)) * (4 + x.valueBytes);
-      }
-    }
-    return t;
-  });
-}
-
-function numel(shape: readonly number[]): number {
-  return shape.reduce((a, b) => a * b, 1);
+  const { kind: compressor, minCompressionRate } = x.spec;
+  return binding.exchangeTraffic(x.shapes, { compressor, levels: x.shapes.map(() => x.level), bucketBytes: x.bucketBytes, commDtype: x.commDtype, minCompressionRate });
 }
 
 /** The seconds one step spends apart from the exchange's collectives, measured or given. */
@@ -152,7 +111,7 @@ export function predictStep(x: ExchangeShape, work: StepWork, workers: number, l
   let exchange = 0, collectives = 0;
   if (workers > 1) {
     for (const t of bucketTraffic(x)) {
-      for (const bytes of [t.dense, t.powerSgdP, t.powerSgdQ]) {
+      for (const bytes of [t.powerSgdP, t.powerSgdQ, t.denseBf16, t.dense]) {
         if (bytes > 0) collectives++;
         exchange += allReduceSeconds(bytes, workers, link, algorithm);
       }

@@ -4,6 +4,8 @@
  * compared with the kernel's counters in network.jsonl (compareWire).
  */
 import { UsageError } from '../base/errors.js';
+import type { CommDtype } from '../config/options.js';
+import { binding } from '../native/binding.js';
 import type { NetworkRecord } from './network-log.js';
 
 /** Bytes of Ethernet (14), IPv4 (20) and TCP (32, with timestamps) headers in front of each packet's payload. */
@@ -70,20 +72,17 @@ export function broadcastWireBytes(floats: number, hosts: number, procsPerHost: 
 
 /**
  * The exchange of `bytesSent` bytes of TopK steps: each step all-reduces the 1-D tensors and the
- * matrices at level 0 (dense), and all-gathers, of every other matrix i, s = max(1, ⌊ratios[i]·numel⌋)
- * pairs from each of the `workers`: a 4-byte index and a value (4 bytes, or 2 sent in bf16 or fp16).
- * Bytes that are not whole steps are an error in the accounting.
+ * matrices at level 0 (dense), and all-gathers every other matrix's pairs from each of the `workers`,
+ * as the engine answers for the shapes and each parameter's ratio (binding.exchangeTraffic). Bytes that
+ * are not whole steps are an error in the accounting.
  */
-export function topkExchange(parameters: { numel: number; matrix: boolean }[], ratios: number[], workers: number, bytesSent: number, commDtype?: string): Exchange {
-  const v = valueBytes(commDtype);
-  let dense = 0, gathered = 0;
-  parameters.forEach((p, i) => {
-    if (p.matrix && ratios[i]! > 0) gathered += (4 + v) * Math.max(1, Math.floor(ratios[i]! * p.numel)) * workers;
-    else dense += v * p.numel;
-  });
-  const steps = bytesSent / (dense + gathered);
-  if (!Number.isInteger(steps)) throw new Error(`${bytesSent} bytes are not whole TopK steps of ${dense} all-reduced + ${gathered} all-gathered bytes`);
-  return { ...allReduced(steps * dense, commDtype), allGatherBytes: steps * gathered };
+export function topkExchange(shapes: number[][], ratios: number[], workers: number, bytesSent: number, commDtype: CommDtype = 'fp32'): Exchange {
+  const [t] = binding.exchangeTraffic(shapes, { compressor: 'topk', levels: ratios, bucketBytes: 0, commDtype, minCompressionRate: 1 });
+  const { dense, denseBf16 } = t!, gathered = t!.topkPairs * workers;
+  const steps = bytesSent / (dense + denseBf16 + gathered);
+  if (!Number.isInteger(steps)) throw new Error(`${bytesSent} bytes are not whole TopK steps of ${dense + denseBf16} all-reduced + ${gathered} all-gathered bytes`);
+  const [a, b] = [allReduced(steps * dense, commDtype), allReduced(steps * denseBf16, 'bf16')];
+  return { allReduceBytes: a.allReduceBytes + b.allReduceBytes, splitReduceBytes: a.splitReduceBytes + b.splitReduceBytes, allGatherBytes: steps * gathered };
 }
 
 export interface WireComparison {

@@ -1,7 +1,7 @@
 /**
  * A run's compression as one typed value: the compressor, its static (or reference) level, Accordion's
- * low- and high-compression levels and automatic levels' candidates, with the arithmetic of a level
- * (how it reads, the floats one worker sends for a tensor at it, which collective carries it).
+ * low- and high-compression levels and automatic levels' candidates, and how a level reads and which
+ * collective carries it. What a level sends is the engine's answer (binding.exchangeTraffic).
  * A level is a PowerSGD rank or a TopK ratio; level 0 is dense; DENSE_BF16 is dense with the values
  * sent in bf16 and the rounding kept in the matrix's error memory.
  */
@@ -42,8 +42,6 @@ interface Kind {
   title: 'PowerSGD' | 'TopK';
   /** How a level is named: "rank 2", "ratio 0.1". */
   unit: 'rank' | 'ratio';
-  /** Floats one of `workers` sends in one step for a matrix of `rows` × `columns` at a level > 0. */
-  floats(rows: number, columns: number, level: number, workers: number, minCompressionRate: number): number;
   /** The collective that carries a compressed matrix: its bytes on a worker's link are share × floats × 4. */
   collective: 'all-reduce' | 'all-gather';
 }
@@ -52,18 +50,11 @@ const KINDS: Record<Exclude<CompressorName, 'none'>, Kind> = {
   powersgd: {
     title: 'PowerSGD',
     unit: 'rank',
-    // P (n × r) and Q (m × r), the rank clipped to min(n, m); dense where that saves too little.
-    floats: (n, m, level, _workers, rate) => {
-      const r = Math.min(level, n, m);
-      return (n + m) * r * rate < n * m ? (n + m) * r : n * m;
-    },
     collective: 'all-reduce',
   },
   topk: {
     title: 'TopK',
     unit: 'ratio',
-    // s = max(1, ⌊K·numel⌋) indices and values from each of the W workers (all-gathered).
-    floats: (n, m, level, workers) => 2 * Math.max(1, Math.floor(level * n * m)) * workers,
     collective: 'all-gather',
   },
 };
@@ -126,17 +117,6 @@ export function describeLevel(kind: CompressorName, level: number): string {
 /** The compressor's name with its unit: "PowerSGD rank", "TopK ratio". */
 export function levelTitle(kind: CompressorName): string {
   return kind === 'none' ? 'dense' : `${KINDS[kind].title} ${KINDS[kind].unit}`;
-}
-
-/**
- * Floats one of `workers` sends in one step for a tensor of `shape` at `level`: dense (a dense level,
- * a 1-D tensor or no compressor) its size; PowerSGD (n + m)·r with the weight viewed as n = shape[0]
- * rows of m = the rest; TopK 2·s·W.
- */
-export function floatsAtLevel(spec: CompressionSpec, shape: readonly number[], level: number, workers: number): number {
-  const numel = shape.reduce((a, b) => a * b, 1);
-  if (spec.kind === 'none' || isDense(level) || shape.length < 2) return numel;
-  return KINDS[spec.kind].floats(shape[0]!, numel / shape[0]!, level, workers, spec.minCompressionRate);
 }
 
 /** The collective that carries a tensor at `level`: dense tensors are all-reduced. */

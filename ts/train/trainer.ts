@@ -122,6 +122,7 @@ export class Trainer extends EventEmitter {
       topkRatio: config.topkRatio,
       parameterNames: this.model.parameters().map((p) => p.name),
       parameterSizes: this.model.parameters().map((p) => p.shape.reduce((a, b) => a * b, 1)),
+      parameterShapes: this.model.parameters().map((p) => p.shape),
       matrices: this.matrices,
       parameters: this.model.parameterCount(),
       trainSamples: this.task.trainSamples,
