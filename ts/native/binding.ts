@@ -19,39 +19,39 @@ export interface EngineOptions {
   classes: number;
   seed: number;
   /** 'cpu', 'cuda' or 'cuda:N'. */
-  device?: string;
+  device: string;
   /** GPU convolutions: 'fastest' or 'accurate' (no transform algorithms). */
-  convAlgorithms?: 'fastest' | 'accurate';
+  convAlgorithms: 'fastest' | 'accurate';
   learningRate: number;
   momentum: number;
   weightDecay: number;
   nesterov: boolean;
-  compressor?: CompressorName;
-  /** Initial level of every compressible parameter: PowerSGD rank or TopK ratio. */
+  compressor: CompressorName;
+  /** Initial level of every compressible parameter: PowerSGD rank or TopK ratio (required with a compressor). */
   level?: number;
-  compressionSeed?: number;
-  minCompressionRate?: number;
+  compressionSeed: number;
+  minCompressionRate: number;
   /** Precision of what the exchange sends: 'fp32', 'bf16' or 'fp16'. */
   commDtype: CommDtype;
   accumulateNorms?: boolean;
   /** Exchange gradients with the other workers of this group. */
   group?: NativeProcessGroup;
   frozenBatchNorm?: boolean;
-  /** With a group: every training step starts from rank 0's buffers (PyTorch DDP's broadcast_buffers; default true). */
-  broadcastBuffers?: boolean;
+  /** With a group: every training step starts from rank 0's buffers (PyTorch DDP's broadcast_buffers). */
+  broadcastBuffers: boolean;
   /** Vision models: the factor on every convolution's channels. */
   width: number;
   /** Convolutions and matrix products in 'fp32' or 'bf16' (CPU only). */
   precision: 'fp32' | 'bf16';
   /** Language model: hidden (= embedding) size, layers. */
-  hidden?: number;
-  layers?: number;
-  /** Dropout probability: the language model's (default 0.4) or VGG's classifier's (default 0.5). */
-  dropout?: number;
+  hidden: number;
+  layers: number;
+  /** Dropout probability: the language model's or VGG's classifier's. */
+  dropout: number;
   /** Keep a copy of each step's local gradients for gradients() (default false). */
   keepGradients?: boolean;
   /** Bytes of gradients per bucket of the overlapped exchange (0: after backward). */
-  bucketBytes?: number;
+  bucketBytes: number;
   /** The local gradients' global-norm clip before the exchange (0: none). */
   clipNorm: number;
   /** OpenMP threads of the engine's work (0: OpenMP's default). */
