@@ -42,8 +42,8 @@ describe('command line', function () {
     [['train', '--model', 'vgg19bn', '--eval-batch-size', '1000000000'], /option --eval-batch-size: .*memory/],
     [['train', '--model', 'lstm', '--data', '/nonexistent', '--hidden', '1000000'], /option --hidden: 1000000 with 2 layers.*memory/],
     [['train', '--model', 'lstm', '--data', '/nonexistent', '--hidden', '10000000'], /option --hidden: expected an integer from 1 to 1048576, got 10000000/],
-    [['launch', '--master-port', '70000', '--', '--model', 'resnet18'], /option --master-port: expected a TCP port from 1 to 65535, got '70000'/],
-    [['launch', '--master-port', '0', '--', '--model', 'resnet18'], /option --master-port: expected a TCP port/],
+    [['launch', '--master-port', '70000', '--', '--model', 'resnet18'], /option --master-port: expected an integer from 1 to 65535, got 70000/],
+    [['launch', '--master-port', '0', '--', '--model', 'resnet18'], /option --master-port: expected an integer from 1 to 65535, got 0/],
   ];
   for (const [args, message] of usageCases) {
     it(`exits 2 naming the problem: ${args.join(' ')}`, function () {

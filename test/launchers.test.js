@@ -514,6 +514,6 @@ describe('launchers: accordion launch --max-restarts', function () {
     expect(r.stderr).to.include('--max-restarts restarts the job of one node');
     r = run(['--max-restarts', 'two']);
     expect(r.status).to.equal(2);
-    expect(r.stderr).to.include("option --max-restarts: expected a non-negative integer, got 'two'");
+    expect(r.stderr).to.include("option --max-restarts: expected an integer, got 'two'");
   });
 });

@@ -130,8 +130,8 @@ describe('accordion plan', function () {
     });
 
     const bad = [
-      [['--algorithm', 'mesh'], /option --algorithm: ring or tree, got 'mesh'/],
-      [['--workers', '1,2'], /option --workers: worker counts are integers of at least 2/],
+      [['--algorithm', 'mesh'], /option --algorithm: expected one of ring, tree, got 'mesh'/],
+      [['--workers', '1,2'], /option --workers: expected a non-empty list of integers ≥ 2, got 1,2/],
       [['--compute-seconds', '1', '--forward-seconds', '0.2', '--compression-seconds', '0.1'], /option --compression-seconds: one per level of 1, 2, 4, 8, got 1/],
       [['--compute-seconds', '1'], /option --forward-seconds: give it with --compute-seconds/],
       [['--bandwidth', 'fast'], /option --bandwidth: expected a rate/],

@@ -1,6 +1,7 @@
 /**
  * The training options on the command line and in config files, read by the option table
- * (config/options.ts): the parser, the config-file reader and `accordion train --help`.
+ * (config/options.ts): the parser, the config-file reader and `accordion train --help`; the values'
+ * parser and the help's lines serve the other commands' tables too (wrapper-args.ts).
  */
 import { readFileSync } from 'node:fs';
 import { UsageError } from '../base/errors.js';
@@ -20,7 +21,7 @@ const ALL: [Key, OptionSpec][] = [...OPTION_KEYS.map((k): [Key, OptionSpec] => [
 export type TrainArgs = Partial<TrainConfig> & { text?: string; config?: string; help?: boolean };
 
 /** One value from its text (a flag's argument, or a config file's value as text). */
-function parseValue(spec: OptionSpec, raw: string): unknown {
+export function parseValue(spec: OptionSpec, raw: string): unknown {
   const bad = (what: string) => new UsageError(`option ${spec.flag}: ${what}, got '${raw}'`);
   switch (spec.type) {
     case 'int': {
@@ -111,12 +112,15 @@ export function helpDefault(spec: OptionSpec): string | undefined {
   return [show(spec.default), presets.join(', ')].filter(Boolean).join('; ');
 }
 
+/** An option's line in a command's help: flag, value, help, choices and default. */
+export function optionLine(spec: OptionSpec): string {
+  const name = spec.value ?? (spec.type === 'ints' || spec.type === 'numbers' ? 'A,B' : spec.type === 'string' ? 'VALUE' : 'N');
+  const value = spec.type === 'flag' ? '' : ` ${name}`;
+  const choices = spec.choices ? ` [${spec.choices.join('|')}]` : '';
+  const dflt = helpDefault(spec);
+  return `  ${(spec.flag + value).padEnd(26)} ${spec.help}${choices}${dflt ? ` (default: ${dflt})` : ''}`;
+}
+
 export function trainHelp(): string {
-  const lines = ALL.map(([, spec]) => {
-    const value = spec.type === 'flag' ? '' : ` ${spec.type === 'ints' || spec.type === 'numbers' ? 'A,B' : spec.type === 'string' ? 'VALUE' : 'N'}`;
-    const choices = spec.choices ? ` [${spec.choices.join('|')}]` : '';
-    const dflt = helpDefault(spec);
-    return `  ${(spec.flag + value).padEnd(26)} ${spec.help}${choices}${dflt ? ` (default: ${dflt})` : ''}`;
-  });
-  return ['Usage: accordion train --model resnet18|vgg19bn|lstm [options]', '', 'Options:', ...lines].join('\n');
+  return ['Usage: accordion train --model resnet18|vgg19bn|lstm [options]', '', 'Options:', ...ALL.map(([, spec]) => optionLine(spec))].join('\n');
 }

@@ -12,20 +12,20 @@ import { launch } from '../cluster/launch.js';
 import { resolveCheckpointDir } from '../train/checkpoint.js';
 import { checkRunDir } from '../train/rundir.js';
 import { parseTrainArgs } from './args.js';
-import { parseWrapperArgs, wrapperHelp, type WrapperOption } from './wrapper-args.js';
+import { parseWrapperArgs, wrapperHelp, type CommandOptions } from './wrapper-args.js';
 
 /** The command-line program every worker runs (`node lib/cli.js train …`). */
 export const CLI_PATH = fileURLToPath(new URL('../cli.js', import.meta.url));
 
-const LAUNCH_OPTIONS: WrapperOption[] = [
-  { flag: '--nproc-per-node', value: 'N', help: 'worker processes on this node', dflt: '1' },
-  { flag: '--nnodes', value: 'N', help: 'nodes in the job', dflt: '1' },
-  { flag: '--node-rank', value: 'N', help: "this node's index", dflt: '0' },
-  { flag: '--master-addr', value: 'VALUE', help: "node 0's address (the store listens there)", dflt: DEFAULT_MASTER_ADDR },
-  { flag: '--master-port', value: 'N', help: "the store's port", dflt: String(DEFAULT_MASTER_PORT) },
-  { flag: '--token', value: 'VALUE', help: 'job token shared by all nodes (default: ACCORDION_JOB_TOKEN, or random for one node)', dflt: '' },
-  { flag: '--max-restarts', value: 'N', help: "restarts of the whole job after a worker fails, each from the run's last checkpoint (one node)", dflt: '0' },
-];
+const LAUNCH_OPTIONS = {
+  nprocPerNode: { flag: '--nproc-per-node', type: 'int', min: 1, default: 1, help: 'worker processes on this node' },
+  nnodes: { flag: '--nnodes', type: 'int', min: 1, default: 1, help: 'nodes in the job' },
+  nodeRank: { flag: '--node-rank', type: 'int', min: 0, default: 0, help: "this node's index" },
+  masterAddr: { flag: '--master-addr', type: 'string', default: DEFAULT_MASTER_ADDR, help: "node 0's address (the store listens there)" },
+  masterPort: { flag: '--master-port', type: 'int', min: 1, max: 65535, default: DEFAULT_MASTER_PORT, help: "the store's port" },
+  token: { flag: '--token', type: 'string', default: '', help: 'job token shared by all nodes (default: ACCORDION_JOB_TOKEN, or random for one node)' },
+  maxRestarts: { flag: '--max-restarts', type: 'int', min: 0, default: 0, help: "restarts of the whole job after a worker fails, each from the run's last checkpoint (one node)" },
+} as const satisfies CommandOptions;
 
 /** Runs the training command once per worker through the launcher and returns its exit code. */
 export async function runLaunch(options: {
@@ -119,22 +119,5 @@ export async function launchCommand(argv: string[]): Promise<number> {
     process.stdout.write(wrapperHelp('launch', [], LAUNCH_OPTIONS, '--nproc-per-node 4 -- --model resnet18 --compressor powersgd') + '\n');
     return 0;
   }
-  const { values, trainArgs } = own;
-  const count = (flag: string) => {
-    const raw = values.get(flag)!;
-    if (!/^\d+$/.test(raw)) throw new UsageError(`option ${flag}: expected a non-negative integer, got '${raw}'`);
-    return Number(raw);
-  };
-  const masterPort = count('--master-port');
-  if (!(masterPort >= 1 && masterPort <= 65535)) throw new UsageError(`option --master-port: expected a TCP port from 1 to 65535, got '${values.get('--master-port')}'`);
-  return runLaunch({
-    nprocPerNode: count('--nproc-per-node'),
-    nnodes: count('--nnodes'),
-    nodeRank: count('--node-rank'),
-    masterAddr: values.get('--master-addr')!,
-    masterPort,
-    token: values.get('--token')!,
-    maxRestarts: count('--max-restarts'),
-    trainArgs,
-  });
+  return runLaunch({ ...own.values, trainArgs: own.trainArgs });
 }

@@ -14,24 +14,24 @@ import { writeFileAtomicAsync } from '../base/files.js';
 import { renderPlanChart } from '../report/plan-chart.js';
 import { resolveConfig } from '../train/config.js';
 import { parseTrainArgs } from './args.js';
-import { parseWrapperArgs, wrapperHelp, type WrapperOption } from './wrapper-args.js';
+import { parseWrapperArgs, wrapperHelp, type CommandOptions } from './wrapper-args.js';
 
 /** TCP's payload in a full Ethernet frame with timestamps: 1,448 of 1,514 bytes. */
 export const PAYLOAD_FRACTION = 1448 / 1514;
 
-const PLAN_OPTIONS: WrapperOption[] = [
-  { flag: '--workers', value: 'LIST', help: 'worker counts to predict', dflt: '2,4,8,16,32,64,128,256,512,1024' },
-  { flag: '--bandwidth', value: 'RATE', help: "each worker's link: bit, kbit, mbit, gbit (payload: 1448/1514 of it)", dflt: '1gbit' },
-  { flag: '--latency', value: 'TIME', help: 'seconds of a message that carries nothing: us, ms, s', dflt: '50us' },
-  { flag: '--algorithm', value: 'ring|tree', help: "the all-reduce's algorithm: a ring (Gloo, NCCL's ring) or a pipelined binary tree (NCCL's trees)", dflt: 'ring' },
-  { flag: '--levels', value: 'LIST', help: "levels to predict besides dense: PowerSGD ranks or TopK ratios (default: --auto-ranks or --auto-ratios and the reference)", dflt: '' },
-  { flag: '--compute-seconds', value: 'S', help: "a step's forward, backward and update, instead of measuring it here", dflt: '' },
-  { flag: '--forward-seconds', value: 'S', help: 'its forward alone (with --compute-seconds)', dflt: '' },
-  { flag: '--compression-seconds', value: 'LIST', help: "each level's compression kernels per step, in --levels' order (with --compute-seconds)", dflt: '' },
-  { flag: '--vocabulary', value: 'N', help: "lstm: the vocabulary's size", dflt: '33278' },
-  { flag: '--json', value: 'FILE', help: 'write the prediction as JSON', dflt: '' },
-  { flag: '--html', value: 'FILE', help: 'write a chart of seconds per step against workers', dflt: '' },
-];
+const PLAN_OPTIONS = {
+  workers: { flag: '--workers', type: 'ints', min: 2, nonEmpty: true, default: [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], help: 'worker counts to predict' },
+  bandwidth: { flag: '--bandwidth', type: 'string', value: 'RATE', default: '1gbit', help: "each worker's link: bit, kbit, mbit, gbit (payload: 1448/1514 of it)" },
+  latency: { flag: '--latency', type: 'string', value: 'TIME', default: '50us', help: 'seconds of a message that carries nothing: us, ms, s' },
+  algorithm: { flag: '--algorithm', type: 'string', choices: ['ring', 'tree'], default: 'ring', help: "the all-reduce's algorithm: a ring (Gloo, NCCL's ring) or a pipelined binary tree (NCCL's trees)" },
+  levels: { flag: '--levels', type: 'numbers', above: 0, help: 'levels to predict besides dense: PowerSGD ranks or TopK ratios (default: --auto-ranks or --auto-ratios and the reference)' },
+  computeSeconds: { flag: '--compute-seconds', type: 'number', value: 'S', above: 0, help: "a step's forward, backward and update, instead of measuring it here" },
+  forwardSeconds: { flag: '--forward-seconds', type: 'number', value: 'S', above: 0, help: 'its forward alone (with --compute-seconds)' },
+  compressionSeconds: { flag: '--compression-seconds', type: 'numbers', min: 0, help: "each level's compression kernels per step, in --levels' order (with --compute-seconds)" },
+  vocabulary: { flag: '--vocabulary', type: 'int', min: 1, default: 33278, help: "lstm: the vocabulary's size" },
+  json: { flag: '--json', type: 'string', value: 'FILE', help: 'write the prediction as JSON' },
+  html: { flag: '--html', type: 'string', value: 'FILE', help: 'write a chart of seconds per step against workers' },
+} as const satisfies CommandOptions;
 
 const ABOUT = [
   'Predicts seconds per step on a cluster: α-β models of the collectives the exchange runs (all-reduce',
@@ -41,51 +41,31 @@ const ABOUT = [
   'batch (or given). Assumed: every link alike and full duplex, no straggler, collectives back to back.',
 ];
 
-function positiveNumber(flag: string, raw: string): number {
-  const v = Number(raw);
-  if (raw.trim() === '' || !(v > 0) || !Number.isFinite(v)) throw new UsageError(`option ${flag}: expected a positive number, got '${raw}'`);
-  return v;
-}
-
-function numberList(flag: string, raw: string): number[] {
-  return raw.split(',').map((part) => {
-    const v = Number(part);
-    if (part.trim() === '' || !Number.isFinite(v) || v < 0) throw new UsageError(`option ${flag}: expected comma-separated non-negative numbers, got '${raw}'`);
-    return v;
-  });
-}
-
 export async function planCommand(argv: string[]): Promise<number> {
   const own = parseWrapperArgs('plan', argv, PLAN_OPTIONS);
   if (!own) {
     process.stdout.write(wrapperHelp('plan', ABOUT, PLAN_OPTIONS, '--bandwidth 10gbit --latency 20us -- --model resnet18 --compressor powersgd') + '\n');
     return 0;
   }
-  const { values: raw, trainArgs } = own;
+  const { values: o, trainArgs } = own;
   const config = resolveConfig(parseTrainArgs(trainArgs) as Parameters<typeof resolveConfig>[0]);
   const spec = compressionSpec(config);
-  const workers = numberList('--workers', raw.get('--workers')!);
-  if (workers.some((w) => !Number.isInteger(w) || w < 2)) throw new UsageError(`option --workers: worker counts are integers of at least 2, got '${raw.get('--workers')}'`);
-  const link: LinkModel = { bytesPerSecond: (parseBandwidth(raw.get('--bandwidth')!) / 8) * PAYLOAD_FRACTION, latencySeconds: parseLatency(raw.get('--latency')!) };
-  const algorithm = raw.get('--algorithm')!;
-  if (algorithm !== 'ring' && algorithm !== 'tree') throw new UsageError(`option --algorithm: ring or tree, got '${algorithm}'`);
-  const given = raw.get('--levels')!;
-  const compressed = spec.kind === 'none' ? [] : given ? numberList('--levels', given) : spec.candidates.filter((l) => l > 0);
-  const levels = [0, ...compressed.filter((l) => l > 0)];
-  const vocabulary = positiveNumber('--vocabulary', raw.get('--vocabulary')!);
+  const { workers, algorithm, vocabulary } = o;
+  const link: LinkModel = { bytesPerSecond: (parseBandwidth(o.bandwidth) / 8) * PAYLOAD_FRACTION, latencySeconds: parseLatency(o.latency) };
+  const compressed = spec.kind === 'none' ? [] : (o.levels ?? spec.candidates.filter((l) => l > 0));
+  const levels = [0, ...compressed];
 
   let shapes: number[][];
   let work: Map<number, StepWork>;
-  const computeGiven = raw.get('--compute-seconds')!;
-  if (computeGiven) {
+  const computeGiven = o.computeSeconds !== undefined;
+  if (o.computeSeconds !== undefined) {
     const layout = await modelLayout(config, vocabulary);
     shapes = layout.shapes;
-    const forward = raw.get('--forward-seconds')!;
-    if (!forward) throw new UsageError('option --forward-seconds: give it with --compute-seconds');
-    const kernels = raw.get('--compression-seconds') ? numberList('--compression-seconds', raw.get('--compression-seconds')!) : [];
+    if (o.forwardSeconds === undefined) throw new UsageError('option --forward-seconds: give it with --compute-seconds');
+    const kernels = o.compressionSeconds ?? [];
     if (kernels.length !== compressed.length)
       throw new UsageError(`option --compression-seconds: one per level of ${compressed.join(', ') || '(none)'}, got ${kernels.length}`);
-    const base = { computeSeconds: positiveNumber('--compute-seconds', computeGiven), forwardSeconds: positiveNumber('--forward-seconds', forward), broadcastFloats: layout.broadcastFloats };
+    const base = { computeSeconds: o.computeSeconds, forwardSeconds: o.forwardSeconds, broadcastFloats: layout.broadcastFloats };
     work = new Map(levels.map((level, k) => [level, { ...base, compressionSeconds: k === 0 ? 0 : kernels[k - 1]! }]));
   } else {
     process.stderr.write(`accordion plan: measuring ${config.model}'s step at batch ${config.batchSize} on this machine…\n`);
@@ -118,10 +98,8 @@ export async function planCommand(argv: string[]): Promise<number> {
   ];
   process.stdout.write(out.join('\n') + '\n');
   const result = { model: config.model, batchSize: config.batchSize, commDtype: config.commDtype, compressor: spec.kind, algorithm, link, work: Object.fromEntries(work), rows };
-  const json = raw.get('--json')!;
-  if (json) await writeFileAtomicAsync(json, [JSON.stringify(result, null, 2) + '\n'], DataError);
-  const html = raw.get('--html')!;
-  if (html) await writeFileAtomicAsync(html, [renderPlanChart(`${config.model}: seconds per step against workers (${formatRate(8 * link.bytesPerSecond / PAYLOAD_FRACTION)}, ${algorithm})`, rows, name)], DataError);
+  if (o.json) await writeFileAtomicAsync(o.json, [JSON.stringify(result, null, 2) + '\n'], DataError);
+  if (o.html) await writeFileAtomicAsync(o.html, [renderPlanChart(`${config.model}: seconds per step against workers (${formatRate(8 * link.bytesPerSecond / PAYLOAD_FRACTION)}, ${algorithm})`, rows, name)], DataError);
   return 0;
 }
 

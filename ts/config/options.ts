@@ -112,6 +112,8 @@ export interface OptionSpec {
   negate?: boolean;
   /** The option's name in Model.create, where it is one of the model's options there too. */
   modelKey?: string;
+  /** How the help names the value (N, A,B or VALUE by the type when absent): RATE, TIME, CIDR. */
+  value?: string;
 }
 
 /** Node's timers (and so every deadline of the rendezvous and collectives) hold at most 2^31 − 1 ms. */
@@ -310,7 +312,9 @@ export function describeBound(spec: OptionSpec): string {
           ? 'a positive integer'
           : spec.min === 0
             ? 'a non-negative integer'
-            : 'an integer';
+            : spec.min !== undefined
+              ? `an integer ≥ ${spec.min}`
+              : 'an integer';
   else if (spec.above !== undefined && spec.max !== undefined) one = `a number in (${spec.above}, ${spec.max}]`;
   else if (spec.min !== undefined && spec.below !== undefined) one = `a number in [${spec.min}, ${spec.below})`;
   else if (spec.above !== undefined) one = `a number > ${spec.above}`;
