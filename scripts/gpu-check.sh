@@ -3,7 +3,7 @@
 # machine (35 s to start a cold one), all of them within 20 minutes so that a fix and a second run
 # fit in 30. Stages can share one command while the machine stays warm (`bash scripts/gpu-check.sh
 # suite; bash scripts/gpu-check.sh sanitizer`): each appends its own rows. First run on an H200 on
-# 2026-11-26 (bench/results/gpu-2026-11-26.md).
+# 2026-11-26 (bench/results/gpu.md).
 #
 #   scripts/gpu-check.sh [plan]     the GPU-machine commands in order, with the minutes each is expected to take
 #   scripts/gpu-check.sh STAGE      one stage, under `timeout` (its limit is in the plan):

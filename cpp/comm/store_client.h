@@ -1,5 +1,5 @@
 // Client of the job's rendezvous store: a small TCP key-value store hosted by the launcher or rank 0
-// (ts/dist/store.ts is the server). Used to exchange Gloo addresses.
+// (ts/comm/store.ts is the server). Used to exchange Gloo addresses.
 //
 // Wire format, little-endian: request = u8 op, u32 key length, key, u32 value length, value;
 // response = u8 status (0 ok, 1 error, 2 timeout), u32 length, payload.

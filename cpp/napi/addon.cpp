@@ -111,7 +111,7 @@ Napi::Value orthogonalize(const Napi::CallbackInfo& info) {
 }
 
 // roundTo(values: Float32Array, commDtype: 'fp32' | 'bf16' | 'fp16') → Float32Array: each value
-// rounded as the exchange rounds what it sends (comm/precision.h), and widened back.
+// rounded as the exchange rounds what it sends (core/precision.h), and widened back.
 Napi::Value roundTo(const Napi::CallbackInfo& info) {
   Napi::Float32Array in = float32Arg(info, 0, "values");
   if (!info[1].IsString()) throw typeError(info.Env(), "commDtype must be a string");

@@ -5,7 +5,7 @@
  * the job's token, so a stranger on the port is refused: before that it may send only one small
  * request, within a few seconds, and only a few such connections are kept at once.
  *
- * Wire format (little-endian), shared with cpp/store_client.cpp:
+ * Wire format (little-endian), shared with cpp/comm/store_client.cpp:
  *   request  = u8 op, u32 key length, key, u32 value length, value
  *   response = u8 status (0 ok, 1 error, 2 timeout), u32 length, payload
  *   ops: 0 hello (key = token), 1 set, 2 get (value = u32 timeout ms; waits for the key),

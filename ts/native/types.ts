@@ -2,6 +2,10 @@
  * The plain values the addon takes and returns (options, results, build and device information):
  * data only, with no behaviour; ts/native/binding.ts, the seam itself, re-exports them.
  */
+import type { CommDtype, CompressorName } from '../config/options.js';
+
+export type { CommDtype, CompressorName };
+
 /**
  * What compressing one weight matrix's epoch gradient sum G at one level costs: the relative error
  * ‖G − C(G)‖ / ‖G‖ of one worker's compression from fresh state, the floats sent per step, and the
@@ -110,8 +114,6 @@ export interface CollectiveCounts {
   bytes: number;
 }
 
-export type CompressorName = 'none' | 'powersgd' | 'topk';
-export type CommDtype = 'fp32' | 'bf16' | 'fp16';
 
 export interface StateEntry {
   name: string;
