@@ -45,7 +45,7 @@ describe("resume from the run's own configuration", function () {
   });
   after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
-  it("the README's `--resume RUN_DIR` alone finishes the run as the uninterrupted one did, bit for bit", () => {
+  it("the README's and docs/training.md's `--resume RUN_DIR` alone finishes the run as the uninterrupted one did, bit for bit", () => {
     const run = stoppedAfterOne('as-written');
     const r = cli(['--resume', run]);
     expect(r.code, r.stderr).to.equal(0);

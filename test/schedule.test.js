@@ -20,7 +20,7 @@ describe('learning-rate schedule', function () {
     expect(learningRateForEpoch(1, noWarmup)).to.be.closeTo(0.4, 1e-12);
   });
 
-  it("the README's table of the default schedule (lr 0.05, 4 workers), epochs counted from 1", function () {
+  it("docs/training.md's account of the default schedule (lr 0.05, 4 workers), epochs counted from 1", function () {
     const defaults = { base: 0.05, workers: 4, warmupEpochs: 5, milestones: [150, 250], decay: 0.1 };
     const readme = [[1, 0.05], [2, 0.05], [3, 0.08], [4, 0.11], [5, 0.14], [6, 0.17], [7, 0.2], [152, 0.2], [153, 0.02], [252, 0.02], [253, 0.002], [300, 0.002]];
     for (const [epoch, lr] of readme) expect(learningRateForEpoch(epoch - 1, defaults), `epoch ${epoch}`).to.be.closeTo(lr, 1e-12);

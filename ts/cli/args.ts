@@ -112,15 +112,24 @@ export function helpDefault(spec: OptionSpec): string | undefined {
   return [show(spec.default), presets.join(', ')].filter(Boolean).join('; ');
 }
 
+/** How an option is written with its value: "--lr N", "--milestones A,B", "--quiet". */
+export function optionUsage(spec: OptionSpec): string {
+  const name = spec.value ?? (spec.type === 'ints' || spec.type === 'numbers' ? 'A,B' : spec.type === 'string' ? 'VALUE' : 'N');
+  return spec.type === 'flag' ? spec.flag : `${spec.flag} ${name}`;
+}
+
 /** An option's line in a command's help: flag, value, help, choices and default. */
 export function optionLine(spec: OptionSpec): string {
-  const name = spec.value ?? (spec.type === 'ints' || spec.type === 'numbers' ? 'A,B' : spec.type === 'string' ? 'VALUE' : 'N');
-  const value = spec.type === 'flag' ? '' : ` ${name}`;
   const choices = spec.choices ? ` [${spec.choices.join('|')}]` : '';
   const dflt = helpDefault(spec);
-  return `  ${(spec.flag + value).padEnd(26)} ${spec.help}${choices}${dflt ? ` (default: ${dflt})` : ''}`;
+  return `  ${optionUsage(spec).padEnd(26)} ${spec.help}${choices}${dflt ? ` (default: ${dflt})` : ''}`;
+}
+
+/** `accordion train`'s options, in the help's order: the option table's, then the command line's own. */
+export function trainOptions(): OptionSpec[] {
+  return ALL.map(([, spec]) => spec);
 }
 
 export function trainHelp(): string {
-  return ['Usage: accordion train --model resnet18|vgg19bn|lstm [options]', '', 'Options:', ...ALL.map(([, spec]) => optionLine(spec))].join('\n');
+  return ['Usage: accordion train --model resnet18|vgg19bn|lstm [options]', '', 'Options:', ...trainOptions().map(optionLine)].join('\n');
 }

@@ -11,7 +11,7 @@ import { parseTrainArgs } from './args.js';
 import { parseWrapperArgs, wrapperHelp, type CommandOptions } from './wrapper-args.js';
 import { CLI_PATH, defaultRunDir } from './launch.js';
 
-const CLUSTER_OPTIONS = {
+export const CLUSTER_OPTIONS = {
   hosts: { flag: '--hosts', type: 'int', min: 1, max: 1000, default: 2, help: 'simulated hosts, one network namespace each' },
   nprocPerHost: { flag: '--nproc-per-host', type: 'int', min: 1, max: 1000, default: 1, help: 'worker processes per host' },
   bandwidth: {

@@ -17,7 +17,7 @@ import { parseWrapperArgs, wrapperHelp, type CommandOptions } from './wrapper-ar
 /** The command-line program every worker runs (`node lib/cli.js train …`). */
 export const CLI_PATH = fileURLToPath(new URL('../cli.js', import.meta.url));
 
-const LAUNCH_OPTIONS = {
+export const LAUNCH_OPTIONS = {
   nprocPerNode: { flag: '--nproc-per-node', type: 'int', min: 1, default: 1, help: 'worker processes on this node' },
   nnodes: { flag: '--nnodes', type: 'int', min: 1, default: 1, help: 'nodes in the job' },
   nodeRank: { flag: '--node-rank', type: 'int', min: 0, default: 0, help: "this node's index" },

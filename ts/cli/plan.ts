@@ -19,7 +19,7 @@ import { parseWrapperArgs, wrapperHelp, type CommandOptions } from './wrapper-ar
 /** TCP's payload in a full Ethernet frame with timestamps: 1,448 of 1,514 bytes. */
 export const PAYLOAD_FRACTION = 1448 / 1514;
 
-const PLAN_OPTIONS = {
+export const PLAN_OPTIONS = {
   workers: { flag: '--workers', type: 'ints', min: 2, nonEmpty: true, default: [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], help: 'worker counts to predict' },
   bandwidth: { flag: '--bandwidth', type: 'string', value: 'RATE', default: '1gbit', help: "each worker's link: bit, kbit, mbit, gbit (payload: 1448/1514 of it)" },
   latency: { flag: '--latency', type: 'string', value: 'TIME', default: '50us', help: 'seconds of a message that carries nothing: us, ms, s' },
