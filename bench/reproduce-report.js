@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { BENCH_DIR, fmt, formatTable, meanInterval } from './common.js';
+import { BENCH_DIR, fmt, formatTable, meanInterval, t95 } from './common.js';
 import { finished, runDir } from './reproduce.js';
 import { TITLES, WORKERS, byPerplexity, configsOf, describeLevels, scheduleArgs } from './reproduce-settings.js';
 
@@ -53,9 +53,12 @@ export function decideAtLeast(diffs, bound) {
   if (m.n < 2) return { ...m, verdict: 'undecided (one seed)' };
   if (m.low > bound) return { ...m, verdict: 'met' };
   if (m.high < bound) return { ...m, verdict: 'not met' };
+  // The fewest seeds whose Student interval, at this mean and spread, would leave the bound outside.
   const gap = Math.abs(m.mean - bound);
-  const needed = gap > 0 ? Math.ceil(((1.96 * m.sd) / gap) ** 2) + 1 : Infinity;
-  return { ...m, verdict: `undecided: at this spread about ${Number.isFinite(needed) ? needed : 'unboundedly many'} seeds would decide` };
+  let needed = m.n + 1;
+  while (gap > 0 && needed <= 1000 && (t95(needed - 1) * m.sd) / Math.sqrt(needed) >= gap) needed++;
+  const seeds = gap > 0 && needed <= 1000 ? `about ${needed} seeds` : 'unboundedly many seeds';
+  return { ...m, verdict: `undecided: at this spread ${seeds} would decide` };
 }
 
 /** Epoch numbers as ranges: 1–5, 16, 26–30. */
