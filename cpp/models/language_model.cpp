@@ -91,6 +91,11 @@ void LanguageModel::drawMask(int64_t n, Array<uint8_t>& mask) {
   ops_.upload(mask.data(), hostMask_.data(), n);
 }
 
+void LanguageModel::forwardLoss(const ModelInput& input, double* status) {
+  if (!input.tokens) throw invalidArgument("model 'lstm' takes token windows, not images");
+  forward(input.tokens, input.labels.data(), input.steps, input.columns, status);
+}
+
 void LanguageModel::forward(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch, double* status) {
   const int64_t v = spec_.vocabulary, h = spec_.hidden, rows = steps * batch, g4 = 4 * h;
   for (int64_t i = 0; i < rows; ++i)

@@ -6,7 +6,7 @@
 #pragma once
 #include <vector>
 
-#include "models/layers.h"
+#include "models/network.h"
 
 namespace accordion {
 
@@ -18,16 +18,18 @@ struct LanguageModelSpec {
   uint64_t seed = 0;
 };
 
-class LanguageModel {
+class LanguageModel : public Network {
  public:
   // Runs every op on `ops`' device; the parameters are initialised on the host (the same weights on
   // every device) and moved there.
   LanguageModel(const LanguageModelSpec& spec, Backend& ops);
   const LanguageModelSpec& spec() const { return spec_; }
-  StateRefs& state() { return state_; }
+  StateRefs& state() override { return state_; }
   std::vector<Parameter*>& parameters() { return state_.parameters; }
-  void setTraining(bool training) { training_ = training; }
-  bool training() const { return training_; }
+  void setTraining(bool training) override { training_ = training; }
+  bool training() const override { return training_; }
+  // A window of token ids (input.tokens, steps × columns) and its targets (input.labels): forward().
+  void forwardLoss(const ModelInput& input, double* status) override;
   // Zeroes the carried hidden and cell states (at the start of an epoch or an evaluation).
   void resetState();
   // A (T, B) time-major window: `inputs` token ids in host memory, `targets` on the device. Writes the
@@ -36,10 +38,10 @@ class LanguageModel {
   void forward(const int32_t* inputs, const int32_t* targets, int64_t steps, int64_t batch, double* status);
   // Every parameter's gradient of the last forward's loss (through its T steps, not into the carried
   // state); `ready` hears of each layer's parameters as their gradients become final.
-  void backward(const GradientsReady* ready);
-  Random& dropoutRandom() { return dropoutRng_; }
+  void backward(const GradientsReady* ready) override;
+  std::vector<Random*> randomStreams() override { return {&dropoutRng_}; }
   // The logits (T·B, vocabulary) of the last forward, on the model's device.
-  const Tensor& logits() const { return logits_; }
+  const Tensor& logits() const override { return logits_; }
   // The carried states: per layer h then c, each (B, H) on the model's device; empty after a reset.
   std::vector<Tensor> hiddenState() const;
   // Replaces the carried states (per layer h then c, each (B, H) in host memory; all the same B).

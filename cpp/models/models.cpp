@@ -85,67 +85,71 @@ static std::unique_ptr<Sequential> buildVgg19bn(Backend& ops, int64_t classes, d
   return net;
 }
 
-Model::Model(const ModelSpec& spec, Backend& backend) : spec_(spec), ops_(backend) {
+// A vision network: a module tree over images, its loss the softmax cross-entropy of its logits.
+class VisionNetwork : public Network {
+ public:
+  VisionNetwork(std::string architecture, std::unique_ptr<Sequential> root, std::vector<Random*> streams, Backend& ops)
+      : architecture_(std::move(architecture)), ops_(ops), root_(std::move(root)), streams_(std::move(streams)) {
+    root_->collectState("", state_);
+    placeState(state_, ops);
+    // The containers report each child whose backward has returned: its parameters' gradients (its
+    // children's included) are final.
+    moduleFinished_ = [this](Module& module) {
+      auto it = moduleParameters_.find(&module);
+      if (it == moduleParameters_.end()) {
+        std::vector<Parameter*> parameters;
+        module.addParameters(parameters);
+        it = moduleParameters_.emplace(&module, std::move(parameters)).first;
+      }
+      if (!it->second.empty()) (*ready_)(it->second);
+    };
+  }
+  void forwardLoss(const ModelInput& input, double* status) override {
+    if (input.tokens) throw invalidArgument("model '" + architecture_ + "' takes images, not token windows");
+    logits_ = root_->forward(input.images);
+    ensureShape(gradLogits_, logits_.shape(), ops_);
+    ops_.softmaxCrossEntropy(logits_.data(), input.labels.data(), logits_.dim(0), logits_.dim(1), gradLogits_.data(), status);
+  }
+  void backward(const GradientsReady* ready) override {
+    if (ready != ready_) root_->setBackwardHook(ready ? &moduleFinished_ : nullptr);
+    ready_ = ready;
+    root_->backward(gradLogits_);
+  }
+  const Tensor& logits() const override { return logits_; }
+  void setTraining(bool training) override { root_->setTraining(training); }
+  bool training() const override { return root_->training(); }
+  void freezeBatchNorm(bool frozen) override { root_->freezeBatchNorm(frozen); }
+  StateRefs& state() override { return state_; }
+  std::vector<Random*> randomStreams() override { return streams_; }
+
+ private:
+  std::string architecture_;
+  Backend& ops_;
+  std::unique_ptr<Sequential> root_;
+  std::vector<Random*> streams_;
+  StateRefs state_;
+  Tensor logits_, gradLogits_;  // the last forward's
+  const GradientsReady* ready_ = nullptr;
+  Module::BackwardHook moduleFinished_;
+  std::map<const Module*, std::vector<Parameter*>> moduleParameters_;
+};
+
+Model::Model(const ModelSpec& spec, Backend& backend) : spec_(spec) {
   if (spec.classes < 2) throw invalidArgument("a model needs at least 2 classes, got " + std::to_string(spec.classes));
   if (!(spec.dropout >= 0.0f && spec.dropout < 1.0f))
     throw invalidArgument("dropout must be in [0, 1), got " + std::to_string(spec.dropout));
   Random rng(spec.seed);
   if (spec.architecture == "resnet18") {
-    root_ = buildResNet18(backend, spec.classes, spec.width, rng);
+    net_ = std::make_unique<VisionNetwork>(spec.architecture, buildResNet18(backend, spec.classes, spec.width, rng), std::vector<Random*>{}, backend);
   } else if (spec.architecture == "vgg19bn") {
-    root_ = buildVgg19bn(backend, spec.classes, spec.width, spec.dropout, rng, spec.seed, randomStreams_);
+    std::vector<Random*> streams;
+    auto root = buildVgg19bn(backend, spec.classes, spec.width, spec.dropout, rng, spec.seed, streams);
+    net_ = std::make_unique<VisionNetwork>(spec.architecture, std::move(root), std::move(streams), backend);
   } else if (spec.architecture == "lstm") {
-    language_ = std::make_unique<LanguageModel>(LanguageModelSpec{spec.classes, spec.hidden, spec.layers, spec.dropout, spec.seed}, backend);
-    state_ = language_->state();
-    randomStreams_.push_back(&language_->dropoutRandom());
-    return;
+    net_ = std::make_unique<LanguageModel>(LanguageModelSpec{spec.classes, spec.hidden, spec.layers, spec.dropout, spec.seed}, backend);
   } else {
     throw invalidArgument("unknown model '" + spec.architecture + "' (known: resnet18, vgg19bn, lstm)");
   }
-  root_->collectState("", state_);
-  placeState(state_, backend);
-}
-
-void Model::forwardLoss(const ModelInput& input, double* status) {
-  if (language_) {
-    if (!input.tokens) throw invalidArgument("model 'lstm' takes token windows, not images");
-    language_->forward(input.tokens, input.labels.data(), input.steps, input.columns, status);
-    return;
-  }
-  if (input.tokens) throw invalidArgument("model '" + spec_.architecture + "' takes images, not token windows");
-  logits_ = root_->forward(input.images);
-  ensureShape(gradLogits_, logits_.shape(), ops_);
-  ops_.softmaxCrossEntropy(logits_.data(), input.labels.data(), logits_.dim(0), logits_.dim(1), gradLogits_.data(), status);
-}
-
-void Model::backward() {
-  if (language_) language_->backward(ready_ ? &ready_ : nullptr);
-  else root_->backward(gradLogits_);
-}
-
-const Tensor& Model::logits() const { return language_ ? language_->logits() : logits_; }
-
-void Model::setGradientsReady(GradientsReady ready) {
-  ready_ = std::move(ready);
-  if (language_) return;
-  // A vision model's containers report each child whose backward has returned: its parameters'
-  // gradients (its children's included) are final.
-  moduleFinished_ = [this](Module& module) {
-    auto it = moduleParameters_.find(&module);
-    if (it == moduleParameters_.end()) {
-      std::vector<Parameter*> parameters;
-      module.addParameters(parameters);
-      it = moduleParameters_.emplace(&module, std::move(parameters)).first;
-    }
-    if (!it->second.empty()) ready_(it->second);
-  };
-  root_->setBackwardHook(ready_ ? &moduleFinished_ : nullptr);
-}
-
-int64_t Model::parameterCount() const {
-  int64_t total = 0;
-  for (const Parameter* p : state_.parameters) total += p->value.numel();
-  return total;
 }
 
 }  // namespace accordion
