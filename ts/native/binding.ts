@@ -10,9 +10,9 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
 import { AccordionError, NativeError } from '../base/errors.js';
-import type { LevelCost, BuildInfo, LibraryStatus, DeviceQuery, MemoryStats, StepResult, ExchangePlan, CollectiveCounts, CompressorName, CommDtype, StateEntry, TrafficOptions, BucketTraffic } from './types.js';
+import type { LevelCost, BuildInfo, LibraryStatus, DeviceQuery, MemoryStats, StepFigures, StepResult, ExchangePlan, CollectiveCounts, CompressorName, CommDtype, StateEntry, TrafficOptions, BucketTraffic } from './types.js';
 
-export type { LevelCost, BuildInfo, LibraryStatus, DeviceQuery, MemoryStats, StepResult, ExchangePlan, CollectiveCounts, CompressorName, CommDtype, StateEntry, TrafficOptions, BucketTraffic };
+export type { LevelCost, BuildInfo, LibraryStatus, DeviceQuery, MemoryStats, StepFigures, StepResult, ExchangePlan, CollectiveCounts, CompressorName, CommDtype, StateEntry, TrafficOptions, BucketTraffic };
 
 export interface EngineOptions {
   model: string;

@@ -57,12 +57,12 @@ export interface MemoryStats {
   peak: number;
 }
 
-export interface StepResult {
-  /** Mean loss over the samples. */
-  loss: number;
-  correct: number;
-  samples: number;
-  /** Floats this worker sent in the gradient exchange of this step (the paper's figure; docs/accounting.md §1). */
+/**
+ * What a step sent and how long its parts took: one step's (StepResult), or summed over an epoch's
+ * steps (EpochRecord, summed by train/records.ts's addStepFigures).
+ */
+export interface StepFigures {
+  /** Floats this worker sent in the gradient exchange (the paper's figure; docs/accounting.md §1). */
   floatsSent: number;
   /** Those floats at their size on the wire (4 bytes, 2 for values sent in bf16 or fp16; indices 4). */
   bytesSent: number;
@@ -81,6 +81,13 @@ export interface StepResult {
    * when the exchange follows backward, only what backward did not hide when it overlaps (buckets).
    */
   exchangeWaitSeconds: number;
+}
+
+export interface StepResult extends StepFigures {
+  /** Mean loss over the samples. */
+  loss: number;
+  correct: number;
+  samples: number;
   /**
    * The exchange's collectives in the order they ran, as pairs: the bytes this rank sent (2(W − 1)/W
    * of an all-reduce's buffer, W − 1 contributions of an all-gather) and the seconds it took, waiting

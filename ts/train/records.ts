@@ -7,8 +7,10 @@
 import type { Architecture, CompressorName, DatasetName } from '../config/options.js';
 import type { AutoPlan } from './auto-levels.js';
 import type { LinkEstimate } from './link.js';
+import type { StepFigures } from '../native/binding.js';
 
-export interface EpochRecord {
+/** The epoch's figures are its steps' summed (StepFigures); broadcastFloats adds the broadcast before evaluation. */
+export interface EpochRecord extends StepFigures {
   /** The epoch, from 1. */
   epoch: number;
   lr: number;
@@ -25,25 +27,9 @@ export interface EpochRecord {
   validLoss?: number;
   validPerplexity?: number;
   testPerplexity?: number;
-  /** Floats this worker sent in gradient exchanges during the epoch, and since the run began. */
-  floatsSent: number;
+  /** The floats and bytes sent since the run began (floatsSent and bytesSent: the epoch's). */
   floatsSentTotal: number;
-  /** Those floats at their size on the wire (--comm-dtype: 4 bytes each, 2 in bf16 or fp16; TopK's indices 4). */
-  bytesSent: number;
   bytesSentTotal: number;
-  /** Floats of the epoch's steps' control traffic, not in floatsSent: each step's agreement that
-   * every gradient is finite (W floats) and rank 0's running statistics broadcast before it, with
-   * W ≥ 2 workers (0 alone). */
-  overheadFloats: number;
-  /** Floats rank 0 broadcast during the epoch: its running statistics before each step and once
-   * more before evaluation (0 alone, or without batch norm). */
-  broadcastFloats: number;
-  /** Seconds of the epoch's steps spent in compute, compression and communication. */
-  computeSeconds: number;
-  compressionSeconds: number;
-  communicationSeconds: number;
-  /** Seconds the epoch's steps waited for the exchange after backward (all of it without overlap). */
-  exchangeWaitSeconds: number;
   /** With two or more workers: the link as this worker's collectives met it over the epoch (train/link.ts). */
   link?: LinkEstimate;
   /** With Accordion: per parameter, its level in this epoch (0: dense), the norm of its summed
@@ -151,6 +137,19 @@ export function partialRecord(epoch: number, lr: number, batchSize: number, seco
   return {
     epoch: epoch + 1, lr, batchSize, seconds,
     trainLoss: NaN, trainAccuracy: NaN, testLoss: NaN, testAccuracy: NaN, samples: 0, steps: 0, samplesPerSecond: 0,
-    floatsSent: 0, floatsSentTotal: 0, bytesSent: 0, bytesSentTotal: 0, overheadFloats: 0, broadcastFloats: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, exchangeWaitSeconds: 0, bookkeepingSeconds: 0, syncSeconds: 0,
+    ...zeroStepFigures(), floatsSentTotal: 0, bytesSentTotal: 0, bookkeepingSeconds: 0, syncSeconds: 0,
   };
+}
+
+const ZERO_FIGURES: StepFigures = {
+  floatsSent: 0, bytesSent: 0, overheadFloats: 0, broadcastFloats: 0, computeSeconds: 0, compressionSeconds: 0, communicationSeconds: 0, exchangeWaitSeconds: 0,
+};
+
+export function zeroStepFigures(): StepFigures {
+  return { ...ZERO_FIGURES };
+}
+
+/** Adds a step's figures to `sum`: the one place an epoch's figures are summed. */
+export function addStepFigures(sum: StepFigures, step: StepFigures): void {
+  for (const key of Object.keys(ZERO_FIGURES) as (keyof StepFigures)[]) sum[key] += step[key];
 }

@@ -21,7 +21,7 @@ import { openRunDir, writeSummary } from './rundir.js';
 import { learningRateForEpoch, type LrSchedule } from './schedule.js';
 import { setUp, type SetUp, type TrainerContext } from './setup.js';
 import type { TrainingTask } from './tasks.js';
-import { partialRecord, type CheckpointEvent, type EpochRecord, type LevelSwitch, type StepEvent, type TrainSummary } from './records.js';
+import { addStepFigures, partialRecord, zeroStepFigures, type CheckpointEvent, type EpochRecord, type LevelSwitch, type StepEvent, type TrainSummary } from './records.js';
 import { choosePolicy } from './policies/choose.js';
 import type { CheckOutput, Policy, StepOutput } from './policies/policy.js';
 
@@ -189,8 +189,8 @@ export class Trainer extends EventEmitter {
     const steps = await this.task.startEpoch(this.model, epoch, microBatches);
     const bar = config.progress && this.rank === 0 ? new ProgressBar(`epoch ${epoch + 1}/${config.epochs}`, steps) : undefined;
     const begin = performance.now();
-    let lossSum = 0, correct = 0, samples = 0, stepsDone = 0, floatsSent = 0, bytesSent = 0, overheadFloats = 0, broadcastFloats = 0;
-    let computeSeconds = 0, compressionSeconds = 0, communicationSeconds = 0, exchangeWaitSeconds = 0;
+    let lossSum = 0, correct = 0, samples = 0, stepsDone = 0;
+    const figures = zeroStepFigures();
     const collectives: CollectiveSample[] = [];
     const levels = this.policy.setsLevels ? Array.from(await this.model.levels()) : undefined;
     for (let step = 0; step < steps; step++) {
@@ -201,14 +201,7 @@ export class Trainer extends EventEmitter {
       lossSum += r.loss * r.samples;
       correct += r.correct;
       samples += r.samples;
-      floatsSent += r.floatsSent;
-      bytesSent += r.bytesSent;
-      overheadFloats += r.overheadFloats;
-      broadcastFloats += r.broadcastFloats;
-      computeSeconds += r.computeSeconds;
-      compressionSeconds += r.compressionSeconds;
-      communicationSeconds += r.communicationSeconds;
-      exchangeWaitSeconds += r.exchangeWaitSeconds;
+      addStepFigures(figures, r);
       const stepCollectives = collectiveSamples(r.collectives);
       collectives.push(...stepCollectives);
       const link = this.link.addStep(stepCollectives);
@@ -227,7 +220,7 @@ export class Trainer extends EventEmitter {
         epochLoss: lossSum / Math.max(samples, 1),
         epochAccuracy: correct / Math.max(samples, 1),
         epochSamples: samples,
-        epochFloatsSent: floatsSent,
+        epochFloatsSent: figures.floatsSent,
         seconds: elapsed,
         samplesPerSecond: samples / elapsed,
         etaSeconds: (elapsed / (step + 1)) * (steps - step - 1),
@@ -246,7 +239,7 @@ export class Trainer extends EventEmitter {
     const bookkeepingSeconds = (performance.now() - bookkeepingStart) / 1000;
     // Evaluation and the checkpoint see rank 0's model on every worker, checked by digest.
     const syncStart = performance.now();
-    broadcastFloats += await this.model.syncReplicas();
+    figures.broadcastFloats += await this.model.syncReplicas();
     const syncSeconds = (performance.now() - syncStart) / 1000;
     const language = this.task.kind === 'language';
     const valid = language ? await this.evaluate('valid') : undefined;
@@ -263,16 +256,9 @@ export class Trainer extends EventEmitter {
       steps: stepsDone,
       seconds,
       samplesPerSecond: samples / seconds,
-      floatsSent,
-      floatsSentTotal: (this.history[this.history.length - 1]?.floatsSentTotal ?? 0) + floatsSent,
-      bytesSent,
-      bytesSentTotal: (this.history[this.history.length - 1]?.bytesSentTotal ?? 0) + bytesSent,
-      overheadFloats,
-      broadcastFloats,
-      computeSeconds,
-      compressionSeconds,
-      communicationSeconds,
-      exchangeWaitSeconds,
+      ...figures,
+      floatsSentTotal: (this.history[this.history.length - 1]?.floatsSentTotal ?? 0) + figures.floatsSent,
+      bytesSentTotal: (this.history[this.history.length - 1]?.bytesSentTotal ?? 0) + figures.bytesSent,
       ...(link ? { link } : {}),
       batchSize: batch,
       bookkeepingSeconds,
