@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { endOfEpoch, initialState, isCritical, normChangeRatio, wholeModelNorm } from '../lib/train/accordion.js';
+import { endOfEpoch, initialState, isCritical, normChangeRatio, wholeModelNorm } from '../lib/train/rules/accordion.js';
 
 const rule = { eta: 0.5, interval: 10 };
 

@@ -1,7 +1,7 @@
 // Automatic levels (--adapt auto): the knapsack against enumeration, its monotonicity, the budget
 // and its tightening by Accordion's regimes, and the costs in seconds.
 import { expect } from 'chai';
-import { ERROR_STEPS, chooseLevels, levelCost, planLevels } from '../lib/train/auto-levels.js';
+import { ERROR_STEPS, chooseLevels, levelCost, planLevels } from '../lib/train/rules/auto-levels.js';
 import { candidateLevels, compressionSpec } from '../lib/config/compression.js';
 import { DEFAULT_CONFIG } from '../lib/config/options.js';
 import { makeRng as seeded } from './helpers/gradcheck.js';

@@ -1,7 +1,7 @@
 // Automatic levels that follow the link (--replan-factor, --replan-steps): the re-pricing of a plan
 // and the policy's decisions against hand-computed cases, for two workers that see different links.
 import { expect } from 'chai';
-import { replanLevels, planLevels } from '../lib/train/auto-levels.js';
+import { replanLevels, planLevels } from '../lib/train/rules/auto-levels.js';
 import { AutoPolicy } from '../lib/train/policies/auto.js';
 import { compressionSpec } from '../lib/config/compression.js';
 import { DEFAULT_CONFIG } from '../lib/config/options.js';

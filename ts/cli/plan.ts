@@ -8,7 +8,8 @@ import { DataError, UsageError } from '../base/errors.js';
 import { formatRate } from '../base/units.js';
 import { compressionSpec, describeLevel } from '../config/compression.js';
 import { parseBandwidth, parseLatency } from '../cluster/cluster.js';
-import { predictStep, type LinkModel, type PlanRow, type StepWork } from '../cluster/predict.js';
+import { predictStep, type PlanRow, type StepWork } from '../cluster/predict.js';
+import type { Link } from '../train/link.js';
 import { measureStepWork, modelLayout } from '../cluster/step-work.js';
 import { writeFileAtomicAsync } from '../base/files.js';
 import { renderPlanChart } from '../report/plan-chart.js';
@@ -51,7 +52,7 @@ export async function planCommand(argv: string[]): Promise<number> {
   const config = resolveConfig(parseTrainArgs(trainArgs) as Parameters<typeof resolveConfig>[0]);
   const spec = compressionSpec(config);
   const { workers, algorithm, vocabulary } = o;
-  const link: LinkModel = { bytesPerSecond: (parseBandwidth(o.bandwidth) / 8) * PAYLOAD_FRACTION, latencySeconds: parseLatency(o.latency) };
+  const link: Link = { bytesPerSecond: (parseBandwidth(o.bandwidth) / 8) * PAYLOAD_FRACTION, latencySeconds: parseLatency(o.latency) };
   const compressed = spec.kind === 'none' ? [] : (o.levels ?? spec.candidates.filter((l) => l > 0));
   const levels = [0, ...compressed];
 

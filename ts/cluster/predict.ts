@@ -24,22 +24,18 @@
  */
 import type { CompressionSpec } from '../config/compression.js';
 import type { CommDtype } from '../config/options.js';
+import type { Link } from '../train/link.js';
 import { binding, type BucketTraffic } from '../native/binding.js';
 
 export type Algorithm = 'ring' | 'tree';
 
-/** A worker's link: bytes a second once under way, and the seconds of a message that carries nothing. */
-export interface LinkModel {
-  bytesPerSecond: number;
-  latencySeconds: number;
-}
 
 function rounds(workers: number): number {
   return Math.ceil(Math.log2(workers));
 }
 
 /** Seconds of an all-reduce of `bytes` per worker among `workers`. */
-export function allReduceSeconds(bytes: number, workers: number, link: LinkModel, algorithm: Algorithm): number {
+export function allReduceSeconds(bytes: number, workers: number, link: Link, algorithm: Algorithm): number {
   if (workers < 2 || bytes <= 0) return 0;
   const { latencySeconds: a, bytesPerSecond: b } = link;
   if (workers === 2) return a + bytes / b;
@@ -48,13 +44,13 @@ export function allReduceSeconds(bytes: number, workers: number, link: LinkModel
 }
 
 /** Seconds of an all-gather of `bytes` from each of `workers` (a ring). */
-export function allGatherSeconds(bytes: number, workers: number, link: LinkModel): number {
+export function allGatherSeconds(bytes: number, workers: number, link: Link): number {
   if (workers < 2 || bytes <= 0) return 0;
   return (workers - 1) * (link.latencySeconds + bytes / link.bytesPerSecond);
 }
 
 /** Seconds of a broadcast of `bytes` from one worker to `workers` (a binomial tree). */
-export function broadcastSeconds(bytes: number, workers: number, link: LinkModel): number {
+export function broadcastSeconds(bytes: number, workers: number, link: Link): number {
   if (workers < 2 || bytes <= 0) return 0;
   return rounds(workers) * (link.latencySeconds + bytes / link.bytesPerSecond);
 }
@@ -107,7 +103,7 @@ export interface StepPrediction {
 }
 
 /** Seconds of one training step among `workers` over `link`. */
-export function predictStep(x: ExchangeShape, work: StepWork, workers: number, link: LinkModel, algorithm: Algorithm): StepPrediction {
+export function predictStep(x: ExchangeShape, work: StepWork, workers: number, link: Link, algorithm: Algorithm): StepPrediction {
   let exchange = 0, collectives = 0;
   if (workers > 1) {
     for (const t of bucketTraffic(x)) {

@@ -19,6 +19,7 @@
  */
 
 import { formatRate } from '../base/units.js';
+import type { ProcessGroup } from '../comm/group.js';
 
 /** One collective of an exchange: the bytes this rank sent and the seconds it took. */
 export interface CollectiveSample {
@@ -26,12 +27,15 @@ export interface CollectiveSample {
   seconds: number;
 }
 
-/** The link over a set of collectives (an epoch's, or the last steps'). */
-export interface LinkEstimate {
-  /** Bytes a second a rank's collectives move once under way; undefined without a transfer to time. */
-  bytesPerSecond?: number;
-  /** Seconds of a collective that carries almost nothing. */
+/** A link: bytes a second once under way, and the seconds of a message that carries nothing. */
+export interface Link {
+  bytesPerSecond: number;
   latencySeconds: number;
+}
+
+/** The link over a set of collectives (an epoch's, or the last steps'): bytesPerSecond undefined without a transfer to time. */
+export interface LinkEstimate extends Omit<Link, 'bytesPerSecond'> {
+  bytesPerSecond?: number;
   /** The collectives' seconds spent waiting for a late peer, and the rest (latency and transfer). */
   waitSeconds: number;
   transferSeconds: number;
@@ -101,4 +105,34 @@ export class LinkMonitor {
 export function describeLink(link: LinkEstimate): string {
   const rate = link.bytesPerSecond === undefined ? 'rate unknown' : formatRate(8 * link.bytesPerSecond);
   return `${rate}, ${(1000 * link.latencySeconds).toFixed(2)} ms`;
+}
+
+function median(values: number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  return s.length % 2 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+}
+
+/**
+ * The link as the exchange sees it, with timed all-reduces on every rank: the latency is the median
+ * time of a 1-float all-reduce, the bandwidth what a host sends in an all-reduce of `floats`
+ * floats (2(W−1)/W of the buffer) over the median time beyond that latency. `allReducedFloats`: the
+ * floats all-reduced to measure it (a warm-up and `rounds` rounds of both), traffic of its own.
+ */
+export async function measureLink(group: ProcessGroup, floats = 1 << 20, rounds = 5): Promise<Link & { allReducedFloats: number }> {
+  const big = new Float32Array(floats), small = new Float32Array(1);
+  const time = async (buffer: Float32Array) => {
+    const start = performance.now();
+    await group.allReduce(buffer);
+    return (performance.now() - start) / 1000;
+  };
+  await time(big); // connections and buffers warm
+  const bigTimes: number[] = [], smallTimes: number[] = [];
+  for (let r = 0; r < rounds; r++) {
+    smallTimes.push(await time(small));
+    bigTimes.push(await time(big));
+  }
+  const latencySeconds = median(smallTimes);
+  const w = group.worldSize;
+  const bytes = (4 * floats * 2 * (w - 1)) / w;
+  return { bytesPerSecond: bytes / Math.max(median(bigTimes) - latencySeconds, 1e-9), latencySeconds, allReducedFloats: (rounds + 1) * floats + rounds };
 }

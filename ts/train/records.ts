@@ -5,7 +5,7 @@
  * first; "after epoch 3" is after 3 epochs.
  */
 import type { Architecture, CompressorName, DatasetName } from '../config/options.js';
-import type { AutoPlan } from './auto-levels.js';
+import type { AutoPlan } from './rules/auto-levels.js';
 import type { LinkEstimate } from './link.js';
 import type { StepFigures } from '../native/binding.js';
 

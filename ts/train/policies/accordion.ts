@@ -4,7 +4,7 @@
  * the regime is critical and the high level elsewhere, for the epochs up to the next check. A
  * learning-rate decay for the next epoch makes every layer critical (checked every epoch).
  */
-import { endOfEpoch, initialState, type AccordionState, type Decision, type Regime } from '../accordion.js';
+import { endOfEpoch, initialState, type AccordionState, type Decision, type Regime } from '../rules/accordion.js';
 import type { LevelSwitch } from '../records.js';
 import type { CheckInput, CheckOutput } from './policy.js';
 import type { PolicySettings } from './settings.js';

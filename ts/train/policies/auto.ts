@@ -1,7 +1,7 @@
 /**
  * Automatic levels: Accordion's regimes steer an error budget, and at each check (and at a
  * learning-rate decay) rank 0 picks every matrix's level among the candidates by their measured
- * errors and costs (../auto-levels.ts), broadcast as indices into the candidates so that every worker
+ * errors and costs (../rules/auto-levels.ts), broadcast as indices into the candidates so that every worker
  * sets exactly the same values.
  *
  * Priced in seconds, the costs use the link: first the one measured at the start, then the one
@@ -15,12 +15,12 @@
  * run plans alike.
  */
 import type { LevelCost } from '../../native/binding.js';
-import { planLevels, replanLevels, type AutoPlan, type CostModel } from '../auto-levels.js';
-import type { Regime } from '../accordion.js';
-import type { LinkEstimate } from '../link.js';
+import { planLevels, replanLevels, type AutoPlan, type CostModel } from '../rules/auto-levels.js';
+import type { Regime } from '../rules/accordion.js';
+import type { Link, LinkEstimate } from '../link.js';
 import type { AutoRecord, LevelSwitch, ReplanRecord } from '../records.js';
 import { AccordionPolicy, shownRatios } from './accordion.js';
-import type { CheckInput, CheckOutput, Link, StepInput, StepOutput } from './policy.js';
+import type { CheckInput, CheckOutput, StepInput, StepOutput } from './policy.js';
 import { scheduledRate } from './settings.js';
 
 interface AutoState {

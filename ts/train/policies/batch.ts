@@ -4,7 +4,7 @@
  * and the learning rate scales with it (B / B_low). A step accumulates the micro-batches that make up
  * the global batch before one exchange.
  */
-import { endOfEpoch, initialState, wholeModelNorm, type AccordionState } from '../accordion.js';
+import { endOfEpoch, initialState, wholeModelNorm, type AccordionState } from '../rules/accordion.js';
 import type { CheckInput, CheckOutput } from './policy.js';
 import { BasePolicy } from './policy.js';
 import { scheduledRate, type PolicySettings } from './settings.js';

@@ -7,8 +7,8 @@
  * applies, logs and emits. Rank 0 decides; `broadcast` carries its decisions to the other workers.
  */
 import type { LevelCost } from '../../native/binding.js';
-import type { Regime } from '../accordion.js';
-import type { LinkEstimate } from '../link.js';
+import type { Regime } from '../rules/accordion.js';
+import type { Link, LinkEstimate } from '../link.js';
 import type { AutoRecord, LevelSwitch, ReplanRecord } from '../records.js';
 
 /** The end of an epoch, as a policy sees it. */
@@ -63,12 +63,6 @@ export interface StepOutput {
   levels: number[];
   reasons: LevelSwitch['reason'][];
   replan?: ReplanRecord;
-}
-
-/** A measured link (automatic levels priced in seconds). */
-export interface Link {
-  bytesPerSecond: number;
-  latencySeconds: number;
 }
 
 export interface Policy {

@@ -4,7 +4,7 @@
  */
 import type { TrainConfig } from '../../config/options.js';
 import type { CompressionSpec } from '../../config/compression.js';
-import { learningRateForEpoch, type LrSchedule } from '../schedule.js';
+import { learningRateForEpoch, type LrSchedule } from '../rules/schedule.js';
 
 export interface PolicySettings {
   config: TrainConfig;

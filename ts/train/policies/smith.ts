@@ -3,7 +3,7 @@
  * milestone the global batch is multiplied by 1/decay instead of the rate decaying, up to B_high;
  * the rate decays only by what the cap leaves over.
  */
-import { learningRateForEpoch } from '../schedule.js';
+import { learningRateForEpoch } from '../rules/schedule.js';
 import { BasePolicy } from './policy.js';
 import type { PolicySettings } from './settings.js';
 

@@ -24,11 +24,10 @@
  * factors, so a larger budget never costs more. The per-collective latency is the same for every
  * choice (the exchange runs the same collectives) and is left out of the costs.
  */
-import type { LevelCost } from '../native/binding.js';
-import { collectiveAt } from '../config/compression.js';
-import type { CompressorName, ErrorMeasure } from '../config/options.js';
+import type { LevelCost } from '../../native/binding.js';
+import { collectiveAt } from '../../config/compression.js';
+import type { CompressorName, ErrorMeasure } from '../../config/options.js';
 import type { Regime } from './accordion.js';
-import type { ProcessGroup } from '../comm/group.js';
 
 /** One candidate level of one layer, with its error and its cost (floats or seconds per step). */
 export interface LevelOption {
@@ -203,34 +202,4 @@ export function replanLevels(previous: AutoPlan, cost: CostModel): AutoPlan {
     costs: c.levels.map((level, k) => levelCost({ level, error: NaN, floats: c.floats[k]!, bytes: c.bytes[k]!, seconds: c.seconds?.[k] ?? 0 }, cost)),
   }));
   return choose(previous.levels.length, candidates, previous.budget, previous.referenceError);
-}
-
-function median(values: number[]): number {
-  const s = [...values].sort((a, b) => a - b);
-  return s.length % 2 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-}
-
-/**
- * The link as the exchange sees it, with timed all-reduces on every rank: the latency is the median
- * time of a 1-float all-reduce, the bandwidth what a host sends in an all-reduce of `floats`
- * floats (2(W−1)/W of the buffer) over the median time beyond that latency. `allReducedFloats`: the
- * floats all-reduced to measure it (a warm-up and `rounds` rounds of both), traffic of its own.
- */
-export async function measureLink(group: ProcessGroup, floats = 1 << 20, rounds = 5): Promise<{ bytesPerSecond: number; latencySeconds: number; allReducedFloats: number }> {
-  const big = new Float32Array(floats), small = new Float32Array(1);
-  const time = async (buffer: Float32Array) => {
-    const start = performance.now();
-    await group.allReduce(buffer);
-    return (performance.now() - start) / 1000;
-  };
-  await time(big); // connections and buffers warm
-  const bigTimes: number[] = [], smallTimes: number[] = [];
-  for (let r = 0; r < rounds; r++) {
-    smallTimes.push(await time(small));
-    bigTimes.push(await time(big));
-  }
-  const latencySeconds = median(smallTimes);
-  const w = group.worldSize;
-  const bytes = (4 * floats * 2 * (w - 1)) / w;
-  return { bytesPerSecond: bytes / Math.max(median(bigTimes) - latencySeconds, 1e-9), latencySeconds, allReducedFloats: (rounds + 1) * floats + rounds };
 }

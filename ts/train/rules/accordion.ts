@@ -15,7 +15,7 @@
  *
  * The same rule drives batch-size mode on the whole-model norm (one "parameter").
  */
-import { UsageError } from '../base/errors.js';
+import { UsageError } from '../../base/errors.js';
 
 export type Regime = 'critical' | 'stable';
 
