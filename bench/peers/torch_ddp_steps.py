@@ -9,10 +9,14 @@ DistributedDataParallel over Gloo with broadcast_buffers on (PyTorch's default:
 rank 0's buffers are broadcast before every forward), cross-entropy and SGD
 (momentum, Nesterov, weight decay as the engine's defaults). After each step the
 rank's whole state_dict (parameters and buffers) is written as `step{s}.{name}`
-into --out (one safetensors file per rank), with `step{s}.margin`: how close any
-ReLU decision of the step's forward came to a tie (see torch_gradients.py). With
---dtype float64 the whole job computes in float64: the reference a float32
-engine is held to at well-conditioned states.
+into --out (one safetensors file per rank), with `step{s}.loss` and
+`step{s}.margin`: how close any ReLU decision of the step's forward came to a tie
+(see torch_gradients.py); with --final-state only the state after the last step
+is written, under the state_dict's own names (a model file), beside the losses and
+margins. --momentum starts SGD from the momentum buffers of an engine's trainer
+checkpoint (`optimizer.momentum_buffer.{name}`), so that a run can be taken up
+mid-training. With --dtype float64 the whole job computes in float64: the
+reference a float32 engine is held to at well-conditioned states.
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/peers/torch_ddp_steps.py --rank 0 --world 2 \
         --master 127.0.0.1:29512 --model resnet18 --state init.safetensors \
@@ -50,6 +54,8 @@ def parse_args(argv=None):
     p.add_argument('--lr', type=float, default=0.05)
     p.add_argument('--momentum', type=float, default=0.9)
     p.add_argument('--weight-decay', type=float, default=1e-4)
+    p.add_argument('--momentum-state', help="safetensors holding optimizer.momentum_buffer.{name} for every parameter (an engine's trainer.safetensors)")
+    p.add_argument('--final-state', action='store_true', help='write only the state after the last step, under its own names')
     p.add_argument('--dtype', choices=['float32', 'float64'], default='float32')
     p.add_argument('--out', required=True, help='safetensors file of this rank\'s state after each step')
     return p.parse_args(argv)
@@ -65,6 +71,13 @@ def main(argv=None):
     ddp = DistributedDataParallel(model, broadcast_buffers=True)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, nesterov=True,
                           weight_decay=args.weight_decay)
+    if args.momentum_state:
+        saved = safetensors_io.load_state_dict(args.momentum_state)
+        for name, param in model.named_parameters():
+            key = f'optimizer.momentum_buffer.{name}'
+            if key not in saved:
+                sys.exit(f'torch_ddp_steps.py: {args.momentum_state} holds no {key}')
+            opt.state[param]['momentum_buffer'] = saved[key].to(dtype).reshape(param.shape).clone()
     batches = safetensors_io.load_state_dict(args.batches)
     out = {}
     for s in range(args.steps):
@@ -77,8 +90,10 @@ def main(argv=None):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        for name, t in model.state_dict().items():
-            out[f'step{s}.{name}'] = t.detach().clone()
+        if not args.final_state or s == args.steps - 1:
+            prefix = '' if args.final_state else f'step{s}.'
+            for name, t in model.state_dict().items():
+                out[prefix + name] = t.detach().clone()
         out[f'step{s}.loss'] = torch.tensor([loss.item()], dtype=torch.float64)
         out[f'step{s}.margin'] = torch.tensor([margins.smallest], dtype=torch.float64)
     safetensors_io.save_state_dict(out, args.out)
