@@ -20,7 +20,7 @@
 // only); any of them followed by -bf16 or -fp16 sends its values in 16 bits (--comm-dtype).
 // `--schedule 0s:1gbit,90s:100mbit,270s:1gbit` runs every config once over a link that changes so
 // (accordion cluster's schedule) instead of at each of --bandwidths. The peers: ddp,
-// ddp-fp16 and ddp-powersgd-rN train ResNet-18 with PyTorch DDP (bench/peers/torch_train.py: dense,
+// ddp-fp16 and ddp-powersgd-rN train ResNet-18 with PyTorch DDP (test/oracles/torch_train.py: dense,
 // its fp16 hook, its PowerSGD hook) over the same 2 shaped hosts, from the engine's initial weights on
 // the same files with the same schedule (its milestones excepted: keep them beyond --epochs).
 // Then `node lib/cli.js report <out>/100mbit/*` draws the engine's runs of one bandwidth against
@@ -30,7 +30,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { PYTHON, ROOT, fmt, formatTable, onShapedHosts, peerEnv, runLogged } from './common.js';
+import { PYTHON, ROOT, fmt, formatTable, onShapedHosts, peerEnv, runLogged, ORACLES } from './common.js';
 import { readMetrics } from '../lib/base/metrics.js';
 import { compareWire, formatRate, parseBandwidth, parseBandwidthSchedule, readNetworkLog, topkExchange } from '../lib/cluster/cluster.js';
 import { HOST_DEVICE, missingCapabilities } from '../lib/cluster/netns.js';
@@ -64,7 +64,7 @@ function configArgs(name) {
   return ['--compressor', m[1], ...adapt[m[2]]];
 }
 
-/** A PyTorch DDP peer's options of bench/peers/torch_train.py, or undefined for a name that is none. */
+/** A PyTorch DDP peer's options of test/oracles/torch_train.py, or undefined for a name that is none. */
 function peerArgs(name) {
   if (name === 'ddp') return [];
   if (name === 'ddp-fp16') return ['--fp16'];
@@ -172,7 +172,7 @@ async function runPeer(bandwidth, config, dir) {
   await model.dispose();
   const recipe = ['--data', data, '--state', init, '--epochs', String(c.epochs), '--batch', String(c.batchSize), '--lr', String(c.lr),
     '--warmup-epochs', String(c.warmupEpochs), '--seed', String(c.seed), ...peerArgs(config)];
-  const script = path.join(ROOT, 'bench', 'peers', 'torch_train.py');
+  const script = path.join(ORACLES, 'torch_train.py');
   return onShapedHosts(2, '10.89.0.0/24', parseBandwidth(bandwidth), async (network) => {
     const master = `${network.hosts[0].address}:29513`;
     // Gloo listens on the address of the interface named here (else on the hostname's, loopback).

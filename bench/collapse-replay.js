@@ -9,14 +9,14 @@
 // workers, joined in this process, take epoch <from>+1's steps on the batches each rank's batcher
 // gives in that epoch, at that epoch's rate; their final weights are compared with the run's own next
 // checkpoint, when kept (the replay is the run, bit for bit, or says by how much it is not). The same
-// batches, written out, and the same state go to bench/peers/torch_ddp_steps.py (one process per rank,
+// batches, written out, and the same state go to test/oracles/torch_ddp_steps.py (one process per rank,
 // Gloo, broadcast_buffers on), once in float32 and once in float64. Each side's final weights are
-// scored by bench/peers/torch_recomputed_loss.py (PyTorch, saved statistics) on the run's test set.
+// scored by test/oracles/torch_recomputed_loss.py (PyTorch, saved statistics) on the run's test set.
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { BENCH_DIR, PYTHON, ROOT, fmt, freePort, peerEnv, runLogged, runMain } from './common.js';
+import { PYTHON, ROOT, fmt, freePort, peerEnv, runLogged, runMain, ORACLES } from './common.js';
 
 const USAGE = 'usage: node bench/collapse-replay.js --run RUN_DIR --from EPOCH [--out FILE.md]';
 
@@ -104,7 +104,7 @@ async function torchEpoch(o, engine, steps, dtype, tmp) {
   const runs = outputs.map((out, rank) =>
     runLogged(
       PYTHON,
-      [path.join(BENCH_DIR, 'peers', 'torch_ddp_steps.py'), '--rank', String(rank), '--world', String(W), '--master', `127.0.0.1:${port}`,
+      [path.join(ORACLES, 'torch_ddp_steps.py'), '--rank', String(rank), '--world', String(W), '--master', `127.0.0.1:${port}`,
         '--model', o.config.model, '--width', String(o.config.width), '--state', path.join(o.start, 'model.safetensors'),
         '--momentum-state', path.join(o.start, 'trainer.safetensors'), '--batches', engine.batchFile, '--steps', String(steps),
         '--lr', String(engine.lr), '--momentum', String(o.config.momentum), '--weight-decay', String(o.config.weightDecay),
@@ -132,7 +132,7 @@ async function scores(o, files, tmp) {
   const { defaultCacheDir } = await import('../lib/data/datasets.js');
   const c = o.config;
   const data = c.dataDir ?? path.join(defaultCacheDir(), `synthetic-${c.syntheticTrain}-${c.syntheticTest}-${c.seed}`);
-  const args = [path.join(BENCH_DIR, 'peers', 'torch_recomputed_loss.py'), '--model', c.model, '--width', String(c.width), '--dtype', 'float32', '--data', data,
+  const args = [path.join(ORACLES, 'torch_recomputed_loss.py'), '--model', c.model, '--width', String(c.width), '--dtype', 'float32', '--data', data,
     ...files.flatMap((f) => ['--checkpoint', f])];
   const log = path.join(tmp, 'scores.log');
   const { code, out } = await runLogged(PYTHON, args, log, { stdout: 'pipe', spawn: { env: peerEnv(2) } });

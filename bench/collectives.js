@@ -12,7 +12,7 @@ import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { BENCH_DIR, PYTHON, ROOT, fmt, formatTable, freePort, onShapedHosts, probeTorch } from './common.js';
+import { BENCH_DIR, PYTHON, ROOT, fmt, formatTable, freePort, onShapedHosts, probeTorch, ORACLES } from './common.js';
 import { parseBandwidth } from '../lib/cluster/cluster.js';
 import { HOST_DEVICE, missingCapabilities } from '../lib/cluster/netns.js';
 
@@ -67,7 +67,7 @@ const torch = probeTorch();
 const rows = [];
 for (const world of worldSizes) {
   const ours = await runJob(world, [process.execPath, join(BENCH_DIR, 'collectives-worker.js')]);
-  const theirs = torch.ok ? await runJob(world, [PYTHON, join(BENCH_DIR, 'peers', 'torch_collectives.py')]) : undefined;
+  const theirs = torch.ok ? await runJob(world, [PYTHON, join(ORACLES, 'torch_collectives.py')]) : undefined;
   for (const r of ours.sizes) {
     const peer = theirs?.sizes.find((p) => p.op === r.op && p.bytes === r.bytes);
     const algbw = r.bytes / (r.ms * 1e6);

@@ -11,11 +11,13 @@ import { createNetwork, removeNetwork } from '../lib/cluster/netns.js';
 
 export const BENCH_DIR = dirname(fileURLToPath(import.meta.url));
 export const ROOT = join(BENCH_DIR, '..');
+/** The PyTorch programs the benchmarks run beside the engine, which the tests use as oracles. */
+export const ORACLES = join(ROOT, 'test', 'oracles');
 
 // Debian's python3-torch is only importable by the system interpreter; a `python3` on PATH
 // (venv, pyenv) would usually lack it. The override exists for machines that keep torch elsewhere.
 export const PYTHON = process.env.ACCORDION_BENCH_PYTHON || '/usr/bin/python3';
-const TORCH_STEP = join(BENCH_DIR, 'peers', 'torch_step.py');
+const TORCH_STEP = join(ORACLES, 'torch_step.py');
 
 // The peer runs in the machine's own environment: a packed Node (scripts/gpu-check.sh) puts its
 // libraries on LD_LIBRARY_PATH, which PyTorch must not load.
@@ -211,7 +213,7 @@ export function runTorchPeer(script, args, threads) {
   });
 }
 
-/** One training step of a CNN in PyTorch (bench/peers/torch_step.py), on the CPU or a GPU. */
+/** One training step of a CNN in PyTorch (test/oracles/torch_step.py), on the CPU or a GPU. */
 export function runTorchStep({ model, batch, threads, warmup, steps, classes = 10, channelsLast = false, device = 'cpu', autocast = false }) {
   const args = ['--model', model, '--batch', batch, '--threads', threads, '--warmup', warmup, '--steps', steps, '--classes', classes];
   if (channelsLast) args.push('--channels-last');

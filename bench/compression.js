@@ -16,7 +16,7 @@
 // from the same values on both sides.
 //
 // Rounds: in each, every case is timed by both sides back to back, ours (tinybench, median
-// iteration) and the peer's (bench/peers/torch_compression.py, one process for the whole run that
+// iteration) and the peer's (test/oracles/torch_compression.py, one process for the whole run that
 // times the case it is sent, median iteration, same thread count), which of them goes first
 // alternating between rounds; so a busy spell on a shared machine meets both sides of a ratio alike.
 // Reported per case: the median over the rounds of each side's median, and the median over the
@@ -39,7 +39,7 @@ import { Bench } from 'tinybench';
 import { Model, parseDevice, requireDevice, setThreads } from '../lib/index.js';
 import { ReducerProbe, orthogonalize } from '../lib/testing.js';
 import { mulberry32, normals } from '../lib/base/random.js';
-import { BENCH_DIR, PYTHON, ROOT, defaultThreads, exitUnlessDevice, fmt, formatTable, median, peerEnv, positiveInt, probeTorch } from './common.js';
+import { PYTHON, ROOT, defaultThreads, exitUnlessDevice, fmt, formatTable, median, peerEnv, positiveInt, probeTorch, ORACLES } from './common.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -229,7 +229,7 @@ function inputSum(c, qOffsets) {
  */
 function startPeer() {
   const args = ['--threads', String(threads), '--min-time', String(minTime), '--device', device, '--gradients', join(work, 'gradients.f32'), '--q', join(work, 'q.f32')];
-  const child = spawn(PYTHON, [join(BENCH_DIR, 'peers', 'torch_compression.py'), ...args], { cwd: ROOT, env: peerEnv(threads), stdio: ['pipe', 'pipe', 'pipe'] });
+  const child = spawn(PYTHON, [join(ORACLES, 'torch_compression.py'), ...args], { cwd: ROOT, env: peerEnv(threads), stdio: ['pipe', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.setEncoding('utf8').on('data', (d) => (stderr += d));
   const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();

@@ -12,12 +12,9 @@
 //                      [--omp-wait-policy passive|active|inherit] [--quick] [--json FILE] [--markdown]
 import { join } from 'node:path';
 import { Mulberry32 } from '../lib/base/random.js';
-import {
-  BENCH_DIR, defaultThreads, exitUnlessDevice, fastest, fmt, formatTable, loadEngine, machineInfo, median, pct, positiveInt, probeTorch, round3,
-  noteBusyRounds, reportHead, runMain, runTorchPeer, spread, suiteOptions, timeSteps, writeReport,
-} from './common.js';
+import { defaultThreads, exitUnlessDevice, fastest, fmt, formatTable, loadEngine, machineInfo, median, pct, positiveInt, probeTorch, round3, noteBusyRounds, reportHead, runMain, runTorchPeer, spread, suiteOptions, timeSteps, writeReport, ORACLES } from './common.js';
 
-const TORCH_LSTM = join(BENCH_DIR, 'peers', 'torch_lstm.py');
+const TORCH_LSTM = join(ORACLES, 'torch_lstm.py');
 
 const USAGE = `usage: node bench/lstm.js [options]
   --threads N    native threads for both peers (default OMP_NUM_THREADS or 2)

@@ -24,7 +24,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { PYTHON, ROOT, fmt, formatTable, median, onShapedHosts, runLogged as run } from './common.js';
+import { PYTHON, ROOT, fmt, formatTable, median, onShapedHosts, runLogged as run, ORACLES } from './common.js';
 import { readMetrics } from '../lib/base/metrics.js';
 import { Model } from '../lib/index.js';
 import { parseBandwidth } from '../lib/cluster/cluster.js';
@@ -135,7 +135,7 @@ async function forwardSeconds() {
 function ddpCell(bandwidth, hook) {
   return onShapedHosts(2, '10.88.0.0/24', parseBandwidth(bandwidth), async (network) => {
     const master = `${network.hosts[0].address}:29511`;
-    const script = path.join(ROOT, 'bench', 'peers', 'torch_ddp.py');
+    const script = path.join(ORACLES, 'torch_ddp.py');
     // Gloo listens on the address of the interface named here (else on the hostname's, loopback).
     const env = { ...process.env, OMP_NUM_THREADS: '1', GLOO_SOCKET_IFNAME: HOST_DEVICE };
     const runs = network.hosts.map((host) =>

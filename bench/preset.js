@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // A training recipe on the synthetic set, side by side with PyTorch DDP: `accordion train` with two
-// workers, then two PyTorch DDP workers (bench/peers/torch_train.py) from the same initial weights
+// workers, then two PyTorch DDP workers (test/oracles/torch_train.py) from the same initial weights
 // (the engine's, at the same seed), on the same files, with the same schedule, and with PyTorch's
 // PowerSGD hook where the engine compresses with PowerSGD. One after the other, so neither shares
 // the cores. Prints each epoch's test loss and accuracy (evaluated with rank 0's running
@@ -16,7 +16,7 @@ import { parseArgs } from 'node:util';
 import { Model, writeSafetensors } from '../lib/index.js';
 import { defaultFor } from '../lib/config/options.js';
 import { readMetrics } from '../lib/base/metrics.js';
-import { BENCH_DIR, PYTHON, ROOT, fmt, formatTable, peerEnv } from './common.js';
+import { PYTHON, ROOT, fmt, formatTable, peerEnv, ORACLES } from './common.js';
 
 const { values: o } = parseArgs({
   options: {
@@ -59,7 +59,7 @@ try {
   writeSafetensors(init, await model.stateDict());
   await model.dispose();
   const port = 20000 + Math.floor(Math.random() * 20000);
-  const peer = path.join(BENCH_DIR, 'peers', 'torch_train.py');
+  const peer = path.join(ORACLES, 'torch_train.py');
   const outputs = await Promise.all(
     Array.from({ length: W }, (_, rank) =>
       run(PYTHON, [peer, '--rank', String(rank), '--world', String(W), '--master', `127.0.0.1:${port}`, '--data', data, '--batch', String(defaultFor('batchSize', 'synthetic')), '--state', init,

@@ -1,17 +1,17 @@
 // The dense setting of bench/reproduce.js on one worker beside PyTorch (Debian's python3-torch), the
 // outside reference of the engine's training on real images:
 //   1. from the same initial weights and the same 10 batches (the engine's batcher, written out),
-//      the engine's training losses beside PyTorch's in fp32 and in fp64 (bench/peers/torch_ddp_steps.py),
+//      the engine's training losses beside PyTorch's in fp32 and in fp64 (test/oracles/torch_ddp_steps.py),
 //      per seed: where each pair first parts by more than 1e-3, and how far the engine is from fp64
 //      against how far PyTorch's fp32 is;
-//   2. full runs over the seeds, the engine (`accordion train`) and PyTorch (bench/peers/torch_train.py)
+//   2. full runs over the seeds, the engine (`accordion train`) and PyTorch (test/oracles/torch_train.py)
 //      with the same recipe, their mean final test accuracies within 0.5 points (Welch's 95% interval
 //      of the difference reported).
 // Writes bench/results/reproduce-SETTING-peer.md.
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { BENCH_DIR, PYTHON, ROOT, fmt, freePort, meanInterval, peerEnv, runLogged, t95 } from './common.js';
+import { PYTHON, ROOT, fmt, freePort, meanInterval, peerEnv, runLogged, t95, ORACLES } from './common.js';
 import { finished } from './reproduce.js';
 import { WORKERS, scheduleArgs } from './reproduce-settings.js';
 
@@ -58,7 +58,7 @@ async function firstLosses(s, o, tmp, seed, lr) {
   const torchLosses = async (dtype) => {
     const out = path.join(tmp, `torch-steps-${dtype}.safetensors`);
     const port = await freePort();
-    const args = [path.join(BENCH_DIR, 'peers', 'torch_ddp_steps.py'), '--rank', '0', '--world', '1', '--master', `127.0.0.1:${port}`, '--model', s.model,
+    const args = [path.join(ORACLES, 'torch_ddp_steps.py'), '--rank', '0', '--world', '1', '--master', `127.0.0.1:${port}`, '--model', s.model,
       '--width', String(s.width), '--state', initial, '--batches', batches, '--steps', String(STEPS), '--lr', String(lr), '--dtype', dtype, '--out', out];
     const { code } = await runLogged(PYTHON, args, `${out}.log`, { spawn: { env: peerEnv(1) } });
     if (code !== 0) throw new Error(`torch_ddp_steps.py failed: ${fs.readFileSync(`${out}.log`, 'utf8')}`);
@@ -94,7 +94,7 @@ async function torchRun(s, o, seed) {
   const done = () => fs.existsSync(file) && fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).length === s.epochs;
   if (!done()) {
     const port = await freePort();
-    const args = [path.join(BENCH_DIR, 'peers', 'torch_train.py'), '--rank', '0', '--world', '1', '--master', `127.0.0.1:${port}`, '--model', s.model,
+    const args = [path.join(ORACLES, 'torch_train.py'), '--rank', '0', '--world', '1', '--master', `127.0.0.1:${port}`, '--model', s.model,
       '--width', String(s.width), '--dataset', 'fashion-mnist', '--data', o.data, '--train-images', String(s.trainImages), '--epochs', String(s.epochs),
       '--batch', String(batch), '--lr', String(lr), '--warmup-epochs', '5', '--milestones', milestones, '--seed', String(seed)];
     const { code, out } = await runLogged(PYTHON, args, `${file}.log`, { stdout: 'pipe', spawn: { env: peerEnv(THREADS) } });

@@ -3,8 +3,11 @@
 // own folder and the folders below its own (LAYERS, lowest first), never one above; no two files
 // import each other, even through others; every file opens with a comment naming its concern and
 // stays near 400 lines. Native code (cpp/, cuda/): a file may include its own folder and the folders
-// of lower levels (NATIVE_LEVELS), never one of its own level or above. Prints each break, naming the
-// file and the import or include, and exits 1 if there is one. docs/architecture.md explains the layers.
+// of lower levels (NATIVE_LEVELS), never one of its own level or above. Tests (test/) sit in folders
+// named for what they exercise (TEST_FOLDERS) and import nothing from bench/; scripts (scripts/)
+// import nothing from bench/ and only helpers from test/; files of both stay within MAX_LINES. Prints
+// each break, naming the file and the import or include, and exits 1 if there is one.
+// docs/architecture.md explains the layers.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -42,13 +45,64 @@ export function checkNative(roots = ['cpp', 'cuda'].map((r) => path.join(REPO, r
         problems.push(`${rel}: its folder is not a level (add it to NATIVE_LEVELS in scripts/check-layers.js and to docs/architecture.md)`);
         continue;
       }
-      for (const m of fs.readFileSync(file, 'utf8').matchAll(/^\s*#\s*include\s+"([a-z_]+)\/[^"]+"/gm)) {
+      const text = fs.readFileSync(file, 'utf8');
+      const lines = text.split('\n').length;
+      if (lines > MAX_LINES) problems.push(`${rel}: ${lines} lines, more than ${MAX_LINES}: split it by concern`);
+      for (const m of text.matchAll(/^\s*#\s*include\s+"([a-z_]+)\/[^"]+"/gm)) {
         const target = m[1];
         if (target === folder || level(target) < 0) continue;  // its own folder; not one of ours (a library's header)
         if (level(target) >= level(folder))
           problems.push(`${rel}: includes "${m[0].match(/"(.+)"/)[1]}", ${level(target) === level(folder) ? 'a folder of its own level' : 'a level above its own'}`);
       }
     }
+  return problems;
+}
+
+/**
+ * The folders of test/ that hold suites: a layer of ts/, a native level the TypeScript has no layer
+ * for (compress), the GPU's suites, and checks of the repository as a whole (project). The others
+ * hold what suites use: helpers, fixtures and the PyTorch oracles.
+ */
+export const TEST_FOLDERS = [...LAYERS, 'compress', 'gpu', 'project'];
+const TEST_SUPPORT = ['helpers', 'fixtures', 'oracles'];
+
+/** Files allowed past MAX_LINES, each with its reason. */
+const LONG_FILES = new Map([['scripts/gpu-check.sh', 'the GPU check stays in bash until its replacement has run on a GPU']]);
+
+/** The relative imports of a JavaScript file (static and dynamic), as paths from the repository. */
+function jsImports(file, repo) {
+  const text = fs.readFileSync(file, 'utf8');
+  return [...text.matchAll(/(?:^|\n)\s*(?:import|export)\s[^'";]*?from\s+'(\.{1,2}\/[^']+)'|import\(\s*'(\.{1,2}\/[^']+)'\s*\)|(?:^|\n)\s*import\s+'(\.{1,2}\/[^']+)'/g)].map((m) => {
+    const spec = m[1] ?? m[2] ?? m[3];
+    return { spec, target: path.relative(repo, path.resolve(path.dirname(file), spec)) };
+  });
+}
+
+/** Breaks of the rules for test/ and scripts/ under `repo`. */
+export function checkTestsAndScripts(repo = REPO) {
+  const problems = [];
+  const within = (target, folder) => target === folder || target.startsWith(folder + path.sep);
+  for (const top of ['test', 'scripts']) {
+    const root = path.join(repo, top);
+    if (!fs.existsSync(root)) continue;
+    for (const file of files(root, /\.(js|mjs|sh|py)$/)) {
+      const rel = path.relative(repo, file);
+      const parts = path.relative(root, file).split(path.sep);
+      if (top === 'test' && parts[0] === 'fixtures') continue;
+      const lines = fs.readFileSync(file, 'utf8').split('\n').length;
+      if (lines > MAX_LINES && !LONG_FILES.has(rel)) problems.push(`${rel}: ${lines} lines, more than ${MAX_LINES}: split it by concern`);
+      if (top === 'test' && rel.endsWith('.test.js') && (parts.length !== 2 || !TEST_FOLDERS.includes(parts[0])))
+        problems.push(`${rel}: a suite belongs in test/<folder>/ for what it tests (${TEST_FOLDERS.join(', ')})`);
+      if (top === 'test' && parts.length > 1 && !TEST_FOLDERS.includes(parts[0]) && !TEST_SUPPORT.includes(parts[0]))
+        problems.push(`${rel}: test/${parts[0]}/ is neither a suite's folder nor ${TEST_SUPPORT.join(', ')}`);
+      if (!/\.m?js$/.test(file)) continue;
+      for (const { spec, target } of jsImports(file, repo)) {
+        if (within(target, 'bench')) problems.push(`${rel}: imports '${spec}' (${target}): ${top}/ may not depend on the benchmarks`);
+        if (top === 'scripts' && within(target, 'test') && !within(target, path.join('test', 'helpers')))
+          problems.push(`${rel}: imports '${spec}' (${target}): scripts may use test/helpers/ only`);
+      }
+    }
+  }
   return problems;
 }
 
@@ -102,9 +156,10 @@ export function check() {
 }
 
 if (process.argv[1] && fs.realpathSync(process.argv[1]) === fileURLToPath(import.meta.url)) {
-  const problems = [...check(), ...checkNative()];
+  const problems = [...check(), ...checkNative(), ...checkTestsAndScripts()];
   for (const p of problems) console.error(p);
   if (problems.length) process.exit(1);
   console.log(`ts/: ${LAYERS.join(' → ')}: every import points down, no cycles, every file opens with its concern`);
   console.log(`cpp/, cuda/: ${NATIVE_LEVELS.map((l) => l.join(' | ')).join(' → ')}: every include points down`);
+  console.log(`test/, scripts/: suites in ${TEST_FOLDERS.join(', ')}; nothing imports bench/; every file within ${MAX_LINES} lines`);
 }

@@ -12,7 +12,7 @@
 #                  lab, quick (5 timed launches), one `kernel_check --only FAMILY` process per op family
 #     sanitizer    compute-sanitizer's memcheck, then racecheck, over `kernel_check --iterations 1` for
 #                  every family, where the probe finds that compute-sanitizer accepts the device
-#     suite        the GPU test suite (test/gpu.test.js), the compression oracles and the native tests
+#     suite        the GPU test suite (test/gpu/), the compression oracles and the native tests
 #     bench-quick  bench/step.js, bench/lstm.js and bench/compression.js against PyTorch, a few steps
 #     bench-full   the same with the benchmarks' full settings
 #     rebuild      only when the probe says the carried build does not load here: builds it on the machine
@@ -50,7 +50,7 @@ PLAN=(
   "probe|0.5|60|what the machine supports: GPU, driver, cuDNN, cuBLAS, NCCL, compute-sanitizer, the carried build"
   "abi-lab|2|300|abi_check.cu against the real headers, then the kernel lab quick, one process per op family"
   "sanitizer|1|300|memcheck, then racecheck (the engine's kernels), over kernel_check --iterations 1 for every family"
-  "suite|2.5|360|test/gpu.test.js, test/gradients.test.js, test/compression.test.js, test/native.test.js with ACCORDION_REQUIRE_GPU=1"
+  "suite|2.5|360|test/gpu/gpu-devices.test.js, test/gpu/gpu-training.test.js, test/native/gradients.test.js, test/compress/powersgd.test.js, test/compress/topk-error-feedback.test.js, test/compress/levels-and-floats.test.js, test/compress/reducer-state.test.js, test/native/binding.test.js with ACCORDION_REQUIRE_GPU=1"
   "bench-quick|1|240|bench/step.js, bench/lstm.js, bench/compression.js against PyTorch, a few steps"
   "bench-full|2.5|420|the same benchmarks with their full settings"
 )
@@ -527,11 +527,12 @@ sanitize_family() {
 stage_suite() {
   open_stage
   libraries
-  say "== suite: test/gpu.test.js test/gradients.test.js test/compression.test.js test/native.test.js (ACCORDION_REQUIRE_GPU=1)"
+  say "== suite: test/gpu/gpu-devices.test.js test/gpu/gpu-training.test.js test/native/gradients.test.js test/compress/powersgd.test.js test/compress/topk-error-feedback.test.js test/compress/levels-and-floats.test.js test/compress/reducer-state.test.js test/native/binding.test.js (ACCORDION_REQUIRE_GPU=1)"
   export ACCORDION_TEST_PYTHON=${ACCORDION_TEST_PYTHON:-$(command -v python3)}  # the machine's PyTorch: the float64 oracle
   # mocha's json-stream reporter gives a line per test as it ends: each becomes a row at once.
   ACCORDION_REQUIRE_GPU=1 rt node node_modules/mocha/bin/mocha.js --no-config --timeout 600000 --reporter json-stream \
-    test/gpu.test.js test/gradients.test.js test/compression.test.js test/native.test.js 2>&1 |
+    test/gpu/gpu-devices.test.js test/gpu/gpu-training.test.js test/native/gradients.test.js \
+    test/compress/powersgd.test.js test/compress/topk-error-feedback.test.js test/compress/levels-and-floats.test.js test/compress/reducer-state.test.js test/native/binding.test.js 2>&1 |
     rt node -e '
       const fs = require("fs"), readline = require("readline");
       const [results, log] = process.argv.slice(1);

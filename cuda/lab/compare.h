@@ -9,7 +9,7 @@
 // drop it).
 //
 // checkRow() writes a check as one line of JSON, the lab's row in gpu-check.jsonl; compare_check
-// --rows prints a few, which test/lab.test.js parses.
+// --rows prints a few, which test/native/lab.test.js parses.
 #pragma once
 #include <cmath>
 #include <cstdio>

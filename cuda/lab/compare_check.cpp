@@ -4,7 +4,7 @@
 //   c++ -std=c++17 -O1 -o compare_check cuda/lab/compare_check.cpp && ./compare_check
 //   ./compare_check --rows      prints rows as kernel_check writes them to gpu-check.jsonl
 //
-// Exit status: 0 when the comparison gives every verdict it should, 1 otherwise (test/lab.test.js).
+// Exit status: 0 when the comparison gives every verdict it should, 1 otherwise (test/native/lab.test.js).
 #include <cstdio>
 #include <cstring>
 

@@ -1,7 +1,7 @@
 // Bad inputs through the public API (accordion-engine and accordion-engine/testing), each with the
 // code its error must carry. Run as a script, it tries every case in turn, writing "start NAME" before
 // each and one JSON line after it, so that a case which kills the process (a signal) is named by the
-// last "start" line. test/errors.test.js runs it in a child process.
+// last "start" line. test/cli/errors.test.js runs it in a child process.
 import { pathToFileURL } from 'node:url';
 import { AccordionError, Batcher, Model, setThreads } from 'accordion-engine';
 import { LayerProbe, ReducerProbe, crossEntropy, orthogonalize } from 'accordion-engine/testing';

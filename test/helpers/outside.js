@@ -4,9 +4,8 @@
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { ROOT } from './paths.js';
 
-const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 /** tinyshakespeare (1.1 MB, public domain), kept in the repository as test/fixtures/tinyshakespeare.txt. */
 export const SHAKESPEARE = path.join(ROOT, 'test', 'fixtures', 'tinyshakespeare.txt');

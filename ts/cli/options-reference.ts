@@ -22,7 +22,7 @@ export function optionsReference(): string {
     '# Options',
     '',
     "Every command's options, generated from the tables the commands parse (`node scripts/options-doc.js`;",
-    '`test/readme.test.js` fails when this page and the tables part). `npm run train -- OPTIONS` passes',
+    '`test/project/readme.test.js` fails when this page and the tables part). `npm run train -- OPTIONS` passes',
     "them to `accordion train`; a config file (`--config FILE`) takes the same names as a run's",
     '`config.json`. Defaults that depend on the data say so ("6 on synthetic data").',
   ];

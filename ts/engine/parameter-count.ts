@@ -1,6 +1,6 @@
 /**
  * How many parameters a model has, from its architecture and sizes alone (nothing allocated): the
- * memory checks read it before a model is built, and test/model.test.js holds it to the count of
+ * memory checks read it before a model is built, and test/engine/model.test.js holds it to the count of
  * every model the engine builds.
  */
 import type { Architecture } from '../config/options.js';

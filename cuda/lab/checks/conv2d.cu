@@ -34,7 +34,7 @@ void checkConv2d(Lab& lab) {
       {convolution({128, 3, 32, 32}, 64, 3, 1, 1, true), false},
       {convolution({128, 64, 16, 16}, 128, 3, 1, 1, true), true},
       {convolution({128, 512, 2, 2}, 512, 3, 1, 1, true), true},
-      // The gradient test's states (test/gradients.test.js): VGG's first layer at batch 4, ResNet's
+      // The gradient test's states (test/native/gradients.test.js): VGG's first layer at batch 4, ResNet's
       // stem on 4×4 images.
       {convolution({4, 3, 32, 32}, 64, 3, 1, 1, true), false},
       {convolution({32, 3, 4, 4}, 64, 3, 1, 1, false), false},

@@ -1,0 +1,325 @@
+// The cluster command's shaped links, simulated hosts in network namespaces running a real job (needs root and
+// iproute2, as CI has): against loopback, with loss, the bytes on the wire against the floats accounting, the
+// link's rate and latency, a bandwidth schedule, a slow host, and re-planning when the link drops.
+import { spawn, spawnSync } from 'node:child_process';
+import * as path from 'node:path';
+import { expect } from 'chai';
+import { loadCheckpoint } from '../../lib/index.js';
+import { readMetrics } from '../../lib/base/metrics.js';
+import * as netns from '../../lib/cluster/netns.js';
+import { broadcastWireBytes, compareWire, parseSubnet, predictedWireBytes, readNetworkLog, topkExchange } from '../../lib/cluster/cluster.js';
+import { waitFor } from '../helpers/processes.js';
+import { clusterRuns, expectNothingLeft, finished, start } from '../helpers/cluster-runs.js';
+
+function sameWeights(dirA, dirB) {
+  const a = loadCheckpoint(dirA, 0).model;
+  const b = loadCheckpoint(dirB, 0).model;
+  expect(b.map((t) => t.name)).to.deep.equal(a.map((t) => t.name));
+  return a.filter((t, i) => !Buffer.from(t.data).equals(Buffer.from(b[i].data))).map((t) => t.name);
+}
+
+describe('accordion cluster (needs root)', function () {
+  const { lstm, runDir } = clusterRuns();
+
+  // The oracle of the next tests: the same job over loopback (accordion train --workers 2).
+  let loopback;
+  it('2 hosts over 100 Mbit/s links end with the same weights as 2 workers over loopback; network.jsonl has every host\'s counters per epoch', async function () {
+    loopback = runDir('loopback');
+    const args = [...lstm(32), '--epochs', '2', '--workers', '2'];
+    const reference = start(['train', ...args, '--out', loopback]);
+    const ref = await finished(reference, 60000, 'the loopback run');
+    expect(ref.code, ref.stderr).to.equal(0);
+
+    const dir = runDir('shaped');
+    const c = start(['cluster', '--hosts', '2', '--bandwidth', '100mbit', '--', ...args, '--out', dir]);
+    const exit = await finished(c, 60000, 'the cluster run');
+    expect(exit.code, exit.stderr).to.equal(0);
+    expect(exit.stderr).to.match(/accordion cluster: 2 hosts × 1 worker in namespaces acc-\d+-[0-9a-f]+-h0…h1, 10\.87\.0\.1…10\.87\.0\.2\/24/);
+    expect(sameWeights(loopback, dir), 'tensors that differ from the loopback run').to.deep.equal([]);
+    await expectNothingLeft(c, dir);
+
+    const epochs = readMetrics(path.join(dir, 'metrics.jsonl')).filter((e) => e.event === 'epoch');
+    const records = readNetworkLog(dir);
+    expect(records.map((r) => [r.event, r.event === 'start' ? r.epochsCompleted : r.epoch, r.host])).to.deep.equal([
+      ['start', 0, 0], ['start', 0, 1], ['epoch', 1, 0], ['epoch', 1, 1], ['epoch', 2, 0], ['epoch', 2, 1],
+    ]);
+    expect(records.filter((r) => r.event === 'start').map((r) => r.address)).to.deep.equal(['10.87.0.1', '10.87.0.2']);
+    expect(records[0]).to.include({ hosts: 2, procsPerHost: 1, workers: 2, compressor: 'none', bitsPerSecond: 100e6, delaySeconds: 0, loss: 0 });
+    for (const r of records.filter((x) => x.event === 'epoch')) {
+      expect(r.floatsSent, `epoch ${r.epoch} host ${r.host}`).to.equal(epochs[r.epoch - 1].floatsSent);
+      expect(r.floatsSentTotal).to.equal(epochs[r.epoch - 1].floatsSentTotal);
+      expect(r.txBytes).to.be.above(4 * r.floatsSent); // checked exactly in the wire test
+      expect(r.txBytesTotal - r.txBytes).to.equal(records[records.indexOf(r) - 2].txBytesTotal);
+    }
+  });
+
+  it('with 1% packet loss the job goes on and ends with the same weights', async function () {
+    expect(loopback, 'the loopback run of the previous test').to.be.a('string');
+    const dir = runDir('loss');
+    const c = start(['cluster', '--bandwidth', '100mbit', '--loss', '1%', '--', ...lstm(32), '--epochs', '2', '--workers', '2', '--out', dir]);
+    const exit = await finished(c, 90000, 'the run with loss');
+    expect(exit.code, exit.stderr).to.equal(0);
+    expect(readNetworkLog(dir)[0].loss).to.equal(0.01);
+    expect(sameWeights(loopback, dir), 'tensors that differ from the loopback run').to.deep.equal([]);
+    await expectNothingLeft(c, dir);
+    this.test.title += ` [${(exit.ms / 1000).toFixed(1)} s]`;
+  });
+
+  it("the bytes on the wire match the bytes accounting and the algorithms: all-reduce 2(n-1)/n of the buffer (in 16 bits: an all-to-all of shares, then their all-gather), all-gather (n-1)/n of the result, rank 0's running statistics down a binomial tree", async function () {
+    // Rank 0's start record names the parameters' shapes.
+    const shapes = (dir) => readMetrics(path.join(dir, 'metrics.jsonl')).find((e) => e.event === 'start').parameterShapes;
+    const jobs = [
+      { name: 'dense, 2 hosts', hosts: 2, args: [] },
+      { name: 'topk 0.1, 2 hosts', hosts: 2, args: ['--compressor', 'topk', '--topk-ratio', '0.1'], ratio: 0.1 },
+      { name: 'dense, 3 hosts', hosts: 3, args: [] },
+      // 16-bit values: the all-to-all of three ranks, and TopK's values apart from their 4-byte indices.
+      { name: 'dense bf16, 3 hosts', hosts: 3, args: ['--comm-dtype', 'bf16'], commDtype: 'bf16' },
+      { name: 'topk 0.1 fp16, 2 hosts', hosts: 2, args: ['--compressor', 'topk', '--topk-ratio', '0.1', '--comm-dtype', 'fp16'], ratio: 0.1, commDtype: 'fp16' },
+      // Batch norm: rank 0's 9,600 running statistics before every step, about a tenth of PowerSGD's traffic.
+      {
+        name: 'resnet18 powersgd, 2 hosts', hosts: 2, model: ['--model', 'resnet18', '--dataset', 'synthetic', '--synthetic-train', '128', '--synthetic-test', '64', '--batch-size', '16', '--seed', '7', '--quiet'],
+        args: ['--compressor', 'powersgd', '--accordion', 'off'],
+      },
+    ];
+    const notes = [];
+    for (const job of jobs) {
+      const dir = runDir(`wire-${job.hosts}-${job.ratio ?? 'dense'}-${job.commDtype ?? 'fp32'}-${job.model ? 'resnet' : 'lstm'}`);
+      const c = start(['cluster', '--hosts', String(job.hosts), '--bandwidth', '100mbit', '--', ...(job.model ?? lstm(64)), '--epochs', '2', '--checkpoint-every', '2', ...job.args, '--out', dir]);
+      const exit = await finished(c, 90000, `the ${job.name} run`);
+      expect(exit.code, exit.stderr).to.equal(0);
+      await expectNothingLeft(c, dir);
+      let exchange;
+      if (job.ratio) {
+        const params = shapes(dir);
+        exchange = (r) => topkExchange(params, params.map(() => job.ratio), job.hosts, r.bytesSent, job.commDtype);
+      }
+      const log = readNetworkLog(dir);
+      expect(log[0].commDtype).to.equal(job.commDtype ?? 'fp32');
+      if (job.commDtype && !job.ratio) for (const r of log.filter((x) => x.event === 'epoch')) expect(r.bytesSent).to.equal(2 * r.floatsSent);
+      const rows = compareWire(log, { exchange });
+      expect(rows).to.have.length(2 * job.hosts);
+      for (const row of rows) {
+        expect(row.ok, `${job.name}, epoch ${row.epoch}, host ${row.host}: sent ${row.sentPayloadBytes} and received ${row.receivedPayloadBytes} payload bytes, predicted ${row.predictedSentBytes} and ${row.predictedReceivedBytes}`).to.equal(true);
+      }
+      notes.push(`${job.name}: ${rows.map((r) => r.sentRatio.toFixed(3)).join('/')}`);
+    }
+    // The prediction itself: n = 2 sends the whole buffer (half in the reduce-scatter, half in the
+    // all-gather); n = 3 sends 4/3 of it; an all-gather of 2 sends the half it contributed.
+    const bytes = (allReduceBytes, allGatherBytes, splitReduceBytes = 0) => ({ allReduceBytes, allGatherBytes, splitReduceBytes });
+    expect(predictedWireBytes(bytes(4000, 0), 2, 1)).to.equal(4000);
+    expect(predictedWireBytes(bytes(12000, 0), 3, 1)).to.equal(16000);
+    expect(predictedWireBytes(bytes(0, 4000), 2, 1)).to.equal(2000);
+    expect(predictedWireBytes(bytes(4000, 4000), 1, 4)).to.equal(0);
+    // In 16 bits, 2 hosts of 2 ranks: each host's two ranks send 2 of their 4 shares across (2·2/4),
+    // then the ring's all-gather 3/4: 1.75 of the buffer, where the fp32 ring sends 2·3/4 = 1.5.
+    expect(predictedWireBytes(bytes(0, 0, 4000), 2, 2)).to.equal(7000);
+    expect(predictedWireBytes(bytes(0, 0, 3000), 3, 1)).to.equal(4000);
+    // Rank 0's broadcast down Gloo's binomial tree (rank r hears from r less its highest bit):
+    // 4 hosts of one rank: 0 → 1, 0 → 2, 1 → 3; 2 hosts of 2 ranks: 0 → 1 stays on host 0, 0 → 2 and 1 → 3 cross.
+    expect(broadcastWireBytes(10, 2, 1)).to.deep.equal({ sent: [40, 0], received: [0, 40] });
+    expect(broadcastWireBytes(10, 4, 1)).to.deep.equal({ sent: [80, 40, 0, 0], received: [0, 40, 40, 40] });
+    expect(broadcastWireBytes(10, 2, 2)).to.deep.equal({ sent: [80, 0], received: [0, 80] });
+    expect(broadcastWireBytes(10, 1, 4)).to.deep.equal({ sent: [0], received: [0] });
+    this.test.title += ` [measured/predicted per epoch and host: ${notes.join('; ')}]`;
+  });
+
+  it('a 100 Mbit/s link carries about 100 Mbit/s; a loss drops that share of the packets; a latency shows in the round trip, or is refused naming netem where the kernel lacks it', async function () {
+    const subnet = parseSubnet('10.87.0.0/24', 2);
+    const inHost = (network, host, script, ...args) =>
+      spawn('ip', ['netns', 'exec', network.hosts[host].namespace, process.execPath, '--input-type=module', '-e', script, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const output = (child) =>
+      new Promise((resolve, reject) => {
+        let out = '', err = '';
+        child.stdout.on('data', (d) => (out += d));
+        child.stderr.on('data', (d) => (err += d));
+        const timer = setTimeout(() => child.kill('SIGKILL'), 30000);
+        child.on('close', (code) => {
+          clearTimeout(timer);
+          code === 0 ? resolve(out) : reject(new Error(`exit ${code}: ${err}`));
+        });
+      });
+    // A sink that reports how many bytes it received and over how long, and an echo server.
+    const sink = `import net from 'node:net'; net.createServer((s) => { let n = 0, t0; s.on('data', (d) => { t0 ??= process.hrtime.bigint(); n += d.length; }); s.on('end', () => { console.log(JSON.stringify({ bytes: n, seconds: Number(process.hrtime.bigint() - t0) / 1e9 })); process.exit(0); }); }).listen(7000, process.argv[1], () => console.error('ready'));`;
+    const send = `import net from 'node:net'; const s = net.connect(7000, process.argv[1], () => { let left = 48; const chunk = Buffer.alloc(1 << 18); const go = () => { while (left-- > 0) if (!s.write(chunk)) return s.once('drain', go); s.end(); }; go(); });`;
+    const echo = `import net from 'node:net'; net.createServer((s) => s.pipe(s)).listen(7001, process.argv[1], () => console.error('ready'));`;
+    const ping = `import net from 'node:net'; const s = net.connect(7001, process.argv[1], async () => { s.setNoDelay(true); const rtts = []; for (let i = 0; i < 7; i++) { const t = process.hrtime.bigint(); s.write('x'); await new Promise((r) => s.once('data', r)); rtts.push(Number(process.hrtime.bigint() - t) / 1e6); } console.log(JSON.stringify(rtts)); process.exit(0); });`;
+    const ready = (child) => new Promise((resolve) => child.stderr.once('data', resolve));
+
+    const notes = [];
+    let network = await netns.createNetwork({ hosts: 2, subnet, shape: { bitsPerSecond: 100e6, delaySeconds: 0, loss: 0 } });
+    try {
+      const server = inHost(network, 1, sink, network.hosts[1].address);
+      await ready(server);
+      const received = output(server);
+      await output(inHost(network, 0, send, network.hosts[1].address));
+      const { bytes, seconds } = JSON.parse(await received);
+      const mbit = (bytes * 8) / seconds / 1e6;
+      // Payload: the line rate less 66 header bytes per 1514-byte frame (4.4%).
+      expect(mbit, 'payload rate in Mbit/s').to.be.within(60, 100);
+      notes.push(`${mbit.toFixed(1)} Mbit/s payload`);
+      const echoServer = inHost(network, 1, echo, network.hosts[1].address);
+      await ready(echoServer);
+      const rtts = JSON.parse(await output(inHost(network, 0, ping, network.hosts[1].address)));
+      echoServer.kill();
+      notes.push(`RTT ${Math.min(...rtts).toFixed(2)} ms without latency`);
+    } finally {
+      await netns.removeNetwork(network.id);
+    }
+    expect(await netns.listClusterNamespaces()).to.not.include(network.hosts[0].namespace);
+
+    // Loss: datagrams (no retransmission) from a host losing 30% of what it sends.
+    const loss = 0.3, datagrams = 2000;
+    network = await netns.createNetwork({ hosts: 2, subnet, shape: { bitsPerSecond: 100e6, delaySeconds: 0, loss } });
+    try {
+      // A 2-byte greeting is answered until one gets through (resolving the addresses both ways, so
+      // that no datagram waits for ARP); then 64-byte datagrams are counted until a 1-byte end mark.
+      const counter = `import dgram from 'node:dgram'; let n = 0; const s = dgram.createSocket('udp4'); s.on('message', (m, from) => { if (m.length === 2) s.send(m, from.port, from.address); else if (m.length === 1) { console.log(n); process.exit(0); } else n++; }); s.bind(7002, process.argv[1], () => console.error('ready'));`;
+      const blaster = `import dgram from 'node:dgram'; const s = dgram.createSocket('udp4'); const [addr, count] = process.argv.slice(1); await new Promise((resolve) => { s.once('message', resolve); const hello = setInterval(() => s.send(Buffer.alloc(2), 7002, addr), 20); s.once('message', () => clearInterval(hello)); }); for (let i = 0; i < Number(count); i++) { await new Promise((r) => s.send(Buffer.alloc(64), 7002, addr, r)); if (i % 100 === 99) await new Promise((r) => setTimeout(r, 5)); } const end = () => s.send(Buffer.alloc(1), 7002, addr); const timer = setInterval(end, 20); end(); setTimeout(() => { clearInterval(timer); s.close(); }, 500);`;
+      const server = inHost(network, 1, counter, network.hosts[1].address);
+      await ready(server);
+      const received = output(server);
+      const sender = inHost(network, 0, blaster, network.hosts[1].address, String(datagrams));
+      const got = Number(await received);
+      await output(sender);
+      // Binomial: the mean 1400 of 2000 with a standard deviation of about 20.
+      expect(got, 'datagrams received').to.be.within(datagrams * (1 - loss) - 150, datagrams * (1 - loss) + 150);
+      notes.push(`${got} of ${datagrams} datagrams through a 30% loss`);
+    } finally {
+      await netns.removeNetwork(network.id);
+    }
+
+    const latency = 0.02;
+    let refused;
+    try {
+      network = await netns.createNetwork({ hosts: 2, subnet, shape: { bitsPerSecond: 100e6, delaySeconds: latency, loss: 0 } });
+    } catch (err) {
+      refused = err;
+    }
+    if (refused) {
+      expect(refused.code, refused.message).to.equal('ERR_USAGE');
+      expect(refused.message).to.match(/a link latency needs the kernel's netem queueing discipline \(sch_netem\), which this kernel does not have/);
+      expect((await netns.listClusterNamespaces()).filter((n) => n.startsWith(`acc-${process.pid}-`)), 'namespaces left by the refused build').to.deep.equal([]);
+      notes.push('this kernel has no netem: a latency is refused');
+    } else {
+      try {
+        const echoServer = inHost(network, 1, echo, network.hosts[1].address);
+        await ready(echoServer);
+        const rtts = JSON.parse(await output(inHost(network, 0, ping, network.hosts[1].address)));
+        echoServer.kill();
+        const median = rtts.sort((a, b) => a - b)[3];
+        // Each direction's sender adds the delay once.
+        expect(median, 'round trip in ms').to.be.within(2 * latency * 1e3, 2 * latency * 1e3 + 30);
+        notes.push(`RTT ${median.toFixed(1)} ms with ${latency * 1e3} ms latency`);
+      } finally {
+        await netns.removeNetwork(network.id);
+      }
+    }
+    this.test.title += ` [${notes.join('; ')}]`;
+  });
+
+  it('a bandwidth schedule changes every host\'s rate at its times: tc reports each scheduled rate once its change is logged, in schedule order; a host with a rate of its own keeps it', async function () {
+    const dir = runDir('schedule');
+    // Changes 3 s apart, the first after the job has started (its start record opens network.jsonl).
+    const schedule = [[0, 1e9], [4, 50e6], [7, 200e6]];
+    const c = start(['cluster', '--hosts', '3', '--bandwidth', schedule.map(([t, r]) => `${t}s:${r / 1e6}mbit`).join(','), '--host-bandwidth', '2:30mbit', '--',
+      ...lstm(16), '--workers', '3', '--epochs', '500', '--out', dir]);
+    const network = await waitFor('the cluster\'s 3 hosts', async () => {
+      const n = await netns.findNetwork(c.child.pid);
+      return n?.hosts.length === 3 ? n : undefined;
+    }, 30000);
+    // Hosts whose rate changes send packets no longer than their smallest bucket (tbf's 2 ms at
+    // 50 Mbit/s: 12,500 bytes), so that none queued before a change outgrows the bucket after it; the
+    // host with a rate of its own keeps Linux's 65,536.
+    const gso = network.hosts.map((h) => JSON.parse(spawnSync('ip', ['-n', h.namespace, '-j', '-d', 'link', 'show', 'dev', netns.HOST_DEVICE], { encoding: 'utf8' }).stdout)[0].gso_max_size);
+    expect(gso).to.deep.equal([12500, 12500, 65536]);
+    const seen = [];
+    await waitFor('both changes of rate', async () => {
+      if (c.done) throw new Error(`the job ended before the schedule did; stderr:\n${c.stderr}`);
+      let changes = [];
+      try {
+        changes = readNetworkLog(dir).filter((r) => r.event === 'rate');
+      } catch {
+        // not written yet, or its last line being written
+      }
+      for (const r of changes.slice(seen.length)) {
+        // What the kernel holds for every host right after the change was logged.
+        seen.push({ ...r, tc: await Promise.all(network.hosts.map((h) => netns.readEgressRate(h))) });
+      }
+      return seen.length === 4 || undefined;
+    }, 30000);
+    process.kill(-c.child.pid, 'SIGINT');
+    const exit = await finished(c, 40000, 'the job after SIGINT');
+    expect(exit.code, exit.stderr).to.equal(130);
+    // Two changes of hosts 0 and 1 (host 2 keeps its own rate), logged in schedule order.
+    expect(seen.map((r) => [r.atSeconds, r.host, r.bitsPerSecond])).to.deep.equal([[4, 0, 50e6], [4, 1, 50e6], [7, 0, 200e6], [7, 1, 200e6]]);
+    for (const r of seen) expect(r.tc, `tc's rates after the change at ${r.atSeconds} s`).to.deep.equal([r.bitsPerSecond, r.bitsPerSecond, 30e6]);
+    const times = seen.map((r) => Date.parse(r.time));
+    expect(times, 'log times in schedule order').to.deep.equal([...times].sort((a, b) => a - b));
+    expect(times[2] - times[0], 'the second change 3 s after the first').to.be.within(2000, 4500);
+    const starts = readNetworkLog(dir).filter((r) => r.event === 'start');
+    expect(starts.map((r) => r.bitsPerSecond)).to.deep.equal([1e9, 1e9, 30e6]);
+    expect(exit.stderr).to.include('host 2 sends at 30 Mbit/s; the others at 1 Gbit/s, then 50 Mbit/s from 4 s, 200 Mbit/s from 7 s');
+    expect(exit.stderr).to.match(/accordion cluster: \d+\.\d s: hosts 0, 1 now send at 50 Mbit\/s \(scheduled at 4 s\)/);
+    await expectNothingLeft(c, dir);
+  });
+
+  it('a slow host: its peer measures the slow link from its own collectives', async function () {
+    const dir = runDir('slow-host');
+    const c = start(['cluster', '--hosts', '2', '--bandwidth', '1gbit', '--host-bandwidth', '1:20mbit', '--', ...lstm(64), '--epochs', '2', '--workers', '2', '--out', dir]);
+    const exit = await finished(c, 90000, 'the run with a slow host');
+    expect(exit.code, exit.stderr).to.equal(0);
+    await expectNothingLeft(c, dir);
+    const links = readMetrics(path.join(dir, 'metrics.jsonl')).filter((e) => e.event === 'epoch').map((e) => e.link);
+    this.test.title += ` [rank 0 measured ${links.map((l) => (8 * l.bytesPerSecond / 1e6).toFixed(1)).join(', ')} Mbit/s beside host 1 at 20 Mbit/s]`;
+    // Rank 0 sends at 1 Gbit/s but receives host 1's share at 20 Mbit/s: its all-reduces run at the
+    // slower rate, less the packets' headers (about 4%).
+    for (const l of links) expect(8 * l.bytesPerSecond).to.be.within(0.6 * 20e6, 1.02 * 20e6);
+  });
+
+  it('automatic levels priced in seconds plan again when the link drops mid-run: rank 0 decides from its measured link, both ranks run the new levels', async function () {
+    const dir = runDir('replan');
+    // A tight error budget keeps some matrices dense (in bf16) at 1 Gbit/s: transfers large enough
+    // to time the link by, after it drops to 10 Mbit/s.
+    const c = start(['cluster', '--hosts', '2', '--bandwidth', '0s:1gbit,2s:10mbit', '--', ...lstm(256), '--compressor', 'powersgd', '--adapt', 'auto',
+      '--auto-cost', 'seconds', '--error-budget', '0.1', '--accordion-interval', '100', '--replan-steps', '3', '--epochs', '1000', '--workers', '2', '--out', dir]);
+    const events = () => {
+      try {
+        return readMetrics(path.join(dir, 'metrics.jsonl'));
+      } catch {
+        return []; // not written yet
+      }
+    };
+    // A re-plan after the drop, and the checkpoint at the end of its epoch.
+    const replan = await waitFor('a re-plan and the checkpoint after it', () => {
+      if (c.done) throw new Error(`the job ended; stderr:\n${c.stderr}`);
+      const all = events();
+      const r = all.find((e) => e.event === 'replan');
+      return r && all.some((e) => e.event === 'checkpoint' && e.epoch >= r.epoch) ? r : undefined;
+    }, 90000);
+    process.kill(-c.child.pid, 'SIGINT');
+    const exit = await finished(c, 40000, 'the job after SIGINT');
+    expect(exit.code, exit.stderr).to.equal(130);
+    await expectNothingLeft(c, dir);
+    // Planned at the start's 1 Gbit/s measurement, again at 10 Mbit/s as rank 0 measured it (on a
+    // busy machine within half and one and a half times that).
+    this.test.title += ` [after step ${replan.runStep}: ${(8 * replan.fromBytesPerSecond / 1e6).toFixed(0)} → ${(8 * replan.toBytesPerSecond / 1e6).toFixed(1)} Mbit/s]`;
+    expect(8 * replan.fromBytesPerSecond).to.be.above(100e6);
+    expect(8 * replan.toBytesPerSecond).to.be.within(0.5 * 10e6, 1.5 * 10e6);
+    expect(replan.runStep % 3, 'at a look every --replan-steps steps').to.equal(0);
+    // Both ranks hold the plan's levels in their last checkpoints (a worker on other levels would
+    // have sent other collectives, and the job would have failed).
+    const levels = (rank) => {
+      const t = loadCheckpoint(dir, rank).trainer.find((e) => e.name === 'compressor.levels');
+      return Array.from(new Float64Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength)));
+    };
+    const planned = replan.plan.levels;
+    expect(levels(0)).to.deep.equal(planned);
+    expect(levels(1)).to.deep.equal(planned);
+    // The link measurement at the start all-reduced 4 Mi floats six times and 1 float five times
+    // before the first epoch: the first epoch's bytes on the wire include them, as predicted.
+    const network = readNetworkLog(dir);
+    expect(network.filter((r) => r.event === 'epoch' && r.epoch === 1).map((r) => r.linkFloats)).to.deep.equal([6 * 2 ** 20 + 5, 6 * 2 ** 20 + 5]);
+    const first = compareWire(network).filter((w) => w.epoch === 1);
+    expect(first.map((w) => w.ok), JSON.stringify(first)).to.deep.equal([true, true]);
+  });
+});

@@ -1,0 +1,63 @@
+// The link estimate from the exchange's own collectives (ts/train/link.ts), against hand-computed
+// cases: collectives of a known latency and bandwidth, some of them waiting for a late peer.
+import { expect } from 'chai';
+import { LinkMonitor, collectiveSamples, describeLink, estimateLink } from '../../lib/train/link.js';
+
+describe('the link estimate', function () {
+  // A link of 1 ms latency and 10 MB/s: a collective sending b bytes takes 0.001 + b / 1e7 s when
+  // nobody waits.
+  const took = (bytes, wait = 0) => ({ bytes, seconds: 0.001 + bytes / 1e7 + wait });
+
+  it('separates the latency, the bandwidth and the waiting for a late peer', function () {
+    // Four agreements of 8 bytes (two of them waited), three transfers (the last waited 0.2 s).
+    const agreements = [0.001, 0.001, 0.0012, 0.005].map((seconds) => ({ bytes: 8, seconds }));
+    const samples = [...agreements, took(1e6), took(2e6), took(1e6, 0.2)];
+    const link = estimateLink(samples);
+    // Latency: the lower quartile of the agreements' 1, 1, 1.2 and 5 ms.
+    expect(link.latencySeconds).to.be.closeTo(0.001, 1e-12);
+    // Rates beyond the latency: 1e7, 1e7 and 1e6 / 0.3 B/s; weighted by bytes (1, 2, 1 MB) the
+    // 80th percentile is 1e7.
+    expect(link.bytesPerSecond).to.be.closeTo(1e7, 1e-3);
+    // Waiting: what each exceeds 1 ms + bytes / 1e7 by: 0.2 s, and the agreements' 3.9992 and 0.1992 ms.
+    expect(link.waitSeconds).to.be.closeTo(0.2 + 0.0039992 + 0.0001992, 1e-9);
+    const total = samples.reduce((a, s) => a + s.seconds, 0);
+    expect(link.transferSeconds).to.be.closeTo(total - link.waitSeconds, 1e-12);
+    expect(link.collectives).to.equal(7);
+    expect(describeLink(link)).to.equal('80 Mbit/s, 1.00 ms');
+  });
+
+  it('times the rate by transfers of 64 KiB or more that took at least a latency (a compressed exchange on a fast link has none)', function () {
+    // 100 kB at 1 GB/s: 0.1 ms beside a latency of 1 ms; 4 kB, which a link's buffers let through at once.
+    const link = estimateLink([{ bytes: 8, seconds: 0.001 }, { bytes: 1e5, seconds: 0.0011 }, took(4000), { bytes: 8, seconds: 0.001 }]);
+    expect(link.bytesPerSecond).to.equal(undefined);
+    // The same 100 kB at 10 MB/s are timed.
+    expect(estimateLink([{ bytes: 8, seconds: 0.001 }, took(1e5)]).bytesPerSecond).to.be.closeTo(1e7, 1e-3);
+  });
+
+  it('has no bandwidth without a transfer to time, and nothing without collectives', function () {
+    const link = estimateLink([{ bytes: 8, seconds: 0.001 }, { bytes: 16, seconds: 0.011 }]);
+    expect(link.bytesPerSecond).to.equal(undefined);
+    expect(link.latencySeconds).to.be.closeTo(0.001, 1e-12);
+    expect(link.waitSeconds).to.be.closeTo(0.01, 1e-12);
+    expect(describeLink(link)).to.equal('rate unknown, 1.00 ms');
+    expect(estimateLink([])).to.equal(undefined);
+  });
+
+  it('reads the step results\' pairs of bytes and seconds', function () {
+    expect(collectiveSamples(Float64Array.of(8, 0.5, 1e6, 2))).to.deep.equal([
+      { bytes: 8, seconds: 0.5 },
+      { bytes: 1e6, seconds: 2 },
+    ]);
+  });
+
+  it('follows a change of the link within its window of steps', function () {
+    const monitor = new LinkMonitor(4);
+    const step = (bandwidth) => [{ bytes: 8, seconds: 0.001 }, { bytes: 4e6, seconds: 0.001 + 4e6 / bandwidth }];
+    for (let s = 0; s < 6; s++) expect(monitor.addStep(step(1e8)).bytesPerSecond).to.be.closeTo(1e8, 1);
+    // The link drops tenfold: the window still holds faster steps for a while, then only slow ones.
+    const seen = [];
+    for (let s = 0; s < 4; s++) seen.push(monitor.addStep(step(1e7)).bytesPerSecond);
+    expect(seen[0]).to.be.closeTo(1e8, 1);
+    expect(seen[3]).to.be.closeTo(1e7, 1);
+  });
+});
