@@ -2,8 +2,9 @@
 # Installs what accordion-engine needs on Debian/Ubuntu and builds it: system libraries with
 # apt-get, then npm ci (which builds the addon and the TypeScript). The test peers of `npm test` are
 # installed with them: PyTorch for the state_dict interoperability tests, Chromium to open the HTML
-# report, Open MPI's mpirun to start workers as an MPI job, and Fashion-MNIST (real images for the
-# reader's tests and bench/reproduce.js) (ACCORDION_TEST_PEERS=0 leaves them out). As root it installs what is missing; as a user it prints the one `sudo apt-get install`
+# report, Open MPI's mpirun to start workers as an MPI job, Fashion-MNIST (real images for the
+# reader's tests and bench/reproduce.js) and patchelf (the prebuilt package's check,
+# scripts/check-prebuilt.sh) (ACCORDION_TEST_PEERS=0 leaves them out). As root it installs what is missing; as a user it prints the one `sudo apt-get install`
 # command that does, and stops when a library the build needs is among it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,7 @@ if [ "${ACCORDION_TEST_PEERS:-1}" != 0 ]; then
   [ -x /usr/bin/chromium ] || peers+=(chromium)
   mpirun --version 2>/dev/null | grep -q 'Open MPI' || peers+=(openmpi-bin)
   [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || peers+=(dataset-fashion-mnist)
+  command -v patchelf >/dev/null || peers+=(patchelf)
 fi
 needed=("${missing[@]}" "${peers[@]}")
 if ((${#needed[@]})); then

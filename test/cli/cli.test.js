@@ -3,7 +3,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { CLI } from '../helpers/paths.js';
+import { CLI, ROOT } from '../helpers/paths.js';
 
 function run(args, env = {}, timeout = 120000) {
   const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout, env: { ...process.env, OMP_NUM_THREADS: '2', ...env } });
@@ -187,4 +187,15 @@ describe('command line', function () {
     expect(info.threads.alone).to.deep.equal({ compute: 2, communication: 0 });
   });
 
+  it('info names where the addon and its libraries were loaded from, as ldd resolves them, and the CPU features lscpu lists', function () {
+    const info = JSON.parse(run(['info']).stdout);
+    const addon = path.join(ROOT, 'build', 'Release', 'accordion.node');
+    expect(info.loaded.addon).to.deep.equal({ kind: 'build', dir: ROOT, file: addon });
+    // Each library the addon links, resolved by ldd, is mapped from the file ldd names.
+    const linked = spawnSync('ldd', [addon], { encoding: 'utf8' }).stdout.matchAll(/^\s*(lib(?:dnnl|openblas|gloo)\S*) => (\S+)/gm);
+    const mapped = Object.values(info.loaded.libraries);
+    for (const [, soname, file] of linked) expect(mapped, soname).to.include(fs.realpathSync(file));
+    const flags = spawnSync('lscpu', [], { encoding: 'utf8' }).stdout.match(/^Flags:\s*(.*)$/m)[1].split(/\s+/);
+    for (const feature of ['avx2', 'avx512f', 'avx512_bf16', 'amx_bf16', 'amx_tile']) expect(info.cpu[feature], feature).to.equal(flags.includes(feature));
+  });
 });

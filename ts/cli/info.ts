@@ -9,8 +9,10 @@ import { distributedEnv } from '../comm/group.js';
 const INFO_USAGE = `Usage: accordion info
 
 Prints, as JSON: how the native addon was built (oneDNN, OpenBLAS, Gloo, CUDA and its libraries),
-the devices it sees, the launcher this process would train under, and how the threads are shared
-between compute and communication.`;
+where the addon and each shared library were loaded from (the package's own build or its platform
+package; the system), the CPU's features (AVX2, AVX-512, AVX512-BF16, AMX), the devices it sees, the
+launcher this process would train under, and how the threads are shared between compute and
+communication.`;
 
 export async function info(argv: string[] = []): Promise<void> {
   if (argv.includes('--help') || argv.includes('-h')) {
@@ -18,7 +20,8 @@ export async function info(argv: string[] = []): Promise<void> {
     return;
   }
   if (argv.length) throw new UsageError(`unknown info option ${argv[0]}\n${INFO_USAGE}`);
-  const { binding } = await import('../native/binding.js');
+  const { addonSource, binding } = await import('../native/binding.js');
+  const { cpuFeatures, loadedLibraries } = await import('../native/runtime-facts.js');
   // The launcher this process would train under, or why its environment is not usable.
   let job: string;
   try {
@@ -39,5 +42,6 @@ export async function info(argv: string[] = []): Promise<void> {
   const build = binding.buildInfo();
   const devices = binding.deviceQuery();
   if (build.cuda.nccl !== true) build.cuda.nccl = 'not loaded: see devices.nccl.error';
-  process.stdout.write(JSON.stringify({ build, devices, job, threads }, null, 2) + '\n');
+  const loaded = { addon: addonSource, libraries: loadedLibraries() };
+  process.stdout.write(JSON.stringify({ build, loaded, cpu: cpuFeatures(), devices, job, threads }, null, 2) + '\n');
 }

@@ -6,10 +6,8 @@
  * The test and benchmark tools (LayerProbe, ReducerProbe, crossEntropy, orthogonalize, roundTo) are not in
  * `binding`: they are reached through ts/testing.ts (accordion-engine/testing) only.
  */
-import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
-import { dirname, join } from 'node:path';
 import { AccordionError, NativeError } from '../base/errors.js';
+import { loadAddon, type AddonSource } from './addon-location.js';
 import type { LevelCost, BuildInfo, LibraryStatus, DeviceQuery, MemoryStats, StepFigures, StepResult, ExchangePlan, CollectiveCounts, CompressorName, CommDtype, StateEntry, TrafficOptions, BucketTraffic } from './types.js';
 
 export type { LevelCost, BuildInfo, LibraryStatus, DeviceQuery, MemoryStats, StepFigures, StepResult, ExchangePlan, CollectiveCounts, CompressorName, CommDtype, StateEntry, TrafficOptions, BucketTraffic };
@@ -221,17 +219,14 @@ export interface TestingBinding {
   roundTo(values: Float32Array, commDtype: CommDtype): Float32Array;
 }
 
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-
-function load(): Binding & { testing: TestingBinding } {
-  const require = createRequire(import.meta.url);
-  const build = require('node-gyp-build') as (dir: string) => Binding & { testing: TestingBinding };
+function load(): { addon: Binding & { testing: TestingBinding }; source: AddonSource } {
   try {
-    return build(root);
+    return loadAddon<Binding & { testing: TestingBinding }>();
   } catch (err) {
+    if (err instanceof AccordionError) throw err;
     throw new NativeError(
       'ERR_ADDON_MISSING',
-      `the native addon is not built (${(err as Error).message.split('\n')[0]}). ` +
+      `the native addon does not load (${(err as Error).message.split('\n')[0]}). ` +
         'Install the system libraries and build it with: npm run setup',
     );
   }
@@ -304,7 +299,10 @@ function guardClass<C extends AnyClass>(Native: C): C {
   return Guarded;
 }
 
-const raw = load();
+const { addon: raw, source } = load();
+
+/** Where the addon was loaded from: the package's own build or its platform package. */
+export const addonSource: AddonSource = source;
 
 export const binding: Binding = {
   Engine: guardClass(raw.Engine),
