@@ -4,6 +4,7 @@ import * as path from 'node:path';
 import { expect } from 'chai';
 import { Batcher, Model, loadCheckpoint, readMetrics } from '../../lib/index.js';
 import { endOfEpoch, initialState, normChangeRatio, wholeModelNorm } from '../../lib/train/rules/accordion.js';
+import { BatchPolicy } from '../../lib/train/policies/batch.js';
 import { runTrainer, scriptedNorms } from '../helpers/accordion-worker.js';
 import { syntheticImages } from '../helpers/train-worker.js';
 import { byName, firstDifference, sameBytes, trainingRuns, withoutTime, worstRelativeDifference } from '../helpers/training-runs.js';
@@ -44,6 +45,21 @@ describe('Accordion in training', function () {
       expect(r.events['batch-switch'][0].ratio).to.be.closeTo(event.ratio, 1e-12);
       const logged = readMetrics(path.join(outDir, 'metrics.jsonl')).filter((e) => e.event === 'batch-switch');
       expect(withoutTime(logged)).to.deep.equal([{ event: 'batch-switch', ...r.events['batch-switch'][0] }]);
+    });
+
+    it('the batch never grows into the warm-up: steady norms from epoch 1, growth lands on epoch 6, the first at the full rate (0.4 × 8)', async function () {
+      const schedule = { base: 0.1, workers: 4, warmupEpochs: 5, milestones: [], decay: 0.1 };
+      const config = { batchLow: 128, batchHigh: 1024, eta: 0.5, accordionInterval: 1 };
+      const policy = new BatchPolicy({ config, schedule, spec: {}, matrices: [true] });
+      const plans = [];
+      for (let epoch = 0; epoch < 8; epoch++) {
+        plans.push(policy.plan(epoch));
+        const { lr } = plans[epoch];
+        await policy.check({ epoch, lr, lrCurrent: lr, lrNext: lr, norms: [1, 2], levels: [0, 0], runStep: 0, broadcast: async () => {} });
+      }
+      expect(plans.map((p) => p.batch)).to.deep.equal([128, 128, 128, 128, 128, 128, 1024, 1024]);
+      const rates = [0.1, 0.1, 0.16, 0.22, 0.28, 0.34, 3.2, 3.2];
+      plans.forEach((p, e) => expect(p.lr, `epoch ${e}`).to.be.closeTo(rates[e], 1e-12));
     });
 
     it('adapt batch+compression: the batch grows as in batch mode and every layer follows Accordion, from the one reading of the norms', async function () {

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import { learningRateForEpoch } from '../../lib/index.js';
+import { inWarmup } from '../../lib/train/rules/schedule.js';
 
 describe('learning-rate schedule', function () {
   // docs/algorithms.md §2.2: CIFAR, W = 4, base 0.1, warm-up 5, milestones 150 and 250.
@@ -32,5 +33,14 @@ describe('learning-rate schedule', function () {
     expect(learningRateForEpoch(61, lstm)).to.be.closeTo(2.5, 1e-12);
     expect(learningRateForEpoch(62, lstm)).to.be.closeTo(0.25, 1e-12);
     expect(learningRateForEpoch(82, lstm)).to.be.closeTo(0.025, 1e-12);
+  });
+});
+
+describe('the warm-up', function () {
+  it('covers the epochs below the full rate: 0 to 5 of the table above, none for one worker', function () {
+    const cifar = { base: 0.1, workers: 4, warmupEpochs: 5, milestones: [150, 250], decay: 0.1 };
+    const below = [0, 1, 2, 3, 4, 5, 6, 7].filter((e) => learningRateForEpoch(e, cifar) < 0.4 - 1e-12);
+    expect([0, 1, 2, 3, 4, 5, 6, 7].filter((e) => inWarmup(e, cifar))).to.deep.equal(below).and.deep.equal([0, 1, 2, 3, 4, 5]);
+    expect([0, 1, 2].filter((e) => inWarmup(e, { ...cifar, workers: 1 }))).to.deep.equal([]);
   });
 });

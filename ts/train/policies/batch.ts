@@ -3,10 +3,15 @@
  * critical regime the global batch grows from B_low to B_high (never shrinking), from the next epoch,
  * and the learning rate scales with it (B / B_low). A step accumulates the micro-batches that make up
  * the global batch before one exchange.
+ *
+ * The batch never grows into the warm-up: the rate, still ramping up, would be multiplied by
+ * B_high / B_low in one step (in the paper the first check, at epoch 10, follows a 5-epoch warm-up).
+ * The rule keeps reading the norms meanwhile; the first growth lands on the warm-up's full rate.
  */
 import { endOfEpoch, initialState, wholeModelNorm, type AccordionState } from '../rules/accordion.js';
 import type { CheckInput, CheckOutput } from './policy.js';
 import { BasePolicy } from './policy.js';
+import { inWarmup } from '../rules/schedule.js';
 import { scheduledRate, type PolicySettings } from './settings.js';
 
 export class BatchPolicy extends BasePolicy {
@@ -31,10 +36,11 @@ export class BatchPolicy extends BasePolicy {
       { epoch: input.epoch, norms: [wholeModelNorm(input.norms)], lrCurrent: input.lr, lrNext: input.lr },
       { eta: config.eta, interval: config.accordionInterval },
     );
-    const stable = new Float32Array([decision.state.regimes[0] === 'stable' ? 1 : 0]);
-    await input.broadcast(stable);
-    this.state = { ...decision.state, regimes: [stable[0] ? 'stable' : 'critical'] };
-    if (stable[0] && this.globalBatch === config.batchLow && config.batchHigh !== config.batchLow) {
+    const stable = decision.state.regimes[0] === 'stable' && !inWarmup(input.epoch + 1, this.s.schedule);
+    const decided = new Float32Array([stable ? 1 : 0]);
+    await input.broadcast(decided);
+    this.state = { ...decision.state, regimes: [decided[0] ? 'stable' : 'critical'] };
+    if (decided[0] && this.globalBatch === config.batchLow && config.batchHigh !== config.batchLow) {
       this.globalBatch = config.batchHigh;
       return { batch: { from: config.batchLow, to: config.batchHigh, ratio: decision.ratios[0] ?? null } };
     }

@@ -29,3 +29,8 @@ function rateAfter(epoch: number, s: LrSchedule): number {
 export function learningRateForEpoch(epoch: number, s: LrSchedule): number {
   return epoch === 0 ? s.base : rateAfter(epoch - 1, s);
 }
+
+/** Whether `epoch` (0-based) runs below the warm-up's full rate: the warm-up ramps only with two or more workers. */
+export function inWarmup(epoch: number, s: LrSchedule): boolean {
+  return s.workers > 1 && epoch <= s.warmupEpochs;
+}
