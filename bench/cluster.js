@@ -30,10 +30,10 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { PYTHON, ROOT, fmt, formatTable, onShapedHosts, peerEnv, runLogged, ORACLES } from './common.js';
+import { ROOT, ddpOnShapedHosts, fmt, formatTable, readPeerEpochs } from './common.js';
 import { readMetrics } from '../lib/base/metrics.js';
 import { compareWire, formatRate, parseBandwidth, parseBandwidthSchedule, readNetworkLog, topkExchange } from '../lib/cluster/cluster.js';
-import { HOST_DEVICE, missingCapabilities } from '../lib/cluster/netns.js';
+import { missingCapabilities } from '../lib/cluster/netns.js';
 import { parseTrainArgs } from '../lib/cli/args.js';
 import { resolveConfig } from '../lib/train/config.js';
 import { loadImageDataset } from '../lib/data/datasets.js';
@@ -172,26 +172,12 @@ async function runPeer(bandwidth, config, dir) {
   await model.dispose();
   const recipe = ['--data', data, '--state', init, '--epochs', String(c.epochs), '--batch', String(c.batchSize), '--lr', String(c.lr),
     '--warmup-epochs', String(c.warmupEpochs), '--seed', String(c.seed), ...peerArgs(config)];
-  const script = path.join(ORACLES, 'torch_train.py');
-  return onShapedHosts(2, '10.89.0.0/24', parseBandwidth(bandwidth), async (network) => {
-    const master = `${network.hosts[0].address}:29513`;
-    // Gloo listens on the address of the interface named here (else on the hostname's, loopback).
-    const env = { ...peerEnv(1), GLOO_SOCKET_IFNAME: HOST_DEVICE };
-    const runs = network.hosts.map((host) =>
-      runLogged('ip', ['netns', 'exec', host.namespace, PYTHON, script, '--rank', String(host.index), '--world', '2', '--master', master, ...recipe],
-        path.join(dir, `rank${host.index}.log`), { stdout: 'pipe', spawn: { env } }),
-    );
-    // One rank failing stops the other, which would wait for it until Gloo's 30-minute timeout.
-    for (const r of runs) r.then(({ code }) => code !== 0 && runs.forEach((o) => o.child.kill('SIGKILL')));
-    const [rank0, rank1] = await Promise.all(runs);
-    fs.writeFileSync(path.join(dir, 'ddp.jsonl'), rank0.out);
-    return rank0.code || rank1.code;
-  });
+  return ddpOnShapedHosts(2, '10.89.0.0/24', parseBandwidth(bandwidth), recipe, dir);
 }
 
 /** The figures of a PyTorch DDP peer's run: its epoch records, timed as the engine's. */
 function summarisePeer(dir) {
-  const epochs = fs.readFileSync(path.join(dir, 'ddp.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  const epochs = readPeerEpochs(dir);
   const steps = epochs.reduce((a, e) => a + e.steps, 0);
   const reached = epochs.find(reaches);
   return {

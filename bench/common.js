@@ -7,7 +7,7 @@ import { basename, dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { parseSubnet } from '../lib/cluster/cluster.js';
-import { createNetwork, removeNetwork } from '../lib/cluster/netns.js';
+import { HOST_DEVICE, createNetwork, removeNetwork } from '../lib/cluster/netns.js';
 
 export const BENCH_DIR = dirname(fileURLToPath(import.meta.url));
 export const ROOT = join(BENCH_DIR, '..');
@@ -299,6 +299,33 @@ export async function onShapedHosts(hosts, subnet, bitsPerSecond, fn) {
     await removeNetwork(network.id);
   }
 }
+
+/**
+ * PyTorch DDP (test/oracles/torch_train.py with `args`) on `hosts` simulated hosts on `subnet`, each
+ * host's egress shaped to `bitsPerSecond`, one process of one thread a host; each rank's output goes
+ * to <dir>/rankN.log and rank 0's epoch records to <dir>/ddp.jsonl. One rank failing stops the
+ * others (which would wait for it until Gloo's 30-minute timeout). Resolves to the first nonzero
+ * exit code, or 0.
+ */
+export function ddpOnShapedHosts(hosts, subnet, bitsPerSecond, args, dir) {
+  const script = join(ORACLES, 'torch_train.py');
+  return onShapedHosts(hosts, subnet, bitsPerSecond, async (network) => {
+    const master = `${network.hosts[0].address}:29513`;
+    // Gloo listens on the address of the interface named here (else on the hostname's, loopback).
+    const env = { ...peerEnv(1), GLOO_SOCKET_IFNAME: HOST_DEVICE };
+    const runs = network.hosts.map((host) =>
+      runLogged('ip', ['netns', 'exec', host.namespace, PYTHON, script, '--rank', String(host.index), '--world', String(hosts), '--master', master, ...args],
+        join(dir, `rank${host.index}.log`), { stdout: 'pipe', spawn: { env } }),
+    );
+    for (const r of runs) r.then(({ code }) => code !== 0 && runs.forEach((o) => o.child.kill('SIGKILL')));
+    const results = await Promise.all(runs);
+    writeFileSync(join(dir, 'ddp.jsonl'), results[0].out);
+    return results.find((r) => r.code !== 0)?.code ?? 0;
+  });
+}
+
+/** A PyTorch peer's epoch records (<dir>/ddp.jsonl, rank 0's lines). */
+export const readPeerEpochs = (dir) => readFileSync(join(dir, 'ddp.jsonl'), 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l));
 
 /** Runs a command, its output to `logFile` (stdout kept instead with `stdout: 'pipe'`); { code, out, child }. */
 export function runLogged(command, args, logFile, options = {}) {

@@ -141,22 +141,28 @@ export function scheduleArgs(s) {
   const language = s.kind === 'language';
   const decays = (language ? [2 / 3, 8 / 9] : [1 / 2, 5 / 6]).map((share) => Math.max(0, Math.round(share * s.epochs) + 1 - 3));
   // The vision runs keep the 5-epoch warm-up the reproduction names; the LSTM's is 5 of its 90 epochs.
-  const warmup = language ? Math.max(1, Math.round((5 / 90) * s.epochs)) : Math.min(5, s.epochs);
+  const warmup = s.warmupEpochs ?? (language ? Math.max(1, Math.round((5 / 90) * s.epochs)) : Math.min(5, s.epochs));
   return [
     '--lr', String(lrPerWorker(s)), '--warmup-epochs', String(warmup), '--milestones', decays.join(','),
     '--accordion-interval', String(Math.max(1, Math.round(s.epochs / (language ? 18 : 30)))),
   ];
 }
 
-/** The `accordion train` arguments of one run (without --out); a config's own arguments come last and win. */
-export function trainArgs(s, config, seed, dataDir) {
+/** The `accordion train` arguments of one run of WORKERS workers (without --out). */
+export const trainArgs = (s, config, seed, dataDir) => [...workerArgs(s, config, seed, dataDir), '--workers', String(WORKERS)];
+
+/**
+ * What each worker of a run trains, whoever starts the workers (`accordion train --workers`, or
+ * `accordion cluster` with a host each); a config's own arguments come last and win.
+ */
+export function workerArgs(s, config, seed, dataDir) {
   const data = s.kind === 'language'
     ? ['--model', 'lstm', '--text', s.text, '--hidden', String(s.hidden)]
     : ['--model', s.model, '--width', String(s.width), '--dataset', 'fashion-mnist', '--data', dataDir, '--train-images', String(s.trainImages)];
   const own = configsOf(s)[config](s);
   const schedule = scheduleArgs(s).filter((_, i, all) => !own.includes(all[i - (i % 2)]));
   return [
-    ...data, '--epochs', String(s.epochs), '--workers', String(WORKERS), '--batch-size', String(s.batchSize), '--threads', '1',
+    ...data, '--epochs', String(s.epochs), '--batch-size', String(s.batchSize), '--threads', '1',
     ...own, ...schedule, '--seed', String(seed), '--quiet',
   ];
 }

@@ -23,7 +23,7 @@ running statistics and prints one JSON line:
 
     OMP_NUM_THREADS=1 /usr/bin/python3 test/oracles/torch_train.py --rank 0 --world 2 \
         --master 127.0.0.1:29513 --data ~/.cache/accordion-engine/synthetic-2560-1000-42 \
-        --epochs 2 --batch 64 --lr 0.05 --warmup-epochs 5 [--powersgd-rank 2 | --fp16] [--state init.safetensors]
+        --epochs 2 --batch 64 --lr 0.05 --warmup-epochs 5 [--powersgd-rank 2 [--start-powersgd-iter 2] | --fp16] [--state init.safetensors]
 """
 
 import argparse
@@ -91,6 +91,8 @@ def main(argv=None):
     p.add_argument('--lr-decay', type=float, default=0.1)
     p.add_argument('--state', help='safetensors state_dict to start from (default: PyTorch\'s initialisation)')
     p.add_argument('--powersgd-rank', type=int, default=0, help='0: dense all-reduce')
+    p.add_argument('--start-powersgd-iter', type=int, default=2,
+                   help="the PowerSGD hook's start_powerSGD_iter: steps all-reduced dense first (at least 2, as the hook requires with error feedback)")
     p.add_argument('--fp16', action='store_true', help="PyTorch's fp16_compress_hook: each bucket cast to fp16, divided by the world size, all-reduced")
     args = p.parse_args(argv)
     torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
@@ -112,7 +114,7 @@ def main(argv=None):
     ddp = DistributedDataParallel(model, broadcast_buffers=True)
     if args.powersgd_rank:
         state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
-                                            start_powerSGD_iter=2, min_compression_rate=1,
+                                            start_powerSGD_iter=args.start_powersgd_iter, min_compression_rate=1,
                                             use_error_feedback=True, warm_start=True)
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     elif args.fp16:

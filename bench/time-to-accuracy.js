@@ -1,0 +1,270 @@
+#!/usr/bin/env node
+// Time to accuracy where the network is the bottleneck: ResNet-18 on the reproduction's workload
+// (bench/reproduce.js: width 0.125, the first 12,800 Fashion-MNIST images, 32 images a worker) over
+// 4 simulated hosts (`accordion cluster`), on a slow link (the dense exchange about 3 times a step's
+// compute) and a fast one (about half of it), beside PyTorch DDP dense and DDP with its PowerSGD hook
+// over the same shaped hosts, from the same initial weights, files and schedule.
+//
+// The clock is training time: the epochs' training seconds (with the engine's end-of-epoch
+// bookkeeping and replica check) summed; evaluation, start-up and checkpoints are left out on both
+// sides. The time to the target is interpolated between the epoch evaluations around its crossing
+// (lib/report/time-to-target.js). The target of a link is dense's mean final accuracy on it minus
+// MARGIN points. Each setting (a link and a group of runs) is its own command; finished runs are kept,
+// an interrupted one starts again.
+//
+//   sudo node bench/time-to-accuracy.js run slow-dense [--seeds 1,2,3] [--configs dense,ddp] [--quick]
+//   sudo node bench/time-to-accuracy.js pilot [--rates 40mbit,240mbit]  # exchange ÷ compute of a dense epoch per rate
+//   node bench/time-to-accuracy.js report slow                          # bench/results/time-to-accuracy-slow.md
+//   node bench/time-to-accuracy.js list
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { parseArgs } from 'node:util';
+import { ROOT, ddpOnShapedHosts, fmt, formatTable, meanInterval, readPeerEpochs, runLogged } from './common.js';
+import { FASHION_MNIST, resolveSetting, scheduleArgs, workerArgs } from './reproduce-settings.js';
+import { engineClock, timeToTarget } from '../lib/report/time-to-target.js';
+import { readMetrics } from '../lib/base/metrics.js';
+import { parseBandwidth } from '../lib/cluster/cluster.js';
+import { missingCapabilities } from '../lib/cluster/netns.js';
+
+const HOSTS = 4;
+/** The target: dense's mean final accuracy on the link less this many points (fixed before the runs). */
+const MARGIN = 0.5;
+/** Steps sent dense before compression starts, ours (--compress-after) and the hook's start_powerSGD_iter alike. */
+const START_ITER = 2;
+
+/**
+ * The workload: the reproduction's width, data and batch, 10 epochs so that a setting's runs fit
+ * 90 minutes on 2 cores (TopK 99% sends about twice dense's bytes), with the schedule's shape kept:
+ * a warm-up of 1/6 of the run, ÷10 at 50% and 83% of it, a check every epoch.
+ */
+const EPOCHS = 10;
+const WARMUP = 2;
+const QUICK = { trainImages: 512, epochs: 2, warmupEpochs: 1 };
+
+/** Each host's egress on the two links, chosen by `pilot` (BENCHMARKS.md, Time to accuracy). */
+const LINKS = { slow: '40mbit', fast: '240mbit' };
+
+/** The groups of runs, each a setting on each link: the family a run's levels come from, and its configs. */
+const GROUPS = {
+  dense: { family: 'resnet18-powersgd', configs: ['dense', 'ddp'] },
+  powersgd: { family: 'resnet18-powersgd', configs: ['low', 'high', 'accordion', 'auto', 'ddp-powersgd'] },
+  topk: { family: 'resnet18-topk', configs: ['low', 'high', 'accordion', 'auto'] },
+};
+/** A run's name in a link's report: the engine's compressed runs carry their family. */
+const runName = (group, config) => (group === 'dense' || config.startsWith('ddp') ? config : `${group}-${config}`);
+const isPeer = (config) => config.startsWith('ddp');
+
+const TITLES = {
+  dense: 'dense', ddp: 'PyTorch DDP, dense', 'ddp-powersgd': "PyTorch DDP, PowerSGD hook at static low's rank",
+  low: 'static low', high: 'static high', accordion: 'Accordion', auto: 'automatic levels, priced in seconds',
+};
+
+/** The reproduction's setting of a group at this workload. */
+function setting(group, quick) {
+  const s = resolveSetting(GROUPS[group].family, quick ? QUICK : { epochs: EPOCHS, warmupEpochs: WARMUP });
+  return { ...s, tag: `${s.tag}-h${HOSTS}` };
+}
+
+/** What one engine worker trains in a config: the reproduction's arguments, compression after START_ITER steps. */
+function engineArgs(s, config, seed) {
+  if (config === 'dense') return [...workerArgs({ ...s, kind: 'precision' }, 'dense', seed, FASHION_MNIST)];
+  const own = [...(config === 'auto' ? ['--auto-cost', 'seconds'] : []), '--compress-after', String(START_ITER)];
+  return [...workerArgs(s, config, seed, FASHION_MNIST), ...own];
+}
+
+/** PyTorch DDP's arguments (test/oracles/torch_train.py) for the same workload, schedule and weights. */
+function peerArgs(s, config, seed, init) {
+  const schedule = scheduleArgs(s);
+  const value = (flag) => schedule[schedule.indexOf(flag) + 1];
+  return [
+    '--dataset', 'fashion-mnist', '--data', FASHION_MNIST, '--train-images', String(s.trainImages), '--model', 'resnet18', '--width', String(s.width),
+    '--state', init, '--epochs', String(s.epochs), '--batch', String(s.batchSize), '--lr', value('--lr'), '--warmup-epochs', value('--warmup-epochs'),
+    '--milestones', value('--milestones'), '--seed', String(seed),
+    ...(config === 'ddp-powersgd' ? ['--powersgd-rank', String(s.low), '--start-powersgd-iter', String(START_ITER)] : []),
+  ];
+}
+
+const runDir = (o, link, s, group, config, seed) => path.join(o.dir, link, s.tag, `${runName(group, config)}-seed${seed}`);
+const finished = (run) => fs.existsSync(path.join(run, 'summary.json')) || fs.existsSync(path.join(run, 'finished'));
+
+/** One run on the shaped hosts, from scratch unless it finished. */
+async function runOne(o, link, s, group, config, seed) {
+  const run = runDir(o, link, s, group, config, seed);
+  if (finished(run)) return 'kept';
+  fs.rmSync(run, { recursive: true, force: true });
+  fs.mkdirSync(run, { recursive: true });
+  const began = Date.now();
+  const rate = o.rate ?? LINKS[link];
+  let code;
+  if (isPeer(config)) {
+    const { Model } = await import('../lib/index.js');
+    const init = path.join(run, 'init.safetensors');
+    const model = await Model.create({ architecture: 'resnet18', width: s.width, classes: 10, seed });
+    await model.save(init);
+    await model.dispose();
+    code = await ddpOnShapedHosts(HOSTS, '10.89.0.0/24', parseBandwidth(rate), peerArgs(s, config, seed, init), run);
+    if (code === 0) fs.writeFileSync(path.join(run, 'finished'), '');
+  } else {
+    const args = [path.join(ROOT, 'lib', 'cli.js'), 'cluster', '--hosts', String(HOSTS), '--bandwidth', rate, '--', ...engineArgs(s, config, seed), '--out', run, '--overwrite'];
+    ({ code } = await runLogged(process.execPath, args, `${run}.log`, { spawn: { env: { ...process.env, OMP_NUM_THREADS: '1' } } }));
+  }
+  if (code !== 0) throw new Error(`${link} ${runName(group, config)} seed ${seed} failed (exit ${code}): see ${isPeer(config) ? path.join(run, 'rank0.log') : `${run}.log`}`);
+  return `${((Date.now() - began) / 60_000).toFixed(1)} min`;
+}
+
+/** A finished run's evaluations on the training clock, with its step time and floats. */
+function readRun(run) {
+  if (fs.existsSync(path.join(run, 'ddp.jsonl'))) {
+    const epochs = readPeerEpochs(run);
+    let clock = 0;
+    const evaluations = epochs.map((e) => ({ seconds: (clock += e.seconds), quality: e.testAccuracy }));
+    return { evaluations, stepSeconds: clock / epochs.reduce((a, e) => a + e.steps, 0) };
+  }
+  const epochs = readMetrics(path.join(run, 'metrics.jsonl')).filter((e) => e.event === 'epoch');
+  const clock = engineClock(epochs);
+  return {
+    evaluations: epochs.map((e, i) => ({ seconds: clock[i], quality: e.testAccuracy })),
+    stepSeconds: epochs.reduce((a, e) => a + e.seconds, 0) / epochs.reduce((a, e) => a + e.steps, 0),
+    computePerStep: epochs.reduce((a, e) => a + e.computeSeconds, 0) / epochs.reduce((a, e) => a + e.steps, 0),
+    communicationPerStep: epochs.reduce((a, e) => a + e.communicationSeconds, 0) / epochs.reduce((a, e) => a + e.steps, 0),
+    floats: epochs.at(-1).floatsSentTotal,
+  };
+}
+
+const interval = (xs, digits = 2) => {
+  const m = meanInterval(xs);
+  return xs.length > 1 ? `${fmt(m.mean, digits)} (${fmt(m.low, digits)} … ${fmt(m.high, digits)})` : fmt(m.mean, digits);
+};
+
+/** `report LINK`: the target from dense, each run's time to it, and speed-ups paired by seed. */
+function report(o, link) {
+  const rows = [];
+  for (const [group, { configs }] of Object.entries(GROUPS)) {
+    const s = setting(group, o.quick);
+    for (const config of configs) {
+      const runs = o.seeds.map((seed) => ({ seed, dir: runDir(o, link, s, group, config, seed) })).filter((r) => finished(r.dir));
+      if (runs.length) rows.push({ name: runName(group, config), title: TITLES[config], group, runs: runs.map((r) => ({ seed: r.seed, ...readRun(r.dir) })) });
+    }
+  }
+  const dense = rows.find((r) => r.name === 'dense');
+  if (!dense) throw new Error(`no finished dense run on the ${link} link under ${o.dir}: run ${link}-dense first`);
+  const target = meanInterval(dense.runs.map((r) => r.evaluations.at(-1).quality)).mean - MARGIN / 100;
+  for (const row of rows) for (const r of row.runs) r.toTarget = timeToTarget(r.evaluations, target);
+  /** Per seed where both reached the target: reference time ÷ this run's time. */
+  const speedups = (row, reference) => {
+    const ref = rows.find((r) => r.name === reference);
+    if (!ref) return [];
+    return row.runs.flatMap((r) => {
+      const other = ref.runs.find((x) => x.seed === r.seed);
+      return r.toTarget !== null && other?.toTarget != null ? [other.toTarget / r.toTarget] : [];
+    });
+  };
+  const table = rows.map((row) => {
+    const reached = row.runs.filter((r) => r.toTarget !== null);
+    const vsDdp = speedups(row, 'ddp');
+    const vsHook = speedups(row, 'ddp-powersgd');
+    return {
+      run: row.title + (row.group === 'topk' ? ' (TopK)' : row.group === 'powersgd' && !isPeer(row.name) ? ' (PowerSGD)' : ''),
+      final: interval(row.runs.map((r) => 100 * r.evaluations.at(-1).quality)),
+      toTarget: reached.length ? `${interval(reached.map((r) => r.toTarget), 0)}${reached.length < row.runs.length ? ` (${reached.length} of ${row.runs.length})` : ''}` : 'not reached',
+      step: fmt(meanInterval(row.runs.map((r) => r.stepSeconds)).mean, 3),
+      vsDdp: vsDdp.length ? interval(vsDdp) : '—',
+      vsHook: vsHook.length ? interval(vsHook) : '—',
+      floats: row.runs[0].floats === undefined ? '' : `${fmt(meanInterval(row.runs.map((r) => r.floats)).mean / 1e6, 1)}M`,
+    };
+  });
+  const columns = [
+    { key: 'run', title: 'run', align: 'left' },
+    { key: 'final', title: 'final accuracy %' },
+    { key: 'toTarget', title: 's to target' },
+    { key: 'step', title: 's/step' },
+    { key: 'vsDdp', title: '× sooner than DDP dense' },
+    { key: 'vsHook', title: '× sooner than DDP + hook' },
+    { key: 'floats', title: 'floats/worker' },
+  ];
+  const lines = [
+    `# Time to accuracy, ${link} link (${o.rate ?? LINKS[link]} a host, ${HOSTS} hosts)${o.quick ? ' — quick mode, not figures to quote' : ''}`,
+    '',
+    `Target: dense's mean final accuracy less ${MARGIN} points = ${fmt(100 * target, 2)}%. Seeds ${o.seeds.join(', ')}; means with`,
+    "Student's 95% intervals; speed-ups paired by seed (a seed counts where both runs reached the target).",
+    'Training clock: epochs\' training seconds summed, evaluation and start-up left out on both sides.',
+    '',
+    formatTable(columns, table, { markdown: true }),
+    '',
+    `Command: \`node bench/time-to-accuracy.js report ${link}${o.quick ? ' --quick' : ''}\``,
+  ];
+  return lines.join('\n');
+}
+
+/** `pilot`: a dense epoch over 4 hosts at each rate; its exchange's seconds against its compute's. */
+async function pilot(o) {
+  const s = setting('dense', true);
+  const rows = [];
+  for (const rate of o.rates) {
+    const run = path.join(o.dir, 'pilot', `dense-${rate}`);
+    fs.rmSync(run, { recursive: true, force: true });
+    fs.mkdirSync(path.dirname(run), { recursive: true });
+    const args = [path.join(ROOT, 'lib', 'cli.js'), 'cluster', '--hosts', String(HOSTS), '--bandwidth', rate, '--', ...engineArgs({ ...s, epochs: 1, trainImages: 12_800 }, 'dense', 1), '--out', run, '--overwrite'];
+    const { code } = await runLogged(process.execPath, args, `${run}.log`, { spawn: { env: { ...process.env, OMP_NUM_THREADS: '1' } } });
+    if (code !== 0) throw new Error(`pilot at ${rate} failed (exit ${code}): see ${run}.log`);
+    const r = readRun(run);
+    rows.push({ rate, compute: fmt(r.computePerStep, 3), exchange: fmt(r.communicationPerStep, 3), ratio: fmt(r.communicationPerStep / r.computePerStep, 2) });
+  }
+  console.log(formatTable([{ key: 'rate', title: 'rate', align: 'left' }, { key: 'compute', title: 'compute s/step' }, { key: 'exchange', title: 'exchange s/step' }, { key: 'ratio', title: 'exchange ÷ compute' }], rows, { markdown: true }));
+}
+
+const USAGE = `Usage: sudo node bench/time-to-accuracy.js run LINK-GROUP [options]
+       node bench/time-to-accuracy.js report LINK [options]
+       sudo node bench/time-to-accuracy.js pilot [--rates R,R]
+       node bench/time-to-accuracy.js list
+  LINK: ${Object.keys(LINKS).join(', ')}; GROUP: ${Object.keys(GROUPS).join(', ')}
+  --seeds LIST      seeds (default 1,2,3)
+  --configs LIST    a group's configs (default: all of them)
+  --rate RATE       the hosts' egress instead of the link's (a trial)
+  --rates LIST      pilot: the rates to try (default ${Object.values(LINKS).join(',')})
+  --dir DIR         where runs go (default runs/time-to-accuracy)
+  --results DIR     where report writes (default bench/results)
+  --quick           2 epochs on 512 images: a smoke run, not figures to quote`;
+
+async function main() {
+  const { values, positionals } = parseArgs({
+    allowPositionals: true,
+    options: {
+      seeds: { type: 'string', default: '1,2,3' }, configs: { type: 'string' }, rate: { type: 'string' }, rates: { type: 'string', default: Object.values(LINKS).join(',') },
+      dir: { type: 'string', default: path.join(ROOT, 'runs', 'time-to-accuracy') }, results: { type: 'string', default: path.join(ROOT, 'bench', 'results') },
+      quick: { type: 'boolean', default: false }, help: { type: 'boolean', default: false },
+    },
+  });
+  const [command, name] = positionals;
+  if (values.help || !command) return console.log(USAGE);
+  const o = { ...values, seeds: values.seeds.split(',').map(Number), rates: values.rates.split(',') };
+  if (o.rate) parseBandwidth(o.rate);
+  o.rates.forEach(parseBandwidth);
+  if (command === 'list') {
+    for (const link of Object.keys(LINKS)) for (const [group, g] of Object.entries(GROUPS)) console.log(`${link}-${group}  ${LINKS[link]} a host: ${g.configs.join(', ')}`);
+    return;
+  }
+  if ((command === 'run' || command === 'pilot') && missingCapabilities().length) throw new Error(`the simulated cluster needs root (this process lacks ${missingCapabilities().join(' and ')})`);
+  if (command === 'pilot') return pilot(o);
+  if (command === 'report') {
+    if (!LINKS[name]) throw new Error(`report: a link, ${Object.keys(LINKS).join(' or ')}; got '${name}'`);
+    const text = report(o, name);
+    const file = path.join(o.results, `time-to-accuracy-${name}${o.quick ? '-quick' : ''}.md`);
+    fs.writeFileSync(file, text + '\n');
+    return console.log(`${text}\n\nwritten: ${file}`);
+  }
+  if (command !== 'run') throw new Error(`unknown command '${command}'\n${USAGE}`);
+  const [link, group] = (name ?? '').split('-');
+  if (!LINKS[link] || !GROUPS[group]) throw new Error(`run: LINK-GROUP with LINK ${Object.keys(LINKS).join('|')} and GROUP ${Object.keys(GROUPS).join('|')}; got '${name}'`);
+  const configs = o.configs ? o.configs.split(',') : GROUPS[group].configs;
+  for (const c of configs) if (!GROUPS[group].configs.includes(c)) throw new Error(`--configs: '${c}' is not in ${group} (${GROUPS[group].configs.join(', ')})`);
+  const s = setting(group, o.quick);
+  console.log(`${name}: ${configs.join(', ')} × seeds ${o.seeds.join(', ')} on ${HOSTS} hosts at ${o.rate ?? LINKS[link]}; runs under ${path.join(o.dir, link, s.tag)}`);
+  for (const seed of o.seeds)
+    for (const config of configs) console.log(`  ${new Date().toISOString().slice(11, 19)} ${runName(group, config)} seed ${seed}: ${await runOne(o, link, s, group, config, seed)}`);
+}
+
+main().catch((e) => {
+  console.error(`bench/time-to-accuracy.js: ${e.message}`);
+  process.exit(1);
+});

@@ -1,0 +1,38 @@
+// Time to a target from a run's evaluations, against hand-computed crossings.
+import { expect } from 'chai';
+import { engineClock, timeToTarget } from '../../lib/report/time-to-target.js';
+
+describe('time to a target quality', function () {
+  const run = [
+    { seconds: 10, quality: 0.5 },
+    { seconds: 20, quality: 0.8 },
+    { seconds: 30, quality: 0.7 },
+    { seconds: 40, quality: 0.9 },
+  ];
+
+  it('interpolates between the evaluation short of the target and the first at it', function () {
+    // 0.6 lies a third of the way from 0.5 (10 s) to 0.8 (20 s).
+    expect(timeToTarget(run, 0.6)).to.be.closeTo(10 + 10 / 3, 1e-12);
+    // 0.85: first reached at 40 s, from 0.7 at 30 s: three quarters of the way.
+    expect(timeToTarget(run, 0.85)).to.be.closeTo(37.5, 1e-12);
+    expect(timeToTarget(run, 0.8)).to.equal(20);
+  });
+
+  it('counts the first evaluation when it already reaches the target, and null when none does', function () {
+    expect(timeToTarget(run, 0.4)).to.equal(10);
+    expect(timeToTarget(run, 0.95)).to.equal(null);
+    expect(timeToTarget([], 0.5)).to.equal(null);
+  });
+
+  it('perplexity: lower is better', function () {
+    const lm = [{ seconds: 5, quality: 300 }, { seconds: 15, quality: 200 }];
+    expect(timeToTarget(lm, 250, 'lower')).to.be.closeTo(10, 1e-12);
+    expect(timeToTarget(lm, 150, 'lower')).to.equal(null);
+  });
+
+  it("sums an engine run's training, bookkeeping and replica-check seconds, not its evaluation", function () {
+    const epochs = [{ seconds: 10, bookkeepingSeconds: 0.5, syncSeconds: 0.25 }, { seconds: 12, bookkeepingSeconds: 0.5, syncSeconds: 0.25 }];
+    expect(engineClock(epochs)).to.deep.equal([10.75, 23.5]);
+    expect(engineClock([{ seconds: 3 }, { seconds: 4 }])).to.deep.equal([3, 7]);
+  });
+});
