@@ -173,6 +173,27 @@ function report(o, link) {
       floats: row.runs[0].floats === undefined ? '' : `${fmt(meanInterval(row.runs.map((r) => r.floats)).mean / 1e6, 1)}M`,
     };
   });
+  // The goals (BENCHMARKS.md, set before the runs): a paired ratio of times decides when its 95%
+  // interval lies wholly on one side of the bound.
+  const verdict = (what, run, reference, bound) => {
+    const row = rows.find((r) => r.name === run);
+    const xs = row ? speedups(row, reference) : [];
+    if (xs.length < 2) return `- ${what}: not decided (${xs.length} paired seed${xs.length === 1 ? '' : 's'})`;
+    const m = meanInterval(xs);
+    const word = m.low >= bound ? 'met' : m.high < bound ? 'not met' : 'undecided';
+    return `- ${what}: ${fmt(m.mean, 2)}× (${fmt(m.low, 2)} … ${fmt(m.high, 2)}, ${xs.length} seeds) against ${bound}×: **${word}**`;
+  };
+  const goals = [
+    ...(link === 'slow'
+      ? [
+          verdict('Accordion (PowerSGD) sooner than DDP with its PowerSGD hook', 'powersgd-accordion', 'ddp-powersgd', 1),
+          verdict('Accordion (PowerSGD) at least 1.5× sooner than DDP dense', 'powersgd-accordion', 'ddp', 1.5),
+        ]
+      : []),
+    verdict('our dense no slower than DDP dense', 'dense', 'ddp', 1),
+    verdict('automatic levels at least as soon as Accordion (PowerSGD)', 'powersgd-auto', 'powersgd-accordion', 1),
+    verdict('automatic levels at least as soon as Accordion (TopK)', 'topk-auto', 'topk-accordion', 1),
+  ];
   const columns = [
     { key: 'run', title: 'run', align: 'left' },
     { key: 'final', title: 'final accuracy %' },
@@ -190,6 +211,10 @@ function report(o, link) {
     'Training clock: epochs\' training seconds summed, evaluation and start-up left out on both sides.',
     '',
     formatTable(columns, table, { markdown: true }),
+    '',
+    'Goals (speed-ups as paired ratios of times to the target):',
+    '',
+    ...goals,
     '',
     `Command: \`node bench/time-to-accuracy.js report ${link}${o.quick ? ' --quick' : ''}\``,
   ];
