@@ -1,0 +1,88 @@
+// The GPU check's Node driver (scripts/gpu-check/), checked on the CPU: its plan, its usage, a stage
+// on a machine with no runtime to run with, and the summary it reads back from its rows. A stage
+// past the device check needs a GPU machine; until the driver has run on one, scripts/gpu-check.sh
+// (test/native/lab.test.js) stays the check GPU sessions run.
+import { expect } from 'chai';
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { ROOT } from '../helpers/paths.js';
+
+const MAIN = path.join(ROOT, 'scripts', 'gpu-check', 'main.js');
+const RUN = path.join(ROOT, 'scripts', 'gpu-check', 'run.sh');
+const rowsOf = (file) => fs.readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+
+describe('the GPU check in Node (scripts/gpu-check/)', function () {
+  this.timeout(60_000);
+
+  it('plans its stages in order, each limit inside a 10-minute command and above its expected time, all chained within a session\'s 15 device minutes', function () {
+    const r = spawnSync(process.execPath, [MAIN, 'plan'], { encoding: 'utf8' });
+    expect(r.status, r.stderr).to.equal(0);
+    const stages = [...r.stdout.matchAll(/^\s+\d+\s+bash scripts\/gpu-check\/run\.sh (\S+)\s+([\d.]+) min\s+(\d+) s/gm)].map((m) => ({ stage: m[1], minutes: Number(m[2]), limit: Number(m[3]) }));
+    expect(stages.map((s) => s.stage)).to.deep.equal(['probe', 'abi-lab', 'sanitizer', 'suite', 'bench-quick', 'bench-full']);
+    for (const s of stages) {
+      expect(s.limit, `${s.stage}: within a command's 10 minutes`).to.be.at.most(480);
+      expect(s.limit, `${s.stage}: covers its expected time`).to.be.at.least(s.minutes * 60);
+    }
+    const chained = stages.reduce((a, s) => a + s.minutes, 0) + 1;
+    expect(chained).to.be.at.most(15);
+    expect(r.stdout).to.include(`= ${chained.toFixed(1)} min with the stages chained`);
+  });
+
+  it('refuses an unknown stage with exit code 2, naming the stages', function () {
+    const r = spawnSync(process.execPath, [MAIN, 'lab'], { encoding: 'utf8' });
+    expect(r.status).to.equal(2);
+    expect(r.stderr).to.match(/^usage: node scripts\/gpu-check\/main\.js plan \| probe \| abi-lab/);
+  });
+
+  it('ends a stage with no runtime to run with: exit code 6, rows begin, no runtime, end, and the two files only', function () {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-gpu-check-'));
+    try {
+      fs.cpSync(path.dirname(RUN), path.join(dir, 'scripts', 'gpu-check'), { recursive: true });
+      const out = path.join(dir, 'out');
+      const r = spawnSync('bash', [path.join(dir, 'scripts', 'gpu-check', 'run.sh'), 'suite'], { encoding: 'utf8', env: { ...process.env, OUT: out } });
+      expect(r.status, r.stdout + r.stderr).to.equal(6);
+      expect(r.stdout).to.include('no .node-dist/runtime.tar.xz');
+      const rows = rowsOf(path.join(out, 'gpu-check.jsonl'));
+      expect(rows.map((row) => row.event)).to.deep.equal(['begin', 'no runtime', 'end']);
+      expect(rows.every((row) => row.stage === 'suite')).to.equal(true);
+      expect(rows[2]).to.include({ status: 'no runtime', exitCode: 6 });
+      expect(fs.readdirSync(out).sort()).to.deep.equal(['gpu-check.jsonl', 'gpu-check.log']);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('summarises rows stage by stage: passed families together, every failure on a line of its own', function () {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-gpu-summary-'));
+    try {
+      const file = path.join(dir, 'gpu-check.jsonl');
+      const rows = [
+        { stage: 'abi-lab', event: 'abi', pass: true },
+        { stage: 'abi-lab', event: 'family', family: 'conv', status: 'passed' },
+        { stage: 'abi-lab', event: 'family', family: 'pool', status: 'passed' },
+        { stage: 'abi-lab', event: 'family', family: 'lstm', status: 'crashed', error: 'timed out after 60 s' },
+        { stage: 'abi-lab', event: 'end', status: 'failed', exitCode: 1, seconds: 99 },
+        { stage: 'suite', event: 'test', test: 'a test', state: 'failed', error: 'AssertionError: 1 to equal 2\n  at …' },
+        { stage: 'suite', event: 'tests', passes: 3, failures: 1, pending: 0 },
+        { stage: 'suite', event: 'end', status: 'failed', exitCode: 1, seconds: 40 },
+      ];
+      fs.writeFileSync(file, rows.map((r) => JSON.stringify(r)).join('\n') + '\nnot json\n');
+      const r = spawnSync(process.execPath, [MAIN, 'summary', file], { encoding: 'utf8' });
+      expect(r.status, r.stderr).to.equal(0);
+      expect(r.stdout.trimEnd().split('\n')).to.deep.equal([
+        '  abi: passed',
+        '  lab lstm: crashed (timed out after 60 s)',
+        '  lab families passed (2): conv, pool',
+        'abi-lab: failed (exit 1, 99 s)',
+        '  FAILED a test: AssertionError: 1 to equal 2',
+        '  tests: 3 passing, 1 failing, 0 pending',
+        'suite: failed (exit 1, 40 s)',
+        '  (an unreadable line: not json)',
+      ]);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
