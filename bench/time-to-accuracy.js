@@ -42,7 +42,7 @@ const WARMUP = 2;
 const QUICK = { trainImages: 512, epochs: 2, warmupEpochs: 1 };
 
 /** Each host's egress on the two links, chosen by `pilot` (BENCHMARKS.md, Time to accuracy). */
-const LINKS = { slow: '40mbit', fast: '240mbit' };
+const LINKS = { slow: '60mbit', fast: '480mbit' };
 
 /** The groups of runs, each a setting on each link: the family a run's levels come from, and its configs. */
 const GROUPS = {
