@@ -179,7 +179,12 @@ function report(o, link) {
   // interval lies wholly on one side of the bound.
   const verdict = (what, run, reference, bound) => {
     const row = rows.find((r) => r.name === run);
-    const xs = row ? speedups(row, reference) : [];
+    const ref = rows.find((r) => r.name === reference);
+    if (!row || !ref) return `- ${what}: not run yet`;
+    const reached = (r) => r.runs.filter((x) => x.toTarget !== null).length;
+    // A run that never reaches the target is later than any that does.
+    if (!reached(row)) return `- ${what}: ${reached(ref) ? `**not met**: it reached the target on no seed of ${row.runs.length} (the reference on ${reached(ref)})` : 'not decided: neither reached the target'}`;
+    const xs = speedups(row, reference);
     if (xs.length < 2) return `- ${what}: not decided (${xs.length} paired seed${xs.length === 1 ? '' : 's'})`;
     const m = meanInterval(xs);
     const word = m.low >= bound ? 'met' : m.high < bound ? 'not met' : 'undecided';
