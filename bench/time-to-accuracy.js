@@ -64,12 +64,13 @@ const TITLES = {
 /** The reproduction's setting of a group at this workload. */
 function setting(group, quick) {
   const s = resolveSetting(GROUPS[group].family, quick ? QUICK : { epochs: EPOCHS, warmupEpochs: WARMUP });
-  return { ...s, tag: `${s.tag}-h${HOSTS}` };
+  // Dense is every group's reference: the reproduction's arguments with no compressor.
+  return { ...s, tag: `${s.tag}-h${HOSTS}`, extra: { ...s.extra, dense: () => [] } };
 }
 
 /** What one engine worker trains in a config: the reproduction's arguments, compression after START_ITER steps. */
 function engineArgs(s, config, seed) {
-  if (config === 'dense') return [...workerArgs({ ...s, kind: 'precision' }, 'dense', seed, FASHION_MNIST)];
+  if (config === 'dense') return workerArgs(s, 'dense', seed, FASHION_MNIST);
   const own = [...(config === 'auto' ? ['--auto-cost', 'seconds'] : []), '--compress-after', String(START_ITER)];
   return [...workerArgs(s, config, seed, FASHION_MNIST), ...own];
 }
