@@ -202,15 +202,8 @@ function report(o, link) {
     verdict('automatic levels at least as soon as Accordion (PowerSGD)', 'powersgd-auto', 'powersgd-accordion', 1),
     verdict('automatic levels at least as soon as Accordion (TopK)', 'topk-auto', 'topk-accordion', 1),
   ];
-  const columns = [
-    { key: 'run', title: 'run', align: 'left' },
-    { key: 'final', title: 'final accuracy %' },
-    { key: 'toTarget', title: 's to target' },
-    { key: 'step', title: 's/step' },
-    { key: 'vsDdp', title: '× sooner than DDP dense' },
-    { key: 'vsHook', title: '× sooner than DDP + hook' },
-    { key: 'floats', title: 'floats/worker' },
-  ];
+  const titles = { run: 'run', final: 'final accuracy %', toTarget: 's to target', step: 's/step', vsDdp: '× sooner than DDP dense', vsHook: '× sooner than DDP + hook', floats: 'floats/worker' };
+  const columns = Object.entries(titles).map(([key, title]) => ({ key, title, ...(key === 'run' ? { align: 'left' } : {}) }));
   const lines = [
     `# Time to accuracy, ${link} link (${o.rate ?? LINKS[link]} a host, ${HOSTS} hosts)${o.quick ? ' — quick mode, not figures to quote' : ''}`,
     '',
