@@ -102,8 +102,12 @@ function adaptiveStory(s, runs) {
   return lines;
 }
 
-/** Writes RESULTS/reproduce-SETTING(-quick).md and .png from the setting's finished runs. */
+/** The report's file name without its extension: reproduce-SETTING, then the device unless the CPU, then -quick. */
+const reportName = (s) => `reproduce-${s.name}${s.device && s.device !== 'cpu' ? `-${s.device.replace(':', '')}` : ''}${s.quick ? '-quick' : ''}`;
+
+/** Writes RESULTS/reportName(s).md and .png from the setting's finished runs. */
 export async function writeSettingReport(s, o) {
+  fs.mkdirSync(o.results, { recursive: true });
   const metric = metricOf(s);
   const CONFIGS = configsOf(s);
   const configs = Object.keys(CONFIGS).filter((c) => o.seeds.some((seed) => finished(runDir(o.dir, s, c, seed))));
@@ -117,7 +121,7 @@ export async function writeSettingReport(s, o) {
   const lines = [];
   const say = (...l) => lines.push(...l);
   say(`# ${s.name}: ${s.model}, ${describeLevels(s)}${s.quick ? ' (quick mode: not to be quoted)' : ''}`, '');
-  say(`Written by \`node bench/reproduce.js report ${s.name}${s.quick ? ' --quick' : ''}\` on ${new Date().toISOString().slice(0, 10)} from the runs under ` +
+  say(`Written by \`node bench/reproduce.js report ${s.name}${s.quick ? ' --quick' : ''}${s.device && s.device !== 'cpu' ? ` --device ${s.device}` : ''}\` on ${new Date().toISOString().slice(0, 10)} from the runs under ` +
     `\`${path.relative(process.cwd(), path.join(o.dir, s.name, s.tag))}\` (${os.cpus()[0]?.model ?? 'unknown CPU'}, ${os.cpus().length} cores, shared: minutes are indicative).`, '');
   const data = s.kind === 'language'
     ? `the LSTM (hidden ${s.hidden}) on ${path.basename(s.text)} split 90/5/5, ${WORKERS} workers × ${s.batchSize} columns`
@@ -200,13 +204,13 @@ export async function writeSettingReport(s, o) {
   const chart = drawChart(s, o, configs.filter((c) => c !== 'equal'));
   if (chart) say(`![${s.name}, seed ${o.seeds[0]}](${path.basename(chart)})`, '', `The chart: seed ${o.seeds[0]}'s runs as \`accordion report\` draws them (${metric.name} against epochs, floats and time; each layer's level over the epochs).`, '');
 
-  const file = path.join(o.results, `reproduce-${s.name}${s.quick ? '-quick' : ''}.md`);
+  const file = path.join(o.results, `${reportName(s)}.md`);
   fs.writeFileSync(file, lines.join('\n'));
   console.log(lines.join('\n'));
   console.log(`\nwritten to ${path.relative(process.cwd(), file)}`);
 }
 
-/** The first seed's runs as `accordion report` draws them, photographed into RESULTS/reproduce-SETTING.png. */
+/** The first seed's runs as `accordion report` draws them, photographed into RESULTS/reportName(s).png. */
 function drawChart(s, o, configs) {
   const seed = o.seeds[0];
   const dirs = configs.map((c) => runDir(o.dir, s, c, seed)).filter(finished);
@@ -215,7 +219,7 @@ function drawChart(s, o, configs) {
   const cli = path.join(BENCH_DIR, '..', 'lib', 'cli.js');
   const made = spawnSync(process.execPath, [cli, 'report', ...dirs, '--out', html], { encoding: 'utf8' });
   if (made.status !== 0) throw new Error(`accordion report failed: ${made.stderr}`);
-  const png = path.join(o.results, `reproduce-${s.name}${s.quick ? '-quick' : ''}.png`);
+  const png = path.join(o.results, `${reportName(s)}.png`);
   const shot = spawnSync('/usr/bin/chromium', ['--headless', '--no-sandbox', '--disable-gpu', '--hide-scrollbars', '--disable-background-networking',
     '--disable-component-update', '--no-first-run', '--window-size=1100,3600', `--screenshot=${png}`, `file://${html}`], { encoding: 'utf8', timeout: 120_000 });
   if (shot.status !== 0 || !fs.existsSync(png)) {

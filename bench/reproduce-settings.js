@@ -100,7 +100,7 @@ export const configsOf = (s) => ({ ...CONFIGS_BY_KIND[s.kind], ...(s.extra ?? {}
 /** What each run is called in reports. */
 export const TITLES = {
   low: 'static low', high: 'static high', accordion: 'Accordion', equal: 'Accordion, both levels low', auto: 'automatic levels', smith: "Smith et al.'s schedule",
-  dense: 'dense, fp32', 'dense-bf16': 'dense, bf16',
+  dense: 'dense, fp32', 'dense-bf16': 'dense, bf16', 'low-bf16': 'static low, bf16',
   'accordion-every3': 'Accordion, a check every 3 epochs', 'accordion-4-2': 'Accordion, rank 4 ↔ 2',
 };
 
@@ -112,7 +112,7 @@ export function resolveSetting(name, overrides = {}) {
   const s = { name, ...base, ...(overrides.quick ? QUICK : {}), ...given };
   s.quick = Boolean(overrides.quick);
   const shape = s.kind === 'language' ? `h${s.hidden}` : `w${s.width}-n${s.trainImages}`;
-  s.tag = `${shape}-e${s.epochs}-b${s.batchSize}${s.quick ? '-quick' : ''}`;
+  s.tag = `${shape}-e${s.epochs}-b${s.batchSize}${s.device && s.device !== 'cpu' ? `-${s.device.replace(':', '')}` : ''}${s.quick ? '-quick' : ''}`;
   return s;
 }
 
@@ -153,7 +153,8 @@ export const trainArgs = (s, config, seed, dataDir) => [...workerArgs(s, config,
 
 /**
  * What each worker of a run trains, whoever starts the workers (`accordion train --workers`, or
- * `accordion cluster` with a host each); a config's own arguments come last and win.
+ * `accordion cluster` with a host each); a config's own arguments come last and win. On a GPU the
+ * workers share it, exchanging over Gloo through the host (NCCL takes one worker per GPU).
  */
 export function workerArgs(s, config, seed, dataDir) {
   const data = s.kind === 'language'
@@ -161,8 +162,9 @@ export function workerArgs(s, config, seed, dataDir) {
     : ['--model', s.model, '--width', String(s.width), '--dataset', 'fashion-mnist', '--data', dataDir, '--train-images', String(s.trainImages)];
   const own = configsOf(s)[config](s);
   const schedule = scheduleArgs(s).filter((_, i, all) => !own.includes(all[i - (i % 2)]));
+  const device = s.device && s.device !== 'cpu' ? ['--device', s.device, '--dist-backend', 'gloo'] : [];
   return [
-    ...data, '--epochs', String(s.epochs), '--batch-size', String(s.batchSize), '--threads', '1',
+    ...data, ...device, '--epochs', String(s.epochs), '--batch-size', String(s.batchSize), '--threads', '1',
     ...own, ...schedule, '--seed', String(seed), '--quiet',
   ];
 }

@@ -9,10 +9,13 @@
 //   node bench/reproduce.js report resnet18-powersgd [--quick]      # tables, intervals, goals, charts
 //   node bench/reproduce.js check resnet18-powersgd [--quick]       # Accordion with both levels low = static low, bit for bit
 //   node bench/reproduce.js peer resnet18-powersgd [--seeds 1,2,3]  # dense, one worker, beside PyTorch
+//   node bench/reproduce.js run resnet18-powersgd --device cuda --width 1  # on one GPU, its 4 workers sharing it
+//   node bench/reproduce.js data resnet18-powersgd --to DIR         # the setting's images, to carry elsewhere
 //   node bench/reproduce.js list
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
+import * as zlib from 'node:zlib';
 import { ROOT, runLogged } from './common.js';
 import { writeSettingReport } from './reproduce-report.js';
 import { FASHION_MNIST, QUICK, SETTINGS, WORKERS, configsOf, describeLevels, resolveSetting, trainArgs } from './reproduce-settings.js';
@@ -49,6 +52,26 @@ async function runSetting(s, o) {
     }
 }
 
+/**
+ * `data`: the Fashion-MNIST files of an image setting as it reads them: the first s.trainImages
+ * training images and labels (IDX headers with the count replaced) and the test files as they are.
+ */
+function writeSettingData(s, from, to) {
+  if (!to) throw new Error('data: --to DIR is required');
+  if (s.kind === 'language') throw new Error(`data: ${s.name} reads ${s.text}, a file of the repository`);
+  fs.mkdirSync(to, { recursive: true });
+  for (const [file, header] of [['train-images-idx3-ubyte.gz', 16], ['train-labels-idx1-ubyte.gz', 8]]) {
+    const idx = zlib.gunzipSync(fs.readFileSync(path.join(from, file)));
+    const each = header === 16 ? idx.readUInt32BE(8) * idx.readUInt32BE(12) : 1;
+    if (idx.readUInt32BE(4) < s.trainImages) throw new Error(`data: ${path.join(from, file)} holds ${idx.readUInt32BE(4)} items, fewer than ${s.trainImages}`);
+    const kept = Buffer.from(idx.subarray(0, header + s.trainImages * each));
+    kept.writeUInt32BE(s.trainImages, 4);
+    fs.writeFileSync(path.join(to, file), zlib.gzipSync(kept));
+  }
+  for (const file of ['t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz']) fs.copyFileSync(path.join(from, file), path.join(to, file));
+  console.log(`${s.name}: the first ${s.trainImages.toLocaleString('en-US')} training images of ${from} and its test set in ${to}`);
+}
+
 /** `check`: Accordion with both levels at static low's must train exactly as static low does. */
 async function checkEqualLevels(s, o) {
   const { readSafetensors } = await import('../lib/index.js');
@@ -82,6 +105,8 @@ const USAGE = `Usage: node bench/reproduce.js run|report|check|peer SETTING [opt
   run      train the setting's runs (resumable: finished runs are kept, stopped ones resume)
   report   the setting's figures beside the paper's: RESULTS/reproduce-SETTING.md and .png
   check    Accordion with both levels low against static low, bit for bit (seed: the first of --seeds)
+  data     the setting's Fashion-MNIST files as it reads them into --to DIR: its first --train-images
+           training images and the whole test set (to carry them to a machine without the dataset)
   peer     the dense setting on one worker beside PyTorch: the first 10 losses from the same weights
            and batches, then full runs over --seeds
 
@@ -90,9 +115,11 @@ Options:
   --seeds LIST     default 1,2,3
   --quick          a smoke run on ${QUICK.trainImages} images for ${QUICK.epochs} epochs; its figures are not quoted
   --width W, --train-images N, --epochs E, --batch-size B   replace the setting's values (to choose them)
+  --device D       where every worker trains (default cpu); on a GPU the 4 workers share it over Gloo
   --dir DIR        run directories (default runs/reproduce)
   --data DIR       Fashion-MNIST (default ${FASHION_MNIST})
-  --results DIR    where report and peer write their files (default bench/results)`;
+  --results DIR    where report and peer write their files (default bench/results)
+  --to DIR         data: where the files go`;
 
 async function main() {
   const { values, positionals } = parseArgs({
@@ -105,9 +132,11 @@ async function main() {
       'train-images': { type: 'string' },
       epochs: { type: 'string' },
       'batch-size': { type: 'string' },
+      device: { type: 'string' },
       dir: { type: 'string', default: path.join(ROOT, 'runs', 'reproduce') },
       data: { type: 'string', default: FASHION_MNIST },
       results: { type: 'string', default: path.join(ROOT, 'bench', 'results') },
+      to: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -121,7 +150,7 @@ async function main() {
     return;
   }
   const number = (key) => (values[key] === undefined ? undefined : Number(values[key]));
-  const s = resolveSetting(name, { quick: values.quick, width: number('width'), trainImages: number('train-images'), epochs: number('epochs'), batchSize: number('batch-size') });
+  const s = resolveSetting(name, { quick: values.quick, width: number('width'), trainImages: number('train-images'), epochs: number('epochs'), batchSize: number('batch-size'), device: values.device });
   const configs = values.configs.split(',');
   const known = Object.keys(configsOf(s));
   for (const c of configs) if (!known.includes(c)) throw new Error(`--configs: unknown config '${c}' for ${s.name} (known: ${known.join(', ')})`);
@@ -130,6 +159,7 @@ async function main() {
   else if (command === 'report') await writeSettingReport(s, o);
   else if (command === 'check') await checkEqualLevels(s, o);
   else if (command === 'peer') await runPeerComparison(s, o);
+  else if (command === 'data') writeSettingData(s, o.data, values.to);
   else throw new Error(`unknown command '${command}'\n${USAGE}`);
 }
 

@@ -13,6 +13,9 @@
 #   app/           build/Release (the addon, kernel_check), lib/ (the compiled TypeScript), the
 #                  node_modules the tests, benchmarks and a rebuild use, and PACKED (what was packed)
 #   include/       oneDNN, OpenBLAS and Gloo headers, to rebuild there if the carried build does not load
+# and, beside the tarball, .node-dist/fashion-mnist: the training images the reproduction uses (the
+# first 12,800) and the test set, for the GPU check's `reproduce` stage (/usr/share/datasets/fashion-mnist,
+# Debian's dataset-fashion-mnist; skipped with a warning where it is not installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 addon=build/Release/accordion.node
@@ -72,6 +75,14 @@ ln -sf ../mocha/bin/mocha.js "$stage/app/node_modules/.bin/mocha"
 cp -rL /usr/include/oneapi /usr/include/dnnl*.h* /usr/include/gloo "$stage/include/"
 blas=$(dirname "$(find /usr/include -name cblas.h -path '*openblas*' | head -1)")
 cp -L "$blas"/*.h "$stage/include/"
+
+# Fashion-MNIST as the reproduction reads it: its first N training images and the whole test set.
+fashion=/usr/share/datasets/fashion-mnist
+if [ -f "$fashion/train-images-idx3-ubyte.gz" ]; then
+  node bench/reproduce.js data resnet18-powersgd --data "$fashion" --to "$out/fashion-mnist"
+else
+  echo "pack-for-gpu: warning: no $fashion (apt-get install dataset-fashion-mnist): the GPU check's reproduce stage will have no data" >&2
+fi
 
 tar -C "$stage" -cf - bin lib cxx app include | xz -9 -T1 >"$out/runtime.tar.xz.partial"
 mv "$out/runtime.tar.xz.partial" "$out/runtime.tar.xz"

@@ -86,7 +86,7 @@ static cuda::NcclOptions ncclOptions(const GlooGroup& gloo, const Device& device
 
 // new Engine({ model, classes, width, precision, hidden, layers, seed, dropout, device, convAlgorithms, learningRate,
 //              momentum, weightDecay, nesterov, compressor, level (with a compressor),
-//              compressionSeed, minCompressionRate, commDtype, bucketBytes, broadcastBuffers, clipNorm, and optionally
+//              compressionSeed, minCompressionRate, commDtype, bucketBytes, broadcastBuffers, clipNorm, distBackend, and optionally
 //              accumulateNorms, frozenBatchNorm, keepGradients, threads, group })
 // Every training option is required: its default is decided once, in the TypeScript option table
 // (Model.create fills them in); the binding checks only what the engine cannot run with.
@@ -131,6 +131,9 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
   if (precision == "bf16" && !device.isCpu())
     throw makeError(env, "ERR_UNSUPPORTED", "precision 'bf16' computes on the CPU only; on a GPU train in fp32 (leave out --precision)");
   backendOptions.compute = parsePrecision(precision);
+  const std::string distBackend = stringOption(o, "distBackend");
+  if (distBackend != "nccl" && distBackend != "gloo") throw rangeError(env, "option 'distBackend' must be 'nccl' or 'gloo', got '" + distBackend + "'");
+  const bool nccl = distBackend == "nccl";
   ProcessGroupWrap* groupWrap = nullptr;
   Napi::Value group = o.Get("group");
   if (!group.IsUndefined() && !group.IsNull()) {
@@ -151,14 +154,15 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
       schedule<std::vector<std::pair<std::string, Shape>>>(
           env, *worker_,
           [self, spec, sgd, reducer, groupWrap, frozenBatchNorm, keepGradients, broadcastBuffers, clipNorm, device, communicator,
-           threads, backendOptions] {
+           threads, backendOptions, nccl] {
             std::shared_ptr<ProcessGroup> group;
             if (groupWrap) {
               std::shared_ptr<GlooGroup> gloo = groupWrap->group();  // connected by the earlier job on this thread, if it succeeded
               if (!gloo) throw EngineError("ERR_NOT_READY", "the engine's process group is not connected");
               group = gloo;
-              // On GPUs the gradients travel over NCCL, between the same workers (even a single one).
-              if (device.isCuda()) group = cuda::makeNcclGroup(gloo->store(), ncclOptions(*gloo, device, communicator));
+              // On GPUs the gradients travel over NCCL, between the same workers (even a single one);
+              // with Gloo the session stages them through the host (several workers may share a GPU).
+              if (device.isCuda() && nccl) group = cuda::makeNcclGroup(gloo->store(), ncclOptions(*gloo, device, communicator));
             }
             self->session_ = std::make_unique<Session>(spec, sgd, reducer, group, device, threads, backendOptions);
             if (frozenBatchNorm) self->session_->model().freezeBatchNorm(true);

@@ -6,6 +6,8 @@
 
 #include <omp.h>
 
+#include "compress/staged_group.h"
+
 namespace accordion {
 
 Session::Session(const ModelSpec& model, const SgdOptions& optimizer, const ReducerOptions& reducer,
@@ -14,8 +16,10 @@ Session::Session(const ModelSpec& model, const SgdOptions& optimizer, const Redu
       model_(model, *backend_),
       optimizer_(model_.parameters(), optimizer, *backend_),
       group_(group ? std::move(group) : std::make_shared<LocalGroup>()) {
-  if (!device.isCpu() && group_->size() > 1 && !group_->onDevice())
-    throw invalidArgument("a model on " + device.name() + " exchanges gradients over a group of GPU memory (NCCL), not host memory");
+  if (!device.isCpu() && group_->size() > 1 && !group_->onDevice()) {
+    hostGroup_ = std::move(group_);
+    group_ = std::make_shared<StagedGroup>(*hostGroup_, *backend_);
+  }
   if (reducer.bucketBytes < 0) throw invalidArgument("the bucket size must be ≥ 0 bytes, got " + std::to_string(reducer.bucketBytes));
   reducer_ = std::make_unique<GradientReducer>(model_.parameters(), reducer, *group_, *backend_);
   threads_ = threads > 0 ? threads : omp_get_max_threads();

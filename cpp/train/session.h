@@ -59,7 +59,9 @@ struct StateEntry {
 
 class Session {
  public:
-  // `group` carries the gradient exchange; without one the session trains alone.
+  // `group` carries the gradient exchange; without one the session trains alone. A group of host
+  // memory (Gloo) serves a model on a GPU by staging each collective through the host, as c10d's
+  // Gloo serves CUDA tensors: how several workers share one GPU, where NCCL takes one rank per GPU.
   // `threads`: the OpenMP threads of this session's work (0: OpenMP's default). With an overlapped
   // exchange (reducer.bucketBytes > 0, on the CPU, two or more workers) the
   // communication thread takes one of them and the compute threads the rest.
@@ -131,6 +133,7 @@ class Session {
   std::unique_ptr<Backend> backend_;  // first: every tensor below lives on it
   Model model_;
   Sgd optimizer_;
+  std::shared_ptr<ProcessGroup> hostGroup_;  // the host group a GPU's staged group_ runs over
   std::shared_ptr<ProcessGroup> group_;
   std::unique_ptr<GradientReducer> reducer_;
   // Gradient exchange and update after the local gradients are in place (`firstBad`: the result of

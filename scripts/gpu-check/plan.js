@@ -18,12 +18,19 @@ export const PLAN = [
   { stage: 'bench-quick', minutes: 1, limit: 240, what: 'bench/step.js, bench/lstm.js, bench/compression.js against PyTorch, a few steps' },
   { stage: 'bench-full', minutes: 2.5, limit: 420, what: 'the same benchmarks with their full settings' },
 ];
+/**
+ * Experiments that use a GPU session's time apart from the check (each fits a session with the
+ * probe): what they measure is in BENCHMARKS.md.
+ */
+export const EXPERIMENTS = [
+  { stage: 'reproduce', minutes: 6, limit: 360, what: 'ResNet-18 at full width, PowerSGD rank 2, rank 1 and Accordion, seeds 1 and 2, 4 workers sharing the GPU over Gloo, as many epochs as fit' },
+];
 /** Starting a cold machine, counted for every command (35 s measured, the checkout's transfer included). */
 export const START_MINUTES = 1;
 /** The limit of `rebuild`, which is in no plan (only where the carried build does not load). */
 export const REBUILD_LIMIT = 540;
 
-export const limitOf = (stage) => PLAN.find((p) => p.stage === stage)?.limit ?? REBUILD_LIMIT;
+export const limitOf = (stage) => [...PLAN, ...EXPERIMENTS].find((p) => p.stage === stage)?.limit ?? REBUILD_LIMIT;
 
 export const COMMAND = 'bash scripts/gpu-check/run.sh';
 
@@ -45,6 +52,9 @@ export function planText() {
     '$OUT/gpu-check.jsonl (one JSON object per line, appended and flushed per row) and $OUT/gpu-check.log: 2 files per command (at most 6 allowed).',
     `Read them with: node scripts/gpu-check/main.js summary FILE...`,
     `If the probe reports that the carried build does not load: ${COMMAND} rebuild (timeout ${REBUILD_LIMIT} s) first; every stage also rebuilds by itself then, within its own timeout.`,
+    '',
+    'Experiments, apart from the check (a session of their own, after the probe):',
+    ...EXPERIMENTS.map((p) => `  -  ${`${COMMAND} ${p.stage}`.padEnd(44)} ${String(p.minutes).padStart(5)} min ${String(p.limit).padStart(6)} s  ${p.what}`),
   );
   return lines.join('\n');
 }

@@ -5,7 +5,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { SUITE } from './plan.js';
-import { KERNEL_CHECK, buildLoads, buildOrigin, checkDevice, families, findInNvidia, libraries, machineEnv, nvidiaDirs, quick, rebuild, runtimeSha, sanitizerPath } from './machine.js';
+import { KERNEL_CHECK, REPO, buildLoads, buildOrigin, checkDevice, families, findInNvidia, libraries, machineEnv, nvidiaDirs, quick, rebuild, runtimeSha, sanitizerPath } from './machine.js';
 
 /** A signal's name for an exit status above 128. */
 const signalOf = (status) => (status > 128 ? ` (signal ${Object.entries(os.constants.signals).find(([, n]) => n === status - 128)?.[0] ?? status - 128})` : '');
@@ -253,4 +253,70 @@ export async function rebuildStage(out, left) {
   if (buildLoads()) return 0;
   out.say('gpu-check: the rebuilt build does not load either');
   return 1;
+}
+
+/** Where the stage `reproduce` reads Fashion-MNIST: packed beside the runtime, else the system's. */
+const fashionMnist = () => [process.env.ACCORDION_FASHION_MNIST, path.join(REPO, '.node-dist', 'fashion-mnist'), '/usr/share/datasets/fashion-mnist']
+  .find((d) => d && fs.existsSync(path.join(d, 'train-images-idx3-ubyte.gz')));
+
+/**
+ * reproduce: the paper's PowerSGD setting at full width on this one GPU (bench/reproduce.js
+ * resnet18-powersgd --width 1, 4 workers sharing the GPU over Gloo): static rank 2, static rank 1
+ * and Accordion, seeds 1 and 2, for as many epochs as the stage's time holds. A pilot epoch of the
+ * three side by side gives an epoch's and a start's seconds; the epochs follow from them. Each
+ * finished run is a row; the report goes to $OUT/reproduce/. GPU_CHECK_DRY=1 tries the same steps
+ * on the CPU at width 0.125 on reproduce.js's --quick sliver (no device needed).
+ */
+export async function reproduce(out, left) {
+  const dry = process.env.GPU_CHECK_DRY === '1';
+  const opened = dry ? 0 : await open(out, left);
+  if (opened) return opened;
+  if (!dry) libraries();
+  const data = fashionMnist();
+  if (!data) {
+    out.say('gpu-check: reproduce: no Fashion-MNIST (pack it with scripts/pack-for-gpu.sh, or set ACCORDION_FASHION_MNIST)');
+    out.row({ event: 'reproduce', status: 'not run', error: 'no Fashion-MNIST' });
+    return 1;
+  }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gpu-check-reproduce-'));
+  const configs = ['low', 'high', 'accordion'];
+  const shape = dry ? ['--device', 'cpu', '--width', '0.125', '--quick'] : ['--device', 'cuda', '--width', '1'];
+  const base = ['bench/reproduce.js', 'resnet18-powersgd', ...shape, '--data', data, '--dir', dir];
+  const side = (epochs, seed, seconds) =>
+    Promise.all(configs.map((config) => out.run(process.execPath, [base[0], 'run', ...base.slice(1), '--epochs', String(epochs), '--configs', config, '--seeds', String(seed)], { seconds })));
+  // The pilot: one epoch of each config at once.
+  const began = Date.now();
+  const pilot = await side(1, 1, Math.floor(left() / 3));
+  if (pilot.some((r) => r.status !== 0)) {
+    out.row({ event: 'reproduce', status: 'failed', error: 'the pilot epoch failed', exitCodes: pilot.map((r) => r.status) });
+    return 1;
+  }
+  const wall = (Date.now() - began) / 1000;
+  // A run's directory: bench/reproduce.js names the setting's by its shape, epochs first among them.
+  const runDir = (epochs, config, seed) => {
+    const root = path.join(dir, 'resnet18-powersgd');
+    return path.join(root, fs.readdirSync(root).find((d) => d.includes(`-e${epochs}-`)) ?? '', `${config}-seed${seed}`);
+  };
+  const metrics = fs.readFileSync(path.join(runDir(1, 'low', 1), 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  const at = (event) => Date.parse(metrics.find((m) => m.event === event).time);
+  const epochSeconds = (at('epoch') - at('start')) / 1000;
+  const startSeconds = Math.max(0, wall - epochSeconds);
+  // Two seeds one after the other, the report after them (30 s kept for it).
+  const epochs = Math.max(1, Math.min(dry ? 2 : 30, Math.floor((left() - 30 - 2 * (startSeconds + 5)) / (2 * epochSeconds * 1.1))));
+  out.say(`reproduce: pilot epoch ${epochSeconds.toFixed(1)} s with the three runs side by side, ${startSeconds.toFixed(1)} s to start: ${epochs} epochs a run`);
+  out.row({ event: 'reproduce plan', epochSeconds, startSeconds, epochs });
+  let failed = false;
+  for (const seed of [1, 2]) {
+    const runs = await side(epochs, seed, Math.floor(left() - 30));
+    runs.forEach((r, i) => {
+      const summaryFile = path.join(runDir(epochs, configs[i], seed), 'summary.json');
+      const s = fs.existsSync(summaryFile) ? JSON.parse(fs.readFileSync(summaryFile, 'utf8')) : {};
+      out.row({ event: 'reproduce run', config: configs[i], seed, epochs, exitCode: r.status, finalTestAccuracy: s.finalTestAccuracy ?? null, floatsSentTotal: s.floatsSentTotal ?? null, seconds: s.seconds ?? null, testAccuracies: s.epochs?.map((e) => e.testAccuracy) ?? [] });
+      if (r.status !== 0) failed = true;
+    });
+  }
+  const results = path.join(path.dirname(out.results), 'reproduce');
+  const report = await out.run(process.execPath, [base[0], 'report', ...base.slice(1), '--epochs', String(epochs), '--seeds', '1,2', '--results', results], { seconds: Math.max(5, left()) });
+  out.row({ event: 'reproduce report', exitCode: report.status, files: fs.existsSync(results) ? fs.readdirSync(results) : [] });
+  return failed || report.status !== 0 ? 1 : 0;
 }

@@ -57,6 +57,13 @@ describe('devices', function () {
     }
   });
 
+  it('lets the workers of a host share GPUs over Gloo', function () {
+    const gpus = Math.max(1, binding.deviceQuery().count);
+    expect(workerDevice('cuda', { rank: 5, localRank: 5, worldSize: 8 }, 'gloo')).to.equal(`cuda:${5 % gpus}`);
+    expect(workerDevice('cuda:0', { rank: 1, localRank: 1, worldSize: 2 }, 'gloo')).to.equal('cuda:0');
+    expect(workerDevice('cpu', { rank: 1, localRank: 1, worldSize: 2 }, 'gloo')).to.equal('cpu');
+  });
+
   it('reports no device memory for a model on the CPU', async function () {
     const model = await Model.create({ architecture: 'resnet18' });
     try {

@@ -1,12 +1,12 @@
 // Training on a CUDA GPU against the CPU: the same weights and batches give the same losses and state (TF32 off),
-// compressed and over NCCL too. Without a usable GPU it is pending; with ACCORDION_REQUIRE_GPU=1
+// compressed, over NCCL and over Gloo with two workers on one GPU. Without a usable GPU it is pending; with ACCORDION_REQUIRE_GPU=1
 // (scripts/gpu-check.sh) a missing GPU fails it instead.
 import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { Batcher, Model, Trainer, loadCheckpoint, loadImageDataset, writeSyntheticCifar10 } from '../../lib/index.js';
+import { Batcher, Model, ProcessGroup, Trainer, loadCheckpoint, loadImageDataset, writeSyntheticCifar10 } from '../../lib/index.js';
 import { binding } from '../../lib/native/binding.js';
 import { ReducerProbe } from '../../lib/testing.js';
 import { freePort } from '../helpers/ports.js';
@@ -359,7 +359,38 @@ describe('GPU training (cuda:0)', function () {
     });
   }
 
-  describe('NCCL', function () {
+  describe('Gloo on one GPU', function () {
+    /** Two workers in this process, each a Model on `device` joined by its own group, from `state`. */
+    async function pair(device, state, options) {
+      const port = await freePort();
+      const groups = await Promise.all([0, 1].map((rank) => ProcessGroup.connect({ rank, worldSize: 2, masterPort: port, hostStore: rank === 0 })));
+      const models = await Promise.all(groups.map((group) => Model.create({ architecture: 'resnet18', seed: 5, device, learningRate: 0.05, convAlgorithms: 'accurate', group, distBackend: 'gloo', ...options })));
+      for (const m of models) await m.loadStateDict(state);
+      return { models, dispose: async () => { for (const m of models) await m.dispose(); for (const g of groups) await g.dispose(); } };
+    }
+
+    it('two workers share cuda:0 over Gloo (each collective staged through the host) and train as two CPU workers do (PowerSGD rank 2, one step: losses, floats, every tensor)', async function () {
+      const options = { compressor: 'powersgd', level: 2 };
+      const seed = await Model.create({ architecture: 'resnet18', seed: 5, learningRate: 0.05, ...options });
+      const state = await seed.stateDict(true);
+      await seed.dispose();
+      const pairs = { cpu: await pair('cpu', state, options), cuda: await pair('cuda:0', state, options) };
+      try {
+        const results = {};
+        for (const device of ['cpu', 'cuda']) results[device] = await Promise.all(pairs[device].models.map((m, w) => m.trainStep(wellConditionedBatch(w))));
+        for (let w = 0; w < 2; w++) {
+          const [g, c] = [results.cuda[w], results.cpu[w]];
+          expect(Math.abs(g.loss - c.loss) / c.loss, `loss of worker ${w}`).to.be.below(1e-5);
+          expect(g.floatsSent, `floats of worker ${w}`).to.equal(c.floatsSent);
+          expectStatesClose(await pairs.cuda.models[w].stateDict(true), await pairs.cpu.models[w].stateDict(true), 1e-3);
+        }
+      } finally {
+        for (const p of Object.values(pairs)) await p.dispose();
+      }
+    });
+  });
+
+  describe('workers launched on GPUs (NCCL, Gloo)', function () {
     const inheritedJob = ['RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'ACCORDION_JOB_TOKEN', 'ACCORDION_STORE_HOSTED'];
     function launch(nproc, trainArgs) {
       const env = { ...process.env, OMP_NUM_THREADS: '2' };
@@ -393,6 +424,12 @@ describe('GPU training (cuda:0)', function () {
       expect(r.status, r.stderr).to.equal(1);
       expect(r.stderr).to.match(new RegExp(`rank ${gpus} exited with (code )?2`));
       expect(r.stderr).to.match(new RegExp(`worker ${gpus} of its host \\(LOCAL_RANK\\), which has ${gpus} GPU\\(s\\)`));
+    });
+
+    it('runs two workers on one GPU over Gloo (--dist-backend gloo) where NCCL refuses them', function () {
+      const r = launch(2, ['--model', 'resnet18', '--dataset', 'cifar10', '--data', path.join(root, 'data'), '--device', 'cuda:0', '--dist-backend', 'gloo', '--compressor', 'powersgd', '--rank', '2', '--batch-size', '64', '--epochs', '1', '--out', path.join(root, 'gloo-run')]);
+      expect(r.status, r.stderr).to.equal(0);
+      expect(loadCheckpoint(path.join(root, 'gloo-run'), 0).position.epochsCompleted).to.equal(1);
     });
 
     it('refuses two workers pinned to one GPU', function () {

@@ -25,6 +25,7 @@ export interface TrainConfig {
   precision: ComputePrecision;
   device: DeviceName;
   convAlgorithms: 'fastest' | 'accurate';
+  distBackend: 'nccl' | 'gloo';
   dataset: DatasetName;
   dataDir?: string;
   trainImages?: number;
@@ -140,6 +141,10 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   convAlgorithms: {
     flag: '--conv-algorithms', type: 'string', default: 'fastest', choices: ['fastest', 'accurate'], modelKey: 'convAlgorithms',
     help: "GPU convolutions: cuDNN's fastest (as PyTorch's cudnn.benchmark), or none with a transform (FFT, non-fused Winograd): gradients within 1e-4 of float64, about 1.8× slower steps on an H200",
+  },
+  distBackend: {
+    flag: '--dist-backend', type: 'string', default: 'nccl', choices: ['nccl', 'gloo'], modelKey: 'distBackend',
+    help: "GPU workers' exchange: NCCL between GPUs (one worker per GPU), or Gloo through host memory, which lets several workers share a GPU (as PyTorch's backend='gloo'); CPU workers always use Gloo",
   },
   dataset: {
     flag: '--dataset', type: 'string', default: 'synthetic', presets: { lstm: 'wikitext2' },

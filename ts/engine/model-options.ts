@@ -45,6 +45,12 @@ export interface ModelOptions {
    * whose rounding grows with the transform). The CPU has one kind.
    */
   convAlgorithms?: 'fastest' | 'accurate';
+  /**
+   * On a GPU with a group: how the gradients travel, 'nccl' (default; one worker per GPU) or 'gloo'
+   * (through host memory, each collective staged there: several workers may share a GPU). The CPU
+   * always uses the group's Gloo.
+   */
+  distBackend?: 'nccl' | 'gloo';
   learningRate?: number;
   momentum?: number;
   weightDecay?: number;

@@ -20,6 +20,8 @@ export interface EngineOptions {
   device: string;
   /** GPU convolutions: 'fastest' or 'accurate' (no transform algorithms). */
   convAlgorithms: 'fastest' | 'accurate';
+  /** GPU workers' exchange: 'nccl', or 'gloo' staged through host memory. */
+  distBackend: 'nccl' | 'gloo';
   learningRate: number;
   momentum: number;
   weightDecay: number;

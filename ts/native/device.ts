@@ -33,10 +33,12 @@ export function requireDevice(device: DeviceName): void {
 /**
  * The GPU of one worker of a job. NCCL runs one rank per GPU, so 'cuda' means GPU LOCAL_RANK; a
  * pinned 'cuda:N' is for a single worker per host, and a host with fewer GPUs than workers is a
- * usage error naming both counts.
+ * usage error naming both counts. Over Gloo ('gloo') workers may share GPUs: 'cuda' means GPU
+ * LOCAL_RANK modulo the host's GPUs, and 'cuda:N' pins them all to GPU N.
  */
-export function workerDevice(device: DeviceName, job: { rank: number; localRank: number; worldSize: number }): DeviceName {
+export function workerDevice(device: DeviceName, job: { rank: number; localRank: number; worldSize: number }, distBackend: 'nccl' | 'gloo' = 'nccl'): DeviceName {
   if (device === 'cpu' || job.worldSize === 1) return device;
+  if (distBackend === 'gloo') return device === 'cuda' ? `cuda:${job.localRank % Math.max(1, binding.deviceQuery().count)}` : device;
   if (device !== 'cuda') {
     if (job.localRank > 0)
       throw new UsageError(
@@ -48,7 +50,7 @@ export function workerDevice(device: DeviceName, job: { rank: number; localRank:
   const gpus = binding.deviceQuery().count;
   if (gpus > 0 && job.localRank >= gpus)
     throw new UsageError(
-      `rank ${job.rank} is worker ${job.localRank} of its host (LOCAL_RANK), which has ${gpus} GPU(s): NCCL runs one rank per GPU, so start at most ${gpus} worker(s) per host`,
+      `rank ${job.rank} is worker ${job.localRank} of its host (LOCAL_RANK), which has ${gpus} GPU(s): NCCL runs one rank per GPU, so start at most ${gpus} worker(s) per host (or share GPUs over Gloo: --dist-backend gloo)`,
     );
   return `cuda:${job.localRank}`;
 }

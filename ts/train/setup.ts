@@ -58,7 +58,7 @@ export async function setUp(given: TrainOptions, context: TrainerContext): Promi
   const env = context.group ? undefined : distributedEnv();
   const worldSize = context.group?.worldSize ?? env?.worldSize ?? 1;
   const job = { rank: context.group?.rank ?? env?.rank ?? 0, localRank: (env ?? distributedEnv())?.localRank ?? 0, worldSize };
-  config.device = workerDevice(config.device, job);
+  config.device = workerDevice(config.device, job, config.distBackend);
   // Before any data is read: a device that cannot train fails the run at once.
   requireDevice(config.device);
   checkJob(config, options, worldSize);
@@ -98,6 +98,7 @@ export async function setUp(given: TrainOptions, context: TrainerContext): Promi
       architecture: config.model,
       device: config.device,
       convAlgorithms: config.convAlgorithms,
+      distBackend: config.distBackend,
       classes: task.classes,
       width: config.width,
       precision: config.precision,
