@@ -46,7 +46,8 @@ cp -r build/Release "$stage/app/build/"
 cp -r lib package.json "$stage/app/"
 rm -f "$stage/app/lib/.runtime-sha256"
 # The node_modules closure of what runs there: mocha and chai (tests), tinybench (benchmarks),
-# node-gyp-build (loading the addon), node-addon-api and node-api-headers (a rebuild).
+# node-gyp-build (loading the addon), node-addon-api and node-api-headers (a rebuild), chart.js and
+# chartjs-chart-matrix (the runs' and the reproduction's reports).
 node -e '
   const fs = require("fs"), path = require("path");
   const seen = new Set();
@@ -57,7 +58,7 @@ node -e '
     seen.add(name);
     Object.keys(JSON.parse(fs.readFileSync(manifest, "utf8")).dependencies || {}).forEach(walk);
   };
-  ["mocha", "chai", "tinybench", "node-gyp-build", "node-addon-api", "node-api-headers"].forEach(walk);
+  ["mocha", "chai", "tinybench", "node-gyp-build", "node-addon-api", "node-api-headers", "chart.js", "chartjs-chart-matrix"].forEach(walk);
   console.log([...seen].join("\n"));
 ' | while read -r module; do
   mkdir -p "$stage/app/node_modules/$(dirname "$module")"
