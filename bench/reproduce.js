@@ -111,7 +111,8 @@ const USAGE = `Usage: node bench/reproduce.js run|report|check|peer SETTING [opt
            and batches, then full runs over --seeds
 
 Options:
-  --configs LIST   run: of the setting's runs (low, high, accordion, equal, …; default low,high,accordion)
+  --configs LIST   run: of the setting's runs (low, high, accordion, equal, …; default low,high,accordion, or
+                   every run of a setting without them, as resnet18-precision)
   --seeds LIST     default 1,2,3
   --quick          a smoke run on ${QUICK.trainImages} images for ${QUICK.epochs} epochs; its figures are not quoted
   --width W, --train-images N, --epochs E, --batch-size B   replace the setting's values (to choose them)
@@ -125,7 +126,7 @@ async function main() {
   const { values, positionals } = parseArgs({
     allowPositionals: true,
     options: {
-      configs: { type: 'string', default: 'low,high,accordion' },
+      configs: { type: 'string' },
       seeds: { type: 'string', default: '1,2,3' },
       quick: { type: 'boolean', default: false },
       width: { type: 'string' },
@@ -151,8 +152,10 @@ async function main() {
   }
   const number = (key) => (values[key] === undefined ? undefined : Number(values[key]));
   const s = resolveSetting(name, { quick: values.quick, width: number('width'), trainImages: number('train-images'), epochs: number('epochs'), batchSize: number('batch-size'), device: values.device });
-  const configs = values.configs.split(',');
   const known = Object.keys(configsOf(s));
+  // By default the comparison the setting is for: static low, static high and Accordion, or every run of a setting without them.
+  const main = ['low', 'high', 'accordion'];
+  const configs = values.configs?.split(',') ?? (main.every((c) => known.includes(c)) ? main : known);
   for (const c of configs) if (!known.includes(c)) throw new Error(`--configs: unknown config '${c}' for ${s.name} (known: ${known.join(', ')})`);
   const o = { configs, seeds: values.seeds.split(',').map(Number), dir: path.resolve(values.dir), data: values.data, results: path.resolve(values.results) };
   if (command === 'run') await runSetting(s, o);
