@@ -68,6 +68,14 @@ class Backend : public Allocator {
     int64_t allocated = 0, peak = 0;
   };
   virtual MemoryStats memoryStats() const = 0;
+  // In bf16 compute, autocast's cast cache: between beginCastScope() and endCastScope() (a step's
+  // forward and backward, over which the parameters do not change) a product may keep the bf16 copy
+  // of an operand that is one of `parameters` and use it again, instead of rounding it for every
+  // call (the LSTM multiplies by its recurrent weights once per time step). Outside a scope nothing
+  // is kept. Devices that do not compute in bf16 ignore both.
+  virtual void setParameters(std::vector<ConstSpan> parameters) { (void)parameters; }
+  virtual void beginCastScope() {}
+  virtual void endCastScope() {}
 
   // ---- The ops of ops/device_ops.def, one override each per device --------------------------
 #define ACCORDION_OP(Result, name, parameters) virtual Result name parameters = 0;

@@ -3,6 +3,9 @@
 // layout oneDNN's convolutions consume without reorders. Work runs synchronously on the calling
 // thread (and OpenMP's), so synchronize() has nothing to wait for.
 #pragma once
+#include <map>
+#include <vector>
+
 #include "ops/backend.h"
 
 namespace accordion {
@@ -24,8 +27,21 @@ class CpuBackend : public Backend {
 
   CompressionKernels& compression() override { return *compression_; }
 
+  void setParameters(std::vector<ConstSpan> parameters) override;
+  void beginCastScope() override { inScope_ = true; }
+  void endCastScope() override;
+
  private:
+  // The bf16 encoding of `b` (k·n values) for a product: the scope's kept copy when b is a parameter.
+  const uint16_t* encodedOperand(const float* b, int64_t count);
   std::unique_ptr<CompressionKernels> compression_;
+  struct Cast {
+    int64_t count = 0;
+    std::vector<uint16_t> bf16;
+    bool valid = false;
+  };
+  std::map<const float*, Cast> casts_;  // one per parameter, by its values' address
+  bool inScope_ = false;
 };
 
 // Layout conversions between PyTorch's NCHW and the CPU's NHWC.

@@ -1,7 +1,8 @@
 // General row-major GEMM: C (m, n) = op(A)·op(B) (+ C), on OpenBLAS in fp32. In bf16
 // (BackendOptions::compute) A and B are rounded to bf16 and the products summed in fp32: oneDNN's
 // bf16 matmul where the CPU multiplies bf16 itself, else sgemm over the rounded values
-// (ops/cpu_bf16.h).
+// (ops/cpu_bf16.h). Inside a cast scope a parameter B is rounded once and its bf16 copy kept
+// (Backend::beginCastScope).
 #include <cblas.h>
 
 #include <map>
@@ -44,6 +45,33 @@ Bf16Matmul& bf16Matmul(bool transA, bool transB, int64_t m, int64_t n, int64_t k
 
 }  // namespace
 
+void CpuBackend::setParameters(std::vector<ConstSpan> parameters) {
+  casts_.clear();
+  for (const ConstSpan& p : parameters) casts_[p.data].count = p.size;
+}
+
+void CpuBackend::endCastScope() {
+  inScope_ = false;
+  for (auto& [address, cast] : casts_) cast.valid = false;
+}
+
+const uint16_t* CpuBackend::encodedOperand(const float* b, int64_t count) {
+  const auto kept = inScope_ ? casts_.find(b) : casts_.end();
+  if (kept != casts_.end() && kept->second.count == count) {
+    Cast& cast = kept->second;
+    if (!cast.valid) {
+      cast.bf16.resize(static_cast<size_t>(count));
+      encodeBf16(b, cast.bf16.data(), count);
+      cast.valid = true;
+    }
+    return cast.bf16.data();
+  }
+  thread_local std::vector<uint16_t> b16;
+  b16.resize(static_cast<size_t>(count));
+  encodeBf16(b, b16.data(), count);
+  return b16.data();
+}
+
 void CpuBackend::gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
                       bool accumulate) {
   const auto ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
@@ -54,14 +82,13 @@ void CpuBackend::gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
     return;
   }
   if (cpuBf16Compute() == Bf16Compute::Native) {
-    thread_local std::vector<uint16_t> a16, b16;
+    thread_local std::vector<uint16_t> a16;
     a16.resize(static_cast<size_t>(m * k));
-    b16.resize(static_cast<size_t>(k * n));
     encodeBf16(a, a16.data(), m * k);
-    encodeBf16(b, b16.data(), k * n);
+    const uint16_t* b16 = encodedOperand(b, k * n);
     Bf16Matmul& product = bf16Matmul(transA, transB, m, n, k, accumulate);
     product.primitive.execute(cpuStream(), {{DNNL_ARG_SRC, memory(product.desc.src_desc(), cpuEngine(), a16.data())},
-                                            {DNNL_ARG_WEIGHTS, memory(product.desc.weights_desc(), cpuEngine(), b16.data())},
+                                            {DNNL_ARG_WEIGHTS, memory(product.desc.weights_desc(), cpuEngine(), const_cast<uint16_t*>(b16))},
                                             {DNNL_ARG_DST, memory(product.desc.dst_desc(), cpuEngine(), c)}});
     return;
   }

@@ -10,6 +10,18 @@
 
 namespace accordion {
 
+namespace {
+
+// A step's forward and backward (or an evaluation) as the backend's cast scope: the parameters hold
+// still within it.
+struct CastScope {
+  explicit CastScope(Backend& backend) : backend(backend) { backend.beginCastScope(); }
+  ~CastScope() { backend.endCastScope(); }
+  Backend& backend;
+};
+
+}  // namespace
+
 Session::Session(const ModelSpec& model, const SgdOptions& optimizer, const ReducerOptions& reducer,
                  std::shared_ptr<ProcessGroup> group, const Device& device, int threads, const BackendOptions& backend)
     : backend_(makeBackend(device, backend)),
@@ -20,6 +32,9 @@ Session::Session(const ModelSpec& model, const SgdOptions& optimizer, const Redu
     hostGroup_ = std::move(group_);
     group_ = std::make_shared<StagedGroup>(*hostGroup_, *backend_);
   }
+  std::vector<ConstSpan> values;
+  for (const Parameter* p : model_.parameters()) values.push_back({p->value.data(), p->value.numel()});
+  backend_->setParameters(std::move(values));
   if (reducer.bucketBytes < 0) throw invalidArgument("the bucket size must be ≥ 0 bytes, got " + std::to_string(reducer.bucketBytes));
   reducer_ = std::make_unique<GradientReducer>(model_.parameters(), reducer, *group_, *backend_);
   threads_ = threads > 0 ? threads : omp_get_max_threads();
@@ -135,6 +150,7 @@ std::optional<StepResult> Session::step(const std::function<bool(Batch&)>& next,
   if (microBatches < 1) throw invalidArgument("a step needs at least one micro-batch, got " + std::to_string(microBatches));
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
+  const CastScope scope(*backend_);
   model_.setTraining(true);
   auto& params = model_.parameters();
   ensureSize(status_, 2 * microBatches + 1, *backend_);
@@ -264,6 +280,7 @@ StepResult Session::evaluate(const HostBatch& in) {
 }
 
 StepResult Session::evaluate(const std::function<bool(Batch&)>& next, const std::function<void()>& afterForward, int64_t capacity) {
+  const CastScope scope(*backend_);
   model_.setTraining(false);
   ensureSize(status_, 2 * std::max<int64_t>(capacity, 1), *backend_);
   std::vector<int64_t> sizes;
@@ -294,6 +311,7 @@ StepResult Session::evaluate(const std::function<bool(Batch&)>& next, const std:
 Tensor Session::forward(const HostBatch& in, bool training) {
   Batch batch = fromHost(in);
   const bool wasTraining = model_.training();
+  const CastScope scope(*backend_);
   model_.setTraining(training);
   ensureSize(status_, 2, *backend_);
   try {

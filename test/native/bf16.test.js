@@ -226,6 +226,31 @@ describe('bf16 compute (--precision bf16)', function () {
     });
   });
 
+  it("rounds a weight for a step's products once and keeps that copy only for the step: a second step equals the same step taken afresh from the first one's state, bit for bit", async function () {
+    const options = { architecture: 'resnet18', width: 0.125, seed: 4, precision: 'bf16', learningRate: 0.5, threads: 2 };
+    const rng = makeRng(10);
+    const batches = [0, 1].map(() => ({ images: randomNormal(4 * 3 * 32 * 32, rng), labels: Int32Array.of(1, 2, 3, 4) }));
+    const [both, fresh] = [await Model.create(options), await Model.create(options)];
+    try {
+      for (const b of batches) await both.trainStep(b);
+      await fresh.trainStep(batches[0]);
+      const again = await Model.create(options);
+      try {
+        await again.loadStateDict(await fresh.stateDict(true));
+        const loss = (await again.trainStep(batches[1])).loss;
+        const [a, b] = [await both.stateDict(true), await again.stateDict(true)];
+        expect(a.map((t) => t.name)).to.deep.equal(b.map((t) => t.name));
+        for (let i = 0; i < a.length; i++) expect(Buffer.from(a[i].data).equals(Buffer.from(b[i].data)), a[i].name).to.equal(true);
+        expect(loss).to.be.above(0);
+      } finally {
+        await again.dispose();
+      }
+    } finally {
+      await both.dispose();
+      await fresh.dispose();
+    }
+  });
+
   it('keeps fp32 master weights: a step too small to move a bf16 weight moves the fp32 one', async function () {
     const model = await Model.create({ architecture: 'resnet18', width: 0.125, seed: 2, precision: 'bf16', learningRate: 1e-6, momentum: 0, weightDecay: 0, threads: 2 });
     const before = new Map((await model.stateDict()).map((t) => [t.name, new Float32Array(t.data.slice().buffer)]));
