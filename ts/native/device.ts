@@ -42,7 +42,7 @@ export function workerDevice(device: DeviceName, job: { rank: number; localRank:
   if (device !== 'cuda') {
     if (job.localRank > 0)
       throw new UsageError(
-        `--device ${device} pins every worker of a host to one GPU, and NCCL runs one rank per GPU: use --device cuda (worker LOCAL_RANK takes GPU LOCAL_RANK)`,
+        `--device ${device} pins every worker of a host to one GPU, and NCCL runs one rank per GPU: use --device cuda (worker LOCAL_RANK takes GPU LOCAL_RANK), or share the GPU over Gloo (--dist-backend gloo)`,
       );
     return device;
   }
