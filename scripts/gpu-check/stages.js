@@ -279,44 +279,48 @@ export async function reproduce(out, left) {
     return 1;
   }
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gpu-check-reproduce-'));
-  const configs = ['low', 'high', 'accordion'];
-  const shape = dry ? ['--device', 'cpu', '--width', '0.125', '--quick'] : ['--device', 'cuda', '--width', '1'];
-  const base = ['bench/reproduce.js', 'resnet18-powersgd', ...shape, '--data', data, '--dir', dir];
-  const side = (epochs, seed, seconds) =>
-    Promise.all(configs.map((config) => out.run(process.execPath, [base[0], 'run', ...base.slice(1), '--epochs', String(epochs), '--configs', config, '--seeds', String(seed)], { seconds })));
-  // The pilot: one epoch of each config at once.
-  const began = Date.now();
-  const pilot = await side(1, 1, Math.floor(left() / 3));
-  if (pilot.some((r) => r.status !== 0)) {
-    out.row({ event: 'reproduce', status: 'failed', error: 'the pilot epoch failed', exitCodes: pilot.map((r) => r.status) });
-    return 1;
+  try {
+    const configs = ['low', 'high', 'accordion'];
+    const shape = dry ? ['--device', 'cpu', '--width', '0.125', '--quick'] : ['--device', 'cuda', '--width', '1'];
+    const base = ['bench/reproduce.js', 'resnet18-powersgd', ...shape, '--data', data, '--dir', dir];
+    const side = (epochs, seed, seconds) =>
+      Promise.all(configs.map((config) => out.run(process.execPath, [base[0], 'run', ...base.slice(1), '--epochs', String(epochs), '--configs', config, '--seeds', String(seed)], { seconds })));
+    // The pilot: one epoch of each config at once.
+    const began = Date.now();
+    const pilot = await side(1, 1, Math.floor(left() / 3));
+    if (pilot.some((r) => r.status !== 0)) {
+      out.row({ event: 'reproduce', status: 'failed', error: 'the pilot epoch failed', exitCodes: pilot.map((r) => r.status) });
+      return 1;
+    }
+    const wall = (Date.now() - began) / 1000;
+    // A run's directory: bench/reproduce.js names the setting's by its shape, epochs first among them.
+    const runDir = (epochs, config, seed) => {
+      const root = path.join(dir, 'resnet18-powersgd');
+      return path.join(root, fs.readdirSync(root).find((d) => d.includes(`-e${epochs}-`)) ?? '', `${config}-seed${seed}`);
+    };
+    const metrics = fs.readFileSync(path.join(runDir(1, 'low', 1), 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const at = (event) => Date.parse(metrics.find((m) => m.event === event).time);
+    const epochSeconds = (at('epoch') - at('start')) / 1000;
+    const startSeconds = Math.max(0, wall - epochSeconds);
+    // Two seeds one after the other, the report after them (30 s kept for it).
+    const epochs = Math.max(1, Math.min(dry ? 2 : 30, Math.floor((left() - 30 - 2 * (startSeconds + 5)) / (2 * epochSeconds * 1.1))));
+    out.say(`reproduce: pilot epoch ${epochSeconds.toFixed(1)} s with the three runs side by side, ${startSeconds.toFixed(1)} s to start: ${epochs} epochs a run`);
+    out.row({ event: 'reproduce plan', epochSeconds, startSeconds, epochs });
+    let failed = false;
+    for (const seed of [1, 2]) {
+      const runs = await side(epochs, seed, Math.floor(left() - 30));
+      runs.forEach((r, i) => {
+        const summaryFile = path.join(runDir(epochs, configs[i], seed), 'summary.json');
+        const s = fs.existsSync(summaryFile) ? JSON.parse(fs.readFileSync(summaryFile, 'utf8')) : {};
+        out.row({ event: 'reproduce run', config: configs[i], seed, epochs, exitCode: r.status, finalTestAccuracy: s.finalTestAccuracy ?? null, floatsSentTotal: s.floatsSentTotal ?? null, seconds: s.seconds ?? null, testAccuracies: s.epochs?.map((e) => e.testAccuracy) ?? [] });
+        if (r.status !== 0) failed = true;
+      });
+    }
+    const results = path.join(path.dirname(out.results), 'reproduce');
+    const report = await out.run(process.execPath, [base[0], 'report', ...base.slice(1), '--epochs', String(epochs), '--seeds', '1,2', '--results', results], { seconds: Math.max(5, left()) });
+    out.row({ event: 'reproduce report', exitCode: report.status, files: fs.existsSync(results) ? fs.readdirSync(results) : [] });
+    return failed || report.status !== 0 ? 1 : 0;
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true }); // the runs' figures are in the rows and the report
   }
-  const wall = (Date.now() - began) / 1000;
-  // A run's directory: bench/reproduce.js names the setting's by its shape, epochs first among them.
-  const runDir = (epochs, config, seed) => {
-    const root = path.join(dir, 'resnet18-powersgd');
-    return path.join(root, fs.readdirSync(root).find((d) => d.includes(`-e${epochs}-`)) ?? '', `${config}-seed${seed}`);
-  };
-  const metrics = fs.readFileSync(path.join(runDir(1, 'low', 1), 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
-  const at = (event) => Date.parse(metrics.find((m) => m.event === event).time);
-  const epochSeconds = (at('epoch') - at('start')) / 1000;
-  const startSeconds = Math.max(0, wall - epochSeconds);
-  // Two seeds one after the other, the report after them (30 s kept for it).
-  const epochs = Math.max(1, Math.min(dry ? 2 : 30, Math.floor((left() - 30 - 2 * (startSeconds + 5)) / (2 * epochSeconds * 1.1))));
-  out.say(`reproduce: pilot epoch ${epochSeconds.toFixed(1)} s with the three runs side by side, ${startSeconds.toFixed(1)} s to start: ${epochs} epochs a run`);
-  out.row({ event: 'reproduce plan', epochSeconds, startSeconds, epochs });
-  let failed = false;
-  for (const seed of [1, 2]) {
-    const runs = await side(epochs, seed, Math.floor(left() - 30));
-    runs.forEach((r, i) => {
-      const summaryFile = path.join(runDir(epochs, configs[i], seed), 'summary.json');
-      const s = fs.existsSync(summaryFile) ? JSON.parse(fs.readFileSync(summaryFile, 'utf8')) : {};
-      out.row({ event: 'reproduce run', config: configs[i], seed, epochs, exitCode: r.status, finalTestAccuracy: s.finalTestAccuracy ?? null, floatsSentTotal: s.floatsSentTotal ?? null, seconds: s.seconds ?? null, testAccuracies: s.epochs?.map((e) => e.testAccuracy) ?? [] });
-      if (r.status !== 0) failed = true;
-    });
-  }
-  const results = path.join(path.dirname(out.results), 'reproduce');
-  const report = await out.run(process.execPath, [base[0], 'report', ...base.slice(1), '--epochs', String(epochs), '--seeds', '1,2', '--results', results], { seconds: Math.max(5, left()) });
-  out.row({ event: 'reproduce report', exitCode: report.status, files: fs.existsSync(results) ? fs.readdirSync(results) : [] });
-  return failed || report.status !== 0 ? 1 : 0;
 }

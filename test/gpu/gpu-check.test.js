@@ -1,5 +1,6 @@
 // The GPU check's Node driver (scripts/gpu-check/), checked on the CPU: its plan, its usage, a stage
-// on a machine with no runtime to run with, and the summary it reads back from its rows. A stage
+// on a machine with no runtime to run with, the summary it reads back from its rows, and the
+// reproduce experiment's dry run on the CPU. A stage
 // past the device check needs a GPU machine; until the driver has run on one, scripts/gpu-check.sh
 // (test/native/lab.test.js) stays the check GPU sessions run.
 import { expect } from 'chai';
@@ -8,6 +9,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { ROOT } from '../helpers/paths.js';
+import { requireFashionMnist } from '../helpers/outside.js';
 
 const MAIN = path.join(ROOT, 'scripts', 'gpu-check', 'main.js');
 const RUN = path.join(ROOT, 'scripts', 'gpu-check', 'run.sh');
@@ -83,6 +85,31 @@ describe('the GPU check in Node (scripts/gpu-check/)', function () {
       ]);
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('runs the reproduce experiment dry on the CPU (GPU_CHECK_DRY=1): a pilot epoch, then each run a row for 2 seeds, and the report', function () {
+    this.timeout(600_000);
+    requireFashionMnist();
+    const out = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-gpu-reproduce-'));
+    try {
+      const r = spawnSync(process.execPath, [MAIN, 'reproduce'], { encoding: 'utf8', env: { ...process.env, OUT: out, GPU_CHECK_DRY: '1' } });
+      expect(r.status, r.stdout + r.stderr).to.equal(0);
+      const rows = rowsOf(path.join(out, 'gpu-check.jsonl'));
+      const plan = rows.find((row) => row.event === 'reproduce plan');
+      expect(plan.epochs).to.equal(2);
+      expect(plan.epochSeconds).to.be.above(0);
+      const runs = rows.filter((row) => row.event === 'reproduce run');
+      expect(runs.map((row) => `${row.config} ${row.seed}`)).to.have.members(['low 1', 'high 1', 'accordion 1', 'low 2', 'high 2', 'accordion 2']);
+      for (const run of runs) {
+        expect(run.exitCode).to.equal(0);
+        expect(run.testAccuracies).to.have.length(2);
+      }
+      expect(rows.find((row) => row.event === 'reproduce report').exitCode).to.equal(0);
+      expect(fs.readFileSync(path.join(out, 'reproduce', 'reproduce-resnet18-powersgd-quick.md'), 'utf8')).to.include('static low (--compressor powersgd --rank 2)');
+      expect(rows.at(-1)).to.include({ event: 'end', status: 'passed', exitCode: 0 });
+    } finally {
+      fs.rmSync(out, { recursive: true, force: true });
     }
   });
 });
