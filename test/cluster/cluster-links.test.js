@@ -276,11 +276,45 @@ describe('accordion cluster (needs root)', function () {
     for (const l of links) expect(8 * l.bytesPerSecond).to.be.within(0.6 * 20e6, 1.02 * 20e6);
   });
 
+  it('the live rate is not fooled by a token bucket: re-planning runs probe the link where the exchange cannot time it, and rank 0 measures the configured rate whatever the bucket', async function () {
+    // 2 hosts at 20 Mbit/s whose token buckets let 2 ms (5 kB), 50 ms (125 kB) and 150 ms (375 kB)
+    // of traffic through at once, refilled while each step computes. ResNet-18 at width 1/8 with
+    // PowerSGD sends no collective of 64 KiB: every 10th step is probed (two all-reduces of 1 MiB).
+    const read = [];
+    for (const burst of ['2ms', '50ms', '150ms']) {
+      const dir = runDir(`burst-${burst}`);
+      const c = start(['cluster', '--hosts', '2', '--bandwidth', '20mbit', '--burst', burst, '--', '--model', 'resnet18', '--width', '0.125', '--dataset', 'synthetic',
+        '--synthetic-train', '512', '--synthetic-test', '64', '--batch-size', '16', '--seed', '7', '--quiet', '--bucket-mb', '0', '--compressor', 'powersgd',
+        '--adapt', 'auto', '--auto-cost', 'seconds', '--epochs', '2', '--workers', '2', '--out', dir]);
+      const exit = await finished(c, 90000, `the run with a ${burst} burst`);
+      expect(exit.code, exit.stderr).to.equal(0);
+      expect(exit.stderr).to.include(`burst ${parseFloat(burst)} ms`);
+      await expectNothingLeft(c, dir);
+      const metrics = readMetrics(path.join(dir, 'metrics.jsonl'));
+      // 16 steps an epoch: probes after steps 10, 20 and 30, counted in the epochs' records.
+      const probes = metrics.filter((e) => e.event === 'probe');
+      expect(probes.map((p) => p.runStep)).to.deep.equal([10, 20, 30]);
+      const epochs = metrics.filter((e) => e.event === 'epoch');
+      expect(epochs.map((e) => e.probeFloats)).to.deep.equal([2 ** 19, 2 ** 20]);
+      // Each host's bytes on the wire include the probes' all-reduces.
+      const wire = compareWire(readNetworkLog(dir));
+      expect(wire.map((w) => w.ok), JSON.stringify(wire)).to.deep.equal([true, true, true, true]);
+      for (const e of epochs) read.push({ burst, ...e.link });
+    }
+    this.test.title += ` [${read.map((l) => `${l.burst}: ${(8 * l.bytesPerSecond / 1e6).toFixed(1)} Mbit/s after ${(l.burstBytes / 1e3).toFixed(0)} kB`).join('; ')}]`;
+    // The payload's rate, less the packets' headers (about 4%), on a busy machine: read as if there
+    // were no burst, the first probe of a 150 ms bucket puts it at 27 Mbit/s.
+    for (const l of read) expect(8 * l.bytesPerSecond, `${l.burst}: ${JSON.stringify(l)}`).to.be.within(0.6 * 20e6, 1.02 * 20e6);
+    for (const l of read.slice(4)) expect(l.burstBytes, '150 ms').to.be.within(0.5 * 375e3, 1.5 * 375e3);
+  });
+
   it('automatic levels priced in seconds plan again when the link drops mid-run: rank 0 decides from its measured link, both ranks run the new levels', async function () {
     const dir = runDir('replan');
     // A tight error budget keeps some matrices dense (in bf16) at 1 Gbit/s: transfers large enough
-    // to time the link by, after it drops to 10 Mbit/s.
-    const c = start(['cluster', '--hosts', '2', '--bandwidth', '0s:1gbit,2s:10mbit', '--', ...lstm(256), '--compressor', 'powersgd', '--adapt', 'auto',
+    // to time the link by, after it drops to 10 Mbit/s, once the first epoch's plan is made (its
+    // epoch takes about 8 s on a busy 2-core machine; the probes would see an earlier drop in time
+    // for the first plan).
+    const c = start(['cluster', '--hosts', '2', '--bandwidth', '0s:1gbit,12s:10mbit', '--', ...lstm(256), '--compressor', 'powersgd', '--adapt', 'auto',
       '--auto-cost', 'seconds', '--error-budget', '0.1', '--accordion-interval', '100', '--replan-steps', '3', '--epochs', '1000', '--workers', '2', '--out', dir]);
     const events = () => {
       try {
@@ -315,10 +349,13 @@ describe('accordion cluster (needs root)', function () {
     const planned = replan.plan.levels;
     expect(levels(0)).to.deep.equal(planned);
     expect(levels(1)).to.deep.equal(planned);
-    // The link measurement at the start all-reduced 4 Mi floats six times and 1 float five times
-    // before the first epoch: the first epoch's bytes on the wire include them, as predicted.
+    // The link measurement at the start all-reduced 1 Mi floats six times and 1 float five times
+    // before the first epoch, and the probes theirs in it: the first epoch's bytes on the wire
+    // include them, as predicted.
+    const probed = events().filter((e) => e.event === 'probe' && e.epoch === 1).reduce((sum, e) => sum + e.allReducedFloats, 0);
+    expect(probed, 'a probe after step 10: the exchange has one collective of 64 KiB').to.equal(2 ** 19);
     const network = readNetworkLog(dir);
-    expect(network.filter((r) => r.event === 'epoch' && r.epoch === 1).map((r) => r.linkFloats)).to.deep.equal([6 * 2 ** 20 + 5, 6 * 2 ** 20 + 5]);
+    expect(network.filter((r) => r.event === 'epoch' && r.epoch === 1).map((r) => r.linkFloats)).to.deep.equal([6 * 2 ** 20 + 5 + probed, 6 * 2 ** 20 + 5 + probed]);
     const first = compareWire(network).filter((w) => w.epoch === 1);
     expect(first.map((w) => w.ok), JSON.stringify(first)).to.deep.equal([true, true]);
   });

@@ -17,6 +17,8 @@ describe('accordion cluster: options', function () {
     [['--latency', '11s', ...train], /option --latency: at most 10s/],
     [['--loss', '1', ...train], /option --loss: expected a percentage such as 1%/],
     [['--loss', '100%', ...train], /option --loss: must be below 100%/],
+    [['--burst', '0ms', ...train], /option --burst: expected a time above 0 such as 2ms or 50ms.*got '0ms'/],
+    [['--burst', '20s', ...train], /option --burst: at most 10s, got '20s'/],
     [['--bandwidth', '5s:1gbit,10s:100mbit', ...train], /option --bandwidth: a schedule starts at 0s/],
     [['--bandwidth', '0s:1gbit,2s:100mbit,2s:1gbit', ...train], /option --bandwidth: the schedule's times must increase/],
     [['--bandwidth', '0s:1gbit,soon:100mbit', ...train], /option --bandwidth: expected a rate, or TIME:RATE pairs such as 0s:1gbit,120s:100mbit.*got 'soon:100mbit'/],

@@ -1,5 +1,6 @@
 // The link estimate from the exchange's own collectives (ts/train/link.ts), against hand-computed
-// cases: collectives of a known latency and bandwidth, some of them waiting for a late peer.
+// cases: collectives of a known latency and bandwidth, some of them waiting for a late peer, some
+// let through by a burst at the start of each step.
 import { expect } from 'chai';
 import { LinkMonitor, collectiveSamples, describeLink, estimateLink } from '../../lib/train/link.js';
 
@@ -12,7 +13,7 @@ describe('the link estimate', function () {
     // Four agreements of 8 bytes (two of them waited), three transfers (the last waited 0.2 s).
     const agreements = [0.001, 0.001, 0.0012, 0.005].map((seconds) => ({ bytes: 8, seconds }));
     const samples = [...agreements, took(1e6), took(2e6), took(1e6, 0.2)];
-    const link = estimateLink(samples);
+    const link = estimateLink([samples]);
     // Latency: the lower quartile of the agreements' 1, 1, 1.2 and 5 ms.
     expect(link.latencySeconds).to.be.closeTo(0.001, 1e-12);
     // Rates beyond the latency: 1e7, 1e7 and 1e6 / 0.3 B/s; weighted by bytes (1, 2, 1 MB) the
@@ -23,24 +24,71 @@ describe('the link estimate', function () {
     const total = samples.reduce((a, s) => a + s.seconds, 0);
     expect(link.transferSeconds).to.be.closeTo(total - link.waitSeconds, 1e-12);
     expect(link.collectives).to.equal(7);
+    expect(link.burstBytes).to.equal(0);
     expect(describeLink(link)).to.equal('80 Mbit/s, 1.00 ms');
   });
 
   it('times the rate by transfers of 64 KiB or more that took at least a latency (a compressed exchange on a fast link has none)', function () {
     // 100 kB at 1 GB/s: 0.1 ms beside a latency of 1 ms; 4 kB, which a link's buffers let through at once.
-    const link = estimateLink([{ bytes: 8, seconds: 0.001 }, { bytes: 1e5, seconds: 0.0011 }, took(4000), { bytes: 8, seconds: 0.001 }]);
+    const link = estimateLink([[{ bytes: 8, seconds: 0.001 }, { bytes: 1e5, seconds: 0.0011 }, took(4000), { bytes: 8, seconds: 0.001 }]]);
     expect(link.bytesPerSecond).to.equal(undefined);
     // The same 100 kB at 10 MB/s are timed.
-    expect(estimateLink([{ bytes: 8, seconds: 0.001 }, took(1e5)]).bytesPerSecond).to.be.closeTo(1e7, 1e-3);
+    expect(estimateLink([[{ bytes: 8, seconds: 0.001 }, took(1e5)]]).bytesPerSecond).to.be.closeTo(1e7, 1e-3);
   });
 
   it('has no bandwidth without a transfer to time, and nothing without collectives', function () {
-    const link = estimateLink([{ bytes: 8, seconds: 0.001 }, { bytes: 16, seconds: 0.011 }]);
+    const link = estimateLink([[{ bytes: 8, seconds: 0.001 }, { bytes: 16, seconds: 0.011 }]]);
     expect(link.bytesPerSecond).to.equal(undefined);
     expect(link.latencySeconds).to.be.closeTo(0.001, 1e-12);
     expect(link.waitSeconds).to.be.closeTo(0.01, 1e-12);
     expect(describeLink(link)).to.equal('rate unknown, 1.00 ms');
     expect(estimateLink([])).to.equal(undefined);
+  });
+
+  // A token bucket of 300 kB in front of a 10 MB/s link, full at each step's start (the step's
+  // compute refills it): what a step sends within its first 300 kB passes at 1 GB/s, the rest at
+  // 10 MB/s. Each step: the agreement, then four transfers of 200 kB.
+  const bucketed = (burst, wait = () => 0) => {
+    let sent = 0;
+    const transfer = (bytes, w) => {
+      const inBurst = Math.max(0, Math.min(sent + bytes, burst) - sent);
+      sent += bytes;
+      return { bytes, seconds: 0.001 + inBurst / 1e9 + (bytes - inBurst) / 1e7 + w };
+    };
+    return [transfer(8, 0), ...[0, 1, 2, 3].map((i) => transfer(2e5, wait(i)))];
+  };
+
+  it('fits the burst a step sends at once and times the rate beyond it', function () {
+    const steps = Array.from({ length: 5 }, () => bucketed(3e5));
+    // Each transfer alone: 200 kB in 0.2 ms, in 10.1 ms and twice in 20 ms; their bytes-weighted
+    // rates put the 80th percentile at 19.8 MB/s, twice the link's.
+    const link = estimateLink(steps);
+    expect(link.bytesPerSecond).to.be.closeTo(1e7, 10); // the latency read includes the agreement's 8 ns
+    // The burst: 300 kB less what the 0.3 ms spent on the burst's bytes would have sent at the rate.
+    expect(link.burstBytes).to.be.closeTo(297000, 10);
+    expect(describeLink(link)).to.equal('80 Mbit/s after 297 kB, 1.00 ms');
+    // Nothing waited; the model puts the burst's 0.2 ms into the second transfer, which took 0.1 ms
+    // less than it predicts: the first transfer's 0.2 ms read as waiting.
+    expect(link.waitSeconds).to.be.closeTo(5 * 0.0002, 1e-5);
+    // Without a bucket the same steps give the link's rate and no burst.
+    const plain = estimateLink(Array.from({ length: 5 }, () => bucketed(0)));
+    expect(plain.bytesPerSecond).to.be.closeTo(1e7, 500); // the agreement's 0.8 µs at 10 MB/s read as latency
+    expect(plain.burstBytes).to.equal(0);
+  });
+
+  it('keeps the burst and the rate when a late peer makes some transfers wait', function () {
+    // In every other step of 8 one transfer waits 5 to 20 ms for a peer.
+    const steps = Array.from({ length: 8 }, (_, s) => bucketed(3e5, (i) => (s % 2 && i === s % 4 ? 0.0025 * (s + 1) : 0)));
+    const link = estimateLink(steps);
+    expect(link.bytesPerSecond).to.be.closeTo(1e7, 10);
+    expect(link.burstBytes).to.be.closeTo(297000, 10);
+    expect(link.waitSeconds).to.be.closeTo(0.0025 * (2 + 4 + 6 + 8) + 8 * 0.0002, 5e-4);
+  });
+
+  it('has no rate when every step fits in the burst', function () {
+    // Two transfers of 100 kB a step, under a bucket of 300 kB: nothing times the link.
+    const steps = Array.from({ length: 4 }, () => [{ bytes: 8, seconds: 0.001 }, { bytes: 1e5, seconds: 0.001 + 1e5 / 1e9 }, { bytes: 1e5, seconds: 0.001 + 1e5 / 1e9 }]);
+    expect(estimateLink(steps).bytesPerSecond).to.equal(undefined);
   });
 
   it('reads the step results\' pairs of bytes and seconds', function () {

@@ -135,4 +135,32 @@ describe('automatic levels that follow the link', function () {
     expect(end.levels, 'no re-plan at an epoch\'s end').to.equal(undefined);
     expect(calls, 'only the checks broadcast').to.deep.equal([2 + 1, 2 + 1]);
   });
+
+  it('--link-share: the budget follows the link, loosened on a slow one, tightened down to dense on a fast one', function () {
+    // Rank 2's 16 kB take 1.28 ms a step at 100 Mbit/s (two workers: 2(W − 1)/W = 1); against a
+    // share of 0.1 of 12.8 ms of compute, a factor of 1: the budget and the plan of a fixed budget.
+    const seconds = (bytesPerSecond) => ({ kind: 'seconds', bytesPerSecond, workers: 2, compressor: 'powersgd' });
+    const plan = (bytesPerSecond, computeSeconds) =>
+      planLevels(costs, ['stable', 'stable'], [1, 0], { reference: 2, errorBudget: 1, criticalBudget: 0.5, cost: seconds(bytesPerSecond), linkBudget: { share: 0.1, computeSeconds } });
+    const even = plan(MBIT100, 0.0128);
+    expect(even.linkFactor).to.be.closeTo(1, 1e-12);
+    expect(even.baseBudget).to.be.closeTo(0.09, 1e-12);
+    expect(even.budget).to.be.closeTo(0.09, 1e-12);
+    expect(even.levels).to.deep.equal([2, 0]);
+    // At 10 Mbit/s the factor is 10: rank 1's error (0.35² = 0.1225) fits, and its 56.4 ms beat rank 2's 72.8.
+    const slow = plan(MBIT100 / 10, 0.0128);
+    expect(slow.linkFactor).to.be.closeTo(10, 1e-9);
+    expect(slow.levels).to.deep.equal([1, 0]);
+    // Against 1,000 s of compute the link is all but free: 0.09 × 1.28e-5 admits dense alone (bf16's 1.6e-5 does not fit).
+    const idle = plan(MBIT100, 1000);
+    expect(idle.budget).to.be.closeTo(0.09 * 1.28e-5, 1e-15);
+    expect(idle.levels).to.deep.equal([0, 0]);
+    // A re-plan prices the factor anew for its link: from the even plan to 10 Mbit/s, rank 1.
+    const replanned = replanLevels(even, seconds(MBIT100 / 10), { share: 0.1, computeSeconds: 0.0128 });
+    expect(replanned.linkFactor).to.be.closeTo(10, 1e-9);
+    expect(replanned.levels).to.deep.equal([1, 0]);
+    // Without a link budget, or priced in floats, the budget stays.
+    expect(replanLevels(even, seconds(MBIT100 / 10)).budget).to.be.closeTo(0.09, 1e-12);
+    expect(planLevels(costs, ['stable', 'stable'], [1, 0], { reference: 2, errorBudget: 1, criticalBudget: 0.5, cost: { kind: 'floats' }, linkBudget: { share: 0.1, computeSeconds: 1000 } }).linkFactor).to.equal(undefined);
+  });
 });

@@ -5,7 +5,7 @@
 import * as path from 'node:path';
 import { UsageError } from '../base/errors.js';
 import { ARCHITECTURES, OPTIONS } from '../config/options.js';
-import { parseBandwidthSchedule, parseHostBandwidths, parseLatency, parseLoss, parseSubnet, runCluster } from '../cluster/cluster.js';
+import { parseBandwidthSchedule, parseBurst, parseHostBandwidths, parseLatency, parseLoss, parseSubnet, runCluster } from '../cluster/cluster.js';
 import { resolveCheckpointDir } from '../train/checkpoint.js';
 import { parseTrainArgs } from './args.js';
 import { parseWrapperArgs, wrapperHelp, type CommandOptions } from './wrapper-args.js';
@@ -20,6 +20,10 @@ export const CLUSTER_OPTIONS = {
   },
   hostBandwidth: { flag: '--host-bandwidth', type: 'string', value: 'H:RATE,…', default: '', help: 'hosts with a rate of their own for the whole job, e.g. 1:100mbit for a slow host 1' },
   latency: { flag: '--latency', type: 'string', value: 'TIME', default: '0ms', help: "delay added to each host's outgoing packets: us, ms, s (the kernel's netem, which some kernels lack; a round trip gains twice it)" },
+  burst: {
+    flag: '--burst', type: 'string', value: 'TIME', default: '2ms',
+    help: "what each host's token bucket lets through at once, as time at its rate: us, ms, s (as a switch's or NIC's buffer would; the link's rate holds beyond it)",
+  },
   loss: { flag: '--loss', type: 'string', value: 'PCT', default: '0%', help: "share of each host's outgoing packets dropped at random, e.g. 1%" },
   subnet: { flag: '--subnet', type: 'string', value: 'CIDR', default: '10.87.0.0/24', help: "the hosts' IPv4 subnet; host i gets its address i + 1" },
 } as const satisfies CommandOptions;
@@ -41,7 +45,7 @@ export async function clusterCommand(argv: string[]): Promise<number> {
   const { hosts, nprocPerHost } = o;
   const schedule = parseBandwidthSchedule(o.bandwidth);
   const hostRates = parseHostBandwidths(o.hostBandwidth, hosts);
-  const shape = { bitsPerSecond: schedule[0]!.bitsPerSecond, delaySeconds: parseLatency(o.latency), loss: parseLoss(o.loss) };
+  const shape = { bitsPerSecond: schedule[0]!.bitsPerSecond, delaySeconds: parseLatency(o.latency), loss: parseLoss(o.loss), burstSeconds: parseBurst(o.burst) };
   const subnet = parseSubnet(o.subnet, hosts);
   // Every host must write to the same run directory, so it is chosen once, here.
   const parsed = parseTrainArgs(trainArgs);

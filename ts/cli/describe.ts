@@ -15,7 +15,8 @@ export function describeCompressor(c: TrainConfig): string {
     const dense = spec.candidates.includes(DENSE_BF16) ? 'dense (fp32 or bf16)' : 'dense';
     return (
       `${c.compressor} with automatic levels (${unit}s ${given.join(', ')} or ${dense}, costed in ${c.autoCost}; ${c.errorMeasure} error budget ${c.errorBudget} × ` +
-      `that of ${describeLevel(spec.kind, spec.reference)}, ×${c.criticalBudget} for critical layers; ${every})`
+      `that of ${describeLevel(spec.kind, spec.reference)}, ×${c.criticalBudget} for critical layers` +
+      `${c.autoCost === 'seconds' && c.linkShare > 0 ? `, following the link (share ${c.linkShare} of compute)` : ''}; ${every})`
     );
   }
   if (c.accordion === 'on') return `${c.compressor} with Accordion (${unit} ${spec.low} in critical regimes, ${spec.high} otherwise; ${every})`;

@@ -31,6 +31,14 @@ export function parseLatency(raw: string): number {
   return seconds;
 }
 
+/** A token bucket as time at the host's rate, e.g. 2ms; more than 0, at most 10 s. */
+export function parseBurst(raw: string): number {
+  const seconds = /m$/.test(raw.trim()) ? undefined : parseSeconds(raw);
+  if (seconds === undefined || !(seconds > 0)) throw new UsageError(`option --burst: expected a time above 0 such as 2ms or 50ms (units us, ms, s), got '${raw}'`);
+  if (seconds > 10) throw new UsageError(`option --burst: at most 10s, got '${raw}'`);
+  return seconds;
+}
+
 /** The hosts' rate from `atSeconds` after the hosts start. */
 export interface RateChange {
   atSeconds: number;

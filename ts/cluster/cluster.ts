@@ -18,10 +18,10 @@ import { type ClusterOptions, type RateChange } from './cluster-options.js';
 import { DEFAULT_MASTER_PORT } from '../comm/environment.js';
 import { formatRate } from '../base/units.js';
 import { ProcessSet, relay } from './launch.js';
-import { createNetwork, killNamespace, missingCapabilities, removeNetwork, setEgressRate, sweepStale, type ClusterNetwork } from './netns.js';
+import { DEFAULT_BURST_SECONDS, createNetwork, killNamespace, missingCapabilities, removeNetwork, setEgressRate, sweepStale, type ClusterNetwork } from './netns.js';
 import { CounterSampler } from './network-log.js';
 
-export { parseBandwidth, parseBandwidthSchedule, parseHostBandwidths, parseLatency, parseLoss, parseSubnet, type ClusterOptions, type RateChange } from './cluster-options.js';
+export { parseBandwidth, parseBandwidthSchedule, parseBurst, parseHostBandwidths, parseLatency, parseLoss, parseSubnet, type ClusterOptions, type RateChange } from './cluster-options.js';
 export { formatRate } from '../base/units.js';
 export { readNetworkLog, type NetworkRecord } from './network-log.js';
 export {
@@ -72,7 +72,7 @@ class RateSchedule {
   private async apply(change: RateChange, started: number): Promise<void> {
     const hosts = this.network.hosts.filter((h) => this.options.hostRates?.[h.index] === undefined);
     try {
-      for (const h of hosts) await setEgressRate(h, change.bitsPerSecond, this.options.shape.delaySeconds);
+      for (const h of hosts) await setEgressRate(h, change.bitsPerSecond, this.options.shape);
     } catch (e) {
       this.err.write(`accordion cluster: the rate could not change to ${formatRate(change.bitsPerSecond)}: ${(e as Error).message}\n`);
       return;
@@ -129,7 +129,7 @@ export async function runCluster(options: ClusterOptions): Promise<ClusterResult
     err.write(
       `accordion cluster: ${hosts} host${hosts > 1 ? 's' : ''} × ${nprocPerHost} worker${nprocPerHost > 1 ? 's' : ''} in namespaces ${network.id}-h0…h${hosts - 1}, ` +
         `${master}…${network.hosts[hosts - 1]!.address}/${network.prefixLength} on one bridge; ${describeRates(options)}` +
-        `, latency ${options.shape.delaySeconds > 0 ? `${+(options.shape.delaySeconds * 1e3).toPrecision(4)} ms` : 'none'}, loss ${+(options.shape.loss * 100).toPrecision(4)}%; run directory ${options.runDir}\n`,
+        `, latency ${options.shape.delaySeconds > 0 ? `${+(options.shape.delaySeconds * 1e3).toPrecision(4)} ms` : 'none'}, burst ${+((options.shape.burstSeconds ?? DEFAULT_BURST_SECONDS) * 1e3).toPrecision(4)} ms, loss ${+(options.shape.loss * 100).toPrecision(4)}%; run directory ${options.runDir}\n`,
     );
     if (hostLaunchers.interrupted) return { exitCode: signalExitCode(hostLaunchers.interrupted), failure };
 

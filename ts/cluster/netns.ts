@@ -27,7 +27,12 @@ export interface LinkShape {
   delaySeconds: number;
   /** Fraction of the host's outgoing packets dropped at random, in [0, 1). */
   loss: number;
+  /** The host's token bucket as seconds of traffic at its rate (default DEFAULT_BURST_SECONDS). */
+  burstSeconds?: number;
 }
+
+/** The token bucket of a host: 2 ms of traffic at its rate. */
+export const DEFAULT_BURST_SECONDS = 0.002;
 
 export interface Host {
   index: number;
@@ -195,7 +200,7 @@ export async function createNetwork(options: {
       await ip('-n', ns, 'link', 'set', HOST_DEVICE, 'addrgenmode', 'none');
       const ownRate = options.hostRates?.[host.index];
       if (ownRate === undefined && options.laterRates?.length) {
-        const smallest = bucketBytes(Math.min(shape.bitsPerSecond, ...options.laterRates));
+        const smallest = bucketBytes(Math.min(shape.bitsPerSecond, ...options.laterRates), shape.burstSeconds);
         host.packetBytes = Math.min(Math.max(smallest, MIN_PACKET_BYTES), DEFAULT_GSO_MAX_SIZE);
         await ip('-n', ns, 'link', 'set', 'dev', HOST_DEVICE, 'gso_max_size', String(host.packetBytes));
       }
@@ -214,13 +219,14 @@ export async function createNetwork(options: {
 /**
  * Shapes what a host sends: tbf at the rate, behind netem when there is a delay (netem as the root
  * qdisc with tbf as its child, netem's documented recipe for delay plus rate). The bucket holds
- * 2 ms of traffic, at least two full frames; tbf queues at most 50 ms beyond it. Loss is a filter
+ * the shape's burst (2 ms of traffic by default), at least two full frames; tbf queues at most
+ * 50 ms beyond it. Loss is a filter
  * on the clsact egress hook (classic BPF: a random 32-bit number below loss × 2³² drops the packet),
  * which needs no netem; like netem's loss, a dropped packet never reaches the interface's counters.
  */
 async function shapeEgress(ns: string, shape: LinkShape, packetBytes?: number): Promise<void> {
   const bytesPerSecond = shape.bitsPerSecond / 8;
-  const tbf = tokenBucket(shape.bitsPerSecond, packetBytes);
+  const tbf = tokenBucket(shape.bitsPerSecond, packetBytes, shape.burstSeconds);
   if (shape.delaySeconds > 0) {
     // Room for every packet in flight during the delay at the full rate, twice over.
     const limit = Math.max(1000, Math.ceil((2 * bytesPerSecond * shape.delaySeconds) / FRAME_BYTES));
@@ -245,9 +251,9 @@ async function shapeEgress(ns: string, shape: LinkShape, packetBytes?: number): 
   }
 }
 
-/** The bytes of tbf's bucket at a rate: 2 ms of traffic, at least two full frames. */
-function bucketBytes(bitsPerSecond: number): number {
-  return Math.max(Math.ceil((bitsPerSecond / 8) * 0.002), 2 * FRAME_BYTES);
+/** The bytes of tbf's bucket at a rate: `burstSeconds` of traffic, at least two full frames. */
+export function bucketBytes(bitsPerSecond: number, burstSeconds = DEFAULT_BURST_SECONDS): number {
+  return Math.max(Math.ceil((bitsPerSecond / 8) * burstSeconds), 2 * FRAME_BYTES);
 }
 
 /** A veth interface's largest packet before segmentation, as Linux sets it (GSO_MAX_SIZE). */
@@ -256,14 +262,14 @@ const DEFAULT_GSO_MAX_SIZE = 65536;
 const MIN_PACKET_BYTES = 8192;
 
 /** tbf's arguments for a rate: a bucket of bucketBytes (at least `packetBytes`), and 50 ms of queue beyond it. */
-function tokenBucket(bitsPerSecond: number, packetBytes = 0): string[] {
-  return ['tbf', 'rate', `${Math.round(bitsPerSecond)}bit`, 'burst', String(Math.max(bucketBytes(bitsPerSecond), packetBytes)), 'latency', '50ms'];
+function tokenBucket(bitsPerSecond: number, packetBytes = 0, burstSeconds?: number): string[] {
+  return ['tbf', 'rate', `${Math.round(bitsPerSecond)}bit`, 'burst', String(Math.max(bucketBytes(bitsPerSecond, burstSeconds), packetBytes)), 'latency', '50ms'];
 }
 
 /** Changes a host's egress rate while it runs (its token bucket, under netem's delay when there is one). */
-export async function setEgressRate(host: Host, bitsPerSecond: number, delaySeconds: number): Promise<void> {
-  const where = delaySeconds > 0 ? ['parent', '1:1', 'handle', '10:'] : ['root', 'handle', '1:'];
-  await tc('-n', host.namespace, 'qdisc', 'change', 'dev', HOST_DEVICE, ...where, ...tokenBucket(bitsPerSecond, host.packetBytes));
+export async function setEgressRate(host: Host, bitsPerSecond: number, shape: Pick<LinkShape, 'delaySeconds' | 'burstSeconds'>): Promise<void> {
+  const where = shape.delaySeconds > 0 ? ['parent', '1:1', 'handle', '10:'] : ['root', 'handle', '1:'];
+  await tc('-n', host.namespace, 'qdisc', 'change', 'dev', HOST_DEVICE, ...where, ...tokenBucket(bitsPerSecond, host.packetBytes, shape.burstSeconds));
 }
 
 /** The egress rate the kernel holds for a host, in bits per second: its token bucket's, as tc reports it. */

@@ -6,7 +6,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { MetricsLog, readMetrics, type MetricsEvent } from '../base/metrics.js';
 import type { ClusterOptions } from './cluster-options.js';
-import { readCounters, readCountersOf, type ClusterNetwork, type Counters } from './netns.js';
+import { DEFAULT_BURST_SECONDS, readCounters, readCountersOf, type ClusterNetwork, type Counters } from './netns.js';
 
 /**
  * One line of network.jsonl. Byte and packet counts are of the host's interface, from the kernel
@@ -39,6 +39,7 @@ export interface NetworkRecord {
   /** rate: when the schedule set it, in seconds after the hosts started. */
   atSeconds?: number;
   delaySeconds?: number;
+  burstSeconds?: number;
   loss?: number;
   /** epoch: counts since the previous record of this host, and rank 0's floats and bytes accounting. */
   txBytes?: number;
@@ -50,7 +51,7 @@ export interface NetworkRecord {
   bytesSent?: number;
   /** epoch: the floats rank 0 broadcast (its running statistics, before each step and evaluation). */
   broadcastFloats?: number;
-  /** epoch: the floats all-reduced since the previous record to measure the link (--auto-cost seconds). */
+  /** epoch: the floats all-reduced since the previous record to measure the link (--auto-cost seconds: at the start, and probes). */
   linkFloats?: number;
 }
 
@@ -145,7 +146,7 @@ export class CounterSampler {
       } catch {
         continue;
       }
-      if (event.event === 'link') this.linkFloats += Number(event.allReducedFloats ?? 0);
+      if (event.event === 'link' || event.event === 'probe') this.linkFloats += Number(event.allReducedFloats ?? 0);
       if (event.event === 'start' || event.event === 'resume' || event.event === 'epoch') await this.sample(event);
     }
   }
@@ -201,6 +202,7 @@ export class CounterSampler {
           commDtype: event.commDtype,
           bitsPerSecond: this.options.hostRates?.[host.index] ?? this.options.shape.bitsPerSecond,
           delaySeconds: this.options.shape.delaySeconds,
+          burstSeconds: this.options.shape.burstSeconds ?? DEFAULT_BURST_SECONDS,
           loss: this.options.shape.loss,
         });
       }

@@ -66,6 +66,7 @@ export interface TrainConfig {
   autoCost: 'floats' | 'seconds';
   replanFactor: number;
   replanSteps: number;
+  linkShare: number;
   outDir?: string;
   overwrite: boolean;
   checkpointEvery: number;
@@ -238,6 +239,10 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   replanSteps: {
     flag: '--replan-steps', type: 'int', default: 50, ...positive, max: Number.MAX_SAFE_INTEGER,
     help: 'adapt auto, priced in seconds: between epochs, plan again when the link has stayed below the plan\'s ÷ --replan-factor for this many steps in a row (looked at every this many steps)',
+  },
+  linkShare: {
+    flag: '--link-share', type: 'number', default: 0, min: 0,
+    help: "adapt auto, priced in seconds: the error budget follows the link, scaled by the reference level's exchange seconds over this share of a step's compute (a faster link tightens it, down to dense; a slower one loosens it); 0: a fixed budget",
   },
   outDir: { flag: '--out', type: 'string', help: 'run directory (default runs/<model>-<time>); one that holds a run needs --resume or --overwrite' },
   overwrite: {

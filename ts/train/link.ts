@@ -5,20 +5,30 @@
  * waiting for a peer that reached the collective later. For a ring this is the ring's slowest hop as
  * this rank meets it; with two workers, the link between them.
  *
- * A collective takes latency + waiting + bytes / bandwidth. Waiting only ever adds, so:
+ * A link lets a burst through at once: a token bucket, a switch's or a NIC's buffer, refilled while
+ * the step computes. Within a step, the bytes sent before a collective decide how much of it the
+ * burst still covers, so a collective takes
+ *
+ *   latency + waiting + (bytes of it beyond the step's first `burst` bytes) / bandwidth.
+ *
+ * Waiting only ever adds, so:
  *  - the latency is the lower quartile of the smallest collectives' seconds (the workers'
  *    agreement on finite gradients, one per step, carries W floats);
- *  - the bandwidth is the bytes-weighted 80th percentile of the rates bytes / (seconds − latency) of
- *    the collectives that sent at least RATE_COLLECTIVE_BYTES and whose transfer took at least a
- *    latency: smaller ones say little about the rate (they fit in the buffers and token buckets a
- *    link lets through at once, and their time is mostly latency); those that did not wait are the
- *    fastest, and the weighting lets the large transfers, timed best, decide;
- *  - each collective's waiting is what its seconds exceed latency + bytes / bandwidth by.
- * With little traffic (a highly compressed exchange on a fast link) every transfer is short beside
- * the latency and the bandwidth is unknown.
+ *  - the burst and the bandwidth are fitted together. Timed are the collectives that sent at least
+ *    RATE_COLLECTIVE_BYTES and took at least a latency beyond it. Without a burst, the seconds per
+ *    byte is the timed collectives' bytes-weighted lower quintile (those that did not wait are the
+ *    fastest, and the large transfers, timed best, weigh most). With one, each timed collective's
+ *    seconds per byte is tried in turn, as if it lay wholly beyond the burst, which then follows
+ *    from the steps' totals (burstAt). The fit kept is the one whose predictions miss the seconds
+ *    least by the quintile's measure (the pinball loss, which charges a collective that took longer
+ *    than predicted, as waiting does, a quarter of one that took less);
+ *  - each collective's waiting is what its seconds exceed the prediction by.
+ * With little traffic beyond the burst (a highly compressed exchange on a fast link) the bandwidth
+ * is unknown, and with one timed collective a step the burst cannot be told from the rate: a
+ * policy that follows the link then has it probed (probeLink).
  */
 
-import { formatRate } from '../base/units.js';
+import { formatBytes, formatRate } from '../base/units.js';
 import type { ProcessGroup } from '../comm/group.js';
 
 /** One collective of an exchange: the bytes this rank sent and the seconds it took. */
@@ -33,9 +43,11 @@ export interface Link {
   latencySeconds: number;
 }
 
-/** The link over a set of collectives (an epoch's, or the last steps'): bytesPerSecond undefined without a transfer to time. */
+/** The link over a set of steps' collectives (an epoch's, or the last steps'): bytesPerSecond undefined without a transfer to time. */
 export interface LinkEstimate extends Omit<Link, 'bytesPerSecond'> {
   bytesPerSecond?: number;
+  /** The bytes a step sends before the bandwidth holds (0 when none shows). */
+  burstBytes: number;
   /** The collectives' seconds spent waiting for a late peer, and the rest (latency and transfer). */
   waitSeconds: number;
   transferSeconds: number;
@@ -45,8 +57,14 @@ export interface LinkEstimate extends Omit<Link, 'bytesPerSecond'> {
 
 /** A collective of at most this many bytes sent times the latency (the agreement sends 4·W·(W − 1)/W·2). */
 export const SMALL_COLLECTIVE_BYTES = 1024;
-/** A collective of at least this many bytes sent times the rate. */
+/** A collective of at least this many bytes sent beyond the burst times the rate. */
 export const RATE_COLLECTIVE_BYTES = 64 * 1024;
+/** The quantile of seconds per byte the bandwidth is read from (waiting only makes a collective slower). */
+const FAST_QUANTILE = 0.2;
+/** How much less a fit with a burst must miss by than one without. */
+const BURST_GAIN = 0.05;
+/** At most this many fits with a burst are tried (evenly spread over the candidates when there are more). */
+const MAX_FITS = 128;
 
 /** The samples of a step result's `collectives` (pairs of bytes sent and seconds). */
 export function collectiveSamples(pairs: Float64Array): CollectiveSample[] {
@@ -67,21 +85,95 @@ function weightedQuantile(values: number[], weights: number[], q: number): numbe
   return values[order[order.length - 1]!]!;
 }
 
-/** The link over `samples`, or undefined when there is none. */
-export function estimateLink(samples: readonly CollectiveSample[]): LinkEstimate | undefined {
-  if (samples.length === 0) return undefined;
-  const small = samples.filter((s) => s.bytes <= SMALL_COLLECTIVE_BYTES);
-  const latencySeconds = small.length ? weightedQuantile(small.map((s) => s.seconds), small.map(() => 1), 0.25) : 0;
-  const large = samples.filter((s) => s.bytes >= RATE_COLLECTIVE_BYTES && s.seconds - latencySeconds >= Math.max(latencySeconds, 1e-6));
-  const rates = large.map((s) => s.bytes / Math.max(s.seconds - latencySeconds, 1e-9));
-  const bytesPerSecond = large.length ? weightedQuantile(rates, large.map((s) => s.bytes), 0.8) : undefined;
-  let waitSeconds = 0, totalSeconds = 0;
-  for (const s of samples) {
-    totalSeconds += s.seconds;
-    const expected = latencySeconds + (bytesPerSecond ? s.bytes / bytesPerSecond : 0);
-    waitSeconds += Math.max(0, s.seconds - expected);
+/** A collective with the bytes its step had sent before it. */
+interface Placed {
+  step: number;
+  before: number;
+  bytes: number;
+  /** Its seconds beyond the latency (at least 0). */
+  seconds: number;
+}
+
+/** The bytes of a collective beyond its step's first `burst` bytes. */
+function beyond(c: Placed, burst: number): number {
+  return Math.max(0, c.before + c.bytes - burst) - Math.max(0, c.before - burst);
+}
+
+/** The pinball loss of predicting each collective's seconds as `secondsPerByte` × its bytes beyond `burst`. */
+function missed(placed: Placed[], burst: number, secondsPerByte: number): number {
+  let loss = 0;
+  for (const c of placed) {
+    const miss = c.seconds - secondsPerByte * beyond(c, burst);
+    loss += miss >= 0 ? FAST_QUANTILE * miss : (FAST_QUANTILE - 1) * miss;
   }
-  return { ...(bytesPerSecond ? { bytesPerSecond } : {}), latencySeconds, waitSeconds, transferSeconds: totalSeconds - waitSeconds, collectives: samples.length };
+  return loss;
+}
+
+/** Whether a collective times the rate: enough bytes, and a transfer that took at least a latency. */
+function timed(c: Placed, bytes: number, latencySeconds: number): boolean {
+  return bytes >= RATE_COLLECTIVE_BYTES && c.seconds >= Math.max(latencySeconds, 1e-6);
+}
+
+/**
+ * The burst that `secondsPerByte` leaves: a step that sent S bytes in T seconds beyond the latencies
+ * had S − T / secondsPerByte of them let through at once. Waiting only lowers it, so the upper
+ * quartile (at least 0) of the steps with a collective of RATE_COLLECTIVE_BYTES (a step of small ones
+ * may have fitted in the burst, and says nothing of its size).
+ */
+function burstAt(placed: Placed[], steps: number, secondsPerByte: number): number {
+  const sent = new Array<number>(steps).fill(0), took = new Array<number>(steps).fill(0), large = new Array<boolean>(steps).fill(false);
+  for (const c of placed) {
+    sent[c.step] += c.bytes;
+    took[c.step] += c.seconds;
+    if (c.bytes >= RATE_COLLECTIVE_BYTES) large[c.step] = true;
+  }
+  const free = sent.flatMap((s, i) => (large[i] ? [s - took[i]! / secondsPerByte] : []));
+  return free.length ? Math.max(0, weightedQuantile(free, free.map(() => 1), 0.75)) : 0;
+}
+
+/** The link over `steps` (each step's collectives in the order they ran), or undefined when there is no collective. */
+export function estimateLink(steps: readonly (readonly CollectiveSample[])[]): LinkEstimate | undefined {
+  const all = steps.flat();
+  if (all.length === 0) return undefined;
+  const small = all.filter((s) => s.bytes <= SMALL_COLLECTIVE_BYTES);
+  const latencySeconds = small.length ? weightedQuantile(small.map((s) => s.seconds), small.map(() => 1), 0.25) : 0;
+  const placed: Placed[] = steps.flatMap((samples, step) => {
+    let before = 0;
+    return samples.map((s) => {
+      const c = { step, before, bytes: s.bytes, seconds: Math.max(0, s.seconds - latencySeconds) };
+      before += s.bytes;
+      return c;
+    });
+  });
+  // No burst: the rate of the collectives' bytes.
+  const whole = placed.filter((c) => timed(c, c.bytes, latencySeconds));
+  const fits: { burst: number; secondsPerByte: number }[] = [];
+  if (whole.length) fits.push({ burst: 0, secondsPerByte: weightedQuantile(whole.map((c) => c.seconds / c.bytes), whole.map((c) => c.bytes), FAST_QUANTILE) });
+  // A burst: each timed collective's seconds per byte in turn, as if it lay wholly beyond the burst.
+  let rates = [...new Set(whole.map((c) => c.seconds / c.bytes))].sort((x, y) => x - y);
+  if (rates.length > MAX_FITS) rates = Array.from({ length: MAX_FITS }, (_, i) => rates[Math.round((i * (rates.length - 1)) / (MAX_FITS - 1))]!);
+  for (const secondsPerByte of rates) {
+    const burst = burstAt(placed, steps.length, secondsPerByte);
+    // A burst below the bytes that time a rate is not told from the latencies.
+    if (burst >= RATE_COLLECTIVE_BYTES && placed.some((c) => timed(c, beyond(c, burst), latencySeconds))) fits.push({ burst, secondsPerByte });
+  }
+  let best: { burst: number; secondsPerByte: number; loss: number } | undefined;
+  for (const fit of fits) {
+    const loss = missed(placed, fit.burst, fit.secondsPerByte);
+    // A burst must explain the seconds clearly better than none (by BURST_GAIN).
+    if (!best || loss < best.loss * (best.burst === 0 && fit.burst > 0 ? 1 - BURST_GAIN : 1)) best = { ...fit, loss };
+  }
+  const burstBytes = best?.burst ?? 0, secondsPerByte = best?.secondsPerByte ?? 0;
+  let waitSeconds = 0;
+  for (const c of placed) waitSeconds += Math.max(0, c.seconds - secondsPerByte * beyond(c, burstBytes));
+  return {
+    ...(best ? { bytesPerSecond: 1 / Math.max(secondsPerByte, 1e-15) } : {}),
+    latencySeconds,
+    burstBytes,
+    waitSeconds,
+    transferSeconds: all.reduce((a, s) => a + s.seconds, 0) - waitSeconds,
+    collectives: all.length,
+  };
 }
 
 /**
@@ -97,19 +189,52 @@ export class LinkMonitor {
   addStep(samples: CollectiveSample[]): LinkEstimate | undefined {
     this.window.push(samples);
     if (this.window.length > this.steps) this.window.shift();
-    return estimateLink(this.window.flat());
+    return estimateLink(this.window);
   }
 }
 
-/** "94.17 Mbit/s, 0.31 ms": a link estimate as the progress line shows it. */
+/** "94.17 Mbit/s, 0.31 ms" or "94.17 Mbit/s after 250 kB, 0.31 ms": a link estimate as the progress line shows it. */
 export function describeLink(link: LinkEstimate): string {
   const rate = link.bytesPerSecond === undefined ? 'rate unknown' : formatRate(8 * link.bytesPerSecond);
-  return `${rate}, ${(1000 * link.latencySeconds).toFixed(2)} ms`;
+  const burst = link.burstBytes > 0 ? ` after ${formatBytes(link.burstBytes)}` : '';
+  return `${rate}${burst}, ${(1000 * link.latencySeconds).toFixed(2)} ms`;
 }
 
 function median(values: number[]): number {
   const s = [...values].sort((a, b) => a - b);
   return s.length % 2 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+}
+
+/** A step is probed at most once every this many steps (the monitor's window). */
+export const PROBE_STEPS = 10;
+/** The floats of each of a probe's two all-reduces (1 MiB). */
+export const PROBE_FLOATS = 1 << 18;
+
+/**
+ * Whether a step's collectives leave the link unmeasured: fewer than two of them send
+ * RATE_COLLECTIVE_BYTES, so that no rate is timed, or none beyond a burst. The collectives' sizes
+ * are the same on every worker, so every worker decides alike.
+ */
+export function needsProbe(step: readonly CollectiveSample[]): boolean {
+  return step.filter((c) => c.bytes >= RATE_COLLECTIVE_BYTES).length < 2;
+}
+
+/**
+ * A probe of the link after a step's exchange, on every rank: two all-reduces of `floats` floats
+ * back to back, timed, to be counted with the step's collectives. The first drains what the burst
+ * still holds, the second then runs at the rate, and at two places of the step the burst can be
+ * told from the rate. `allReducedFloats`: the floats all-reduced, traffic of its own.
+ */
+export async function probeLink(group: ProcessGroup, floats = PROBE_FLOATS): Promise<{ samples: CollectiveSample[]; allReducedFloats: number }> {
+  const buffer = new Float32Array(floats);
+  const w = group.worldSize;
+  const samples: CollectiveSample[] = [];
+  for (let i = 0; i < 2; i++) {
+    const start = performance.now();
+    await group.allReduce(buffer);
+    samples.push({ bytes: (4 * floats * 2 * (w - 1)) / w, seconds: (performance.now() - start) / 1000 });
+  }
+  return { samples, allReducedFloats: 2 * floats };
 }
 
 /**

@@ -14,7 +14,7 @@ import type { Model } from '../engine/model.js';
 import { saveCheckpoint } from './checkpoint.js';
 import { DenseStart } from './dense-start.js';
 import { savedConfig, type TrainOptions } from './config.js';
-import { LinkMonitor, collectiveSamples, estimateLink, measureLink, type CollectiveSample, type LinkEstimate } from './link.js';
+import { LinkMonitor, PROBE_STEPS, collectiveSamples, estimateLink, measureLink, needsProbe, probeLink, type CollectiveSample, type LinkEstimate } from './link.js';
 import { ProgressBar, epochLine } from './progress.js';
 import { openRunDir, writeSummary } from './rundir.js';
 import { learningRateForEpoch, type LrSchedule } from './rules/schedule.js';
@@ -188,9 +188,9 @@ export class Trainer extends EventEmitter {
     const steps = await this.task.startEpoch(this.model, epoch, microBatches);
     const bar = config.progress && this.rank === 0 ? new ProgressBar(`epoch ${epoch + 1}/${config.epochs}`, steps) : undefined;
     const begin = performance.now();
-    let lossSum = 0, correct = 0, samples = 0, stepsDone = 0;
+    let lossSum = 0, correct = 0, samples = 0, stepsDone = 0, probeFloats = 0;
     const figures = zeroStepFigures();
-    const collectives: CollectiveSample[] = [];
+    const collectives: CollectiveSample[][] = [];
     const levels = this.policy.setsLevels ? Array.from(await this.model.levels()) : undefined;
     for (let step = 0; step < steps; step++) {
       const r: StepResult | null = await this.task.step(this.model, microBatches);
@@ -202,7 +202,15 @@ export class Trainer extends EventEmitter {
       samples += r.samples;
       addStepFigures(figures, r);
       const stepCollectives = collectiveSamples(r.collectives);
-      collectives.push(...stepCollectives);
+      // A policy that follows the link has it probed where the exchange cannot measure it: every
+      // worker alike (the same step, the same collectives' sizes), at most every PROBE_STEPS steps.
+      if (this.group && this.policy.followsLink() && this.runSteps % PROBE_STEPS === 0 && needsProbe(stepCollectives)) {
+        const probe = await probeLink(this.group);
+        stepCollectives.push(...probe.samples);
+        probeFloats += probe.allReducedFloats;
+        this.metrics?.write({ event: 'probe', epoch: epoch + 1, runStep: this.runSteps, samples: probe.samples, allReducedFloats: probe.allReducedFloats });
+      }
+      collectives.push(stepCollectives);
       const link = this.link.addStep(stepCollectives);
       const replanned = await this.policy.afterStep({ epoch: epoch + 1, runStep: this.runSteps, link, broadcast: this.fromRank0 });
       if (replanned) await this.applyLevels(epoch, replanned, this.runSteps);
@@ -234,7 +242,7 @@ export class Trainer extends EventEmitter {
     if (this.stopRequested) return partialRecord(epoch, lr, batch, seconds); // discarded by fit()
     const link = estimateLink(collectives);
     const bookkeepingStart = performance.now();
-    const decision = await this.checkPolicy(epoch, lr, link);
+    const decision = await this.checkPolicy(epoch, lr, link, figures.computeSeconds / Math.max(stepsDone, 1));
     const bookkeepingSeconds = (performance.now() - bookkeepingStart) / 1000;
     // Evaluation and the checkpoint see rank 0's model on every worker, checked by digest.
     const syncStart = performance.now();
@@ -259,6 +267,7 @@ export class Trainer extends EventEmitter {
       floatsSentTotal: (this.history[this.history.length - 1]?.floatsSentTotal ?? 0) + figures.floatsSent,
       bytesSentTotal: (this.history[this.history.length - 1]?.bytesSentTotal ?? 0) + figures.bytesSent,
       ...(link ? { link } : {}),
+      ...(probeFloats ? { probeFloats } : {}),
       batchSize: batch,
       bookkeepingSeconds,
       syncSeconds,
@@ -273,7 +282,7 @@ export class Trainer extends EventEmitter {
    * epoch's gradient sums), then the norms are read once (restarting the sums), and the policy
    * decides; its new levels are set on every worker, and its switches logged and emitted.
    */
-  private async checkPolicy(epoch: number, lr: number, link: LinkEstimate | undefined): Promise<CheckOutput> {
+  private async checkPolicy(epoch: number, lr: number, link: LinkEstimate | undefined, computeSeconds: number): Promise<CheckOutput> {
     if (!this.policy.usesNorms) return {};
     const candidates = this.policy.candidates(epoch);
     const costs: LevelCost[][] | undefined = candidates && this.rank === 0 ? await this.model.levelCosts(candidates) : undefined;
@@ -289,6 +298,7 @@ export class Trainer extends EventEmitter {
       levels,
       costs,
       ...(link ? { link } : {}),
+      computeSeconds,
       runStep: this.runSteps,
       broadcast: this.fromRank0,
     });

@@ -4,6 +4,9 @@
  * errors and costs (../rules/auto-levels.ts), broadcast as indices into the candidates so that every worker
  * sets exactly the same values.
  *
+ * With --link-share the budget follows the link as well (../rules/auto-levels.ts, LinkBudget):
+ * rank 0's compute seconds per step at the last check weigh the reference level's seconds.
+ *
  * Priced in seconds, the costs use the link: first the one measured at the start, then the one
  * training measures from its own collectives (../link.ts) once it has moved by more than
  * --replan-factor since the plan in force was priced. Then the plan is made again: at a check from
@@ -15,7 +18,7 @@
  * run plans alike.
  */
 import type { LevelCost } from '../../native/binding.js';
-import { planLevels, replanLevels, type AutoPlan, type CostModel } from '../rules/auto-levels.js';
+import { planLevels, replanLevels, type AutoPlan, type CostModel, type LinkBudget } from '../rules/auto-levels.js';
 import type { Regime } from '../rules/accordion.js';
 import type { Link, LinkEstimate } from '../link.js';
 import type { AutoRecord, LevelSwitch, ReplanRecord } from '../records.js';
@@ -32,6 +35,8 @@ interface AutoState {
   plan?: AutoPlan;
   /** Rank 0's count of steps in a row whose link stayed below the plan's ÷ --replan-factor. */
   lowSteps?: number;
+  /** Rank 0's compute seconds per step over the last check's epoch (what --link-share weighs the link against). */
+  computeSeconds?: number;
 }
 
 export class AutoPolicy extends AccordionPolicy {
@@ -43,6 +48,10 @@ export class AutoPolicy extends AccordionPolicy {
   }
 
   /** Whether plans follow the link measured in training: priced in seconds, with a link to measure. */
+  override followsLink(): boolean {
+    return this.replans();
+  }
+
   private replans(): boolean {
     const { config } = this.s;
     return config.autoCost === 'seconds' && config.replanFactor > 0 && config.workers > 1;
@@ -76,6 +85,7 @@ export class AutoPolicy extends AccordionPolicy {
       return { ...(replanned ?? {}), regimes, record };
     }
     if (this.replans() && this.moved(input.link)) this.priceAt(input.link);
+    this.auto.computeSeconds = input.computeSeconds;
     const candidates = this.s.spec.candidates;
     const picked = new Float32Array(input.levels.length);
     let auto: AutoRecord | undefined;
@@ -128,7 +138,7 @@ export class AutoPolicy extends AccordionPolicy {
     if (due && previous && this.moved(link)) {
       const from = this.auto.bytesPerSecond!;
       this.priceAt(link);
-      const next = replanLevels(previous, this.costModel());
+      const next = replanLevels(previous, this.costModel(), this.linkBudget());
       this.auto.plan = next;
       message[0] = 1;
       next.levels.forEach((level, i) => (message[1 + i] = candidates.indexOf(level)));
@@ -148,6 +158,12 @@ export class AutoPolicy extends AccordionPolicy {
       : { kind: 'floats' };
   }
 
+  /** With --link-share, the budget that follows the link (rank 0's compute seconds per step at the last check). */
+  private linkBudget(): LinkBudget | undefined {
+    const share = this.s.config.linkShare, computeSeconds = this.auto.computeSeconds;
+    return share > 0 && computeSeconds !== undefined ? { share, computeSeconds } : undefined;
+  }
+
   /** Rank 0's plan of automatic levels. */
   private planAuto(costs: LevelCost[][], regimes: Regime[], norms: number[]): AutoRecord {
     const { config, spec } = this.s;
@@ -163,6 +179,7 @@ export class AutoPolicy extends AccordionPolicy {
       criticalBudget: config.criticalBudget,
       errorMeasure: config.errorMeasure,
       cost,
+      ...(this.linkBudget() ? { linkBudget: this.linkBudget() } : {}),
     });
     if (cost.kind === 'seconds') this.auto.plan = plan;
     return { ...plan, costUnit: cost.kind, ...(cost.kind === 'seconds' ? { bytesPerSecond: cost.bytesPerSecond } : {}) };
@@ -175,5 +192,8 @@ export class AutoPolicy extends AccordionPolicy {
   override restore(saved: Record<string, unknown>): void {
     super.restore(saved);
     if (saved.auto) this.auto = saved.auto as AutoState;
+    // A plan saved before plans kept their base budget and reference: no link factor then.
+    const plan = this.auto.plan as (Omit<AutoPlan, 'baseBudget' | 'reference'> & Partial<AutoPlan>) | undefined;
+    if (plan && plan.baseBudget === undefined) this.auto.plan = { ...plan, baseBudget: plan.budget, reference: this.s.spec.reference };
   }
 }

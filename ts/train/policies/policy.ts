@@ -27,6 +27,8 @@ export interface CheckInput {
   costs?: LevelCost[][];
   /** The link as this worker's collectives met it over the epoch (with two or more workers). */
   link?: LinkEstimate;
+  /** This worker's compute seconds per step over the epoch (forward, backward and update). */
+  computeSeconds: number;
   /** Steps run since the run began, after the epoch's last. */
   runStep: number;
   /** Sends rank 0's values to every worker, in place (nothing alone). */
@@ -77,6 +79,8 @@ export interface Policy {
   /** Whether the policy needs a measured link that it does not have yet. */
   needsLink(): boolean;
   useLink(link: Link): void;
+  /** Whether the policy follows the link training measures (which then probes it when the exchange cannot). */
+  followsLink(): boolean;
   check(input: CheckInput): Promise<CheckOutput>;
   /** After every step on every worker; new levels from the next step, or none. */
   afterStep(input: StepInput): Promise<StepOutput | undefined>;
@@ -97,6 +101,9 @@ export abstract class BasePolicy implements Policy {
     return false;
   }
   useLink(_link: Link): void {}
+  followsLink(): boolean {
+    return false;
+  }
   async check(_input: CheckInput): Promise<CheckOutput> {
     return {};
   }

@@ -11,7 +11,10 @@
  *            critical regime, else 1)
  *
  * where a regime counts as critical when Accordion detects it (the trainer passes the first check,
- * which has no earlier norms to compare, as stable everywhere).
+ * which has no earlier norms to compare, as stable everywhere), and, priced in seconds with a link
+ * budget (--link-share s), × the seconds the reference level's bytes take on the link per step /
+ * (s × the compute seconds per step): the plan buys accuracy with a link that would otherwise idle,
+ * and saves time on one that holds the step up.
  *
  * A layer's error is, by default, its squared error ‖G − C(G)‖² (the relative error times ‖G‖,
  * squared), so the layers' errors add up to the whole model's ‖G − C(G)‖², as in L-GreCo, and a
@@ -122,7 +125,13 @@ export function levelCost(c: LevelCost, model: CostModel): number {
 export interface AutoPlan {
   /** Per parameter, its new level (0 for 1-D parameters and matrices sent dense). */
   levels: number[];
+  /** The budget the levels were chosen within: the reference level and error budget's (baseBudget) × linkFactor. */
   budget: number;
+  baseBudget: number;
+  /** Where the budget follows the link: its factor (LinkBudget). */
+  linkFactor?: number;
+  /** The reference level (--rank or --topk-ratio). */
+  reference: number;
   /** The reference level's summed error, and that of the chosen levels. */
   referenceError: number;
   error: number;
@@ -136,6 +145,29 @@ export interface AutoPlan {
   candidates: { index: number; levels: number[]; errors: number[]; costs: number[]; floats: number[]; bytes: number[]; seconds?: number[] }[];
 }
 
+/**
+ * A budget that follows the link: the error budget is scaled by the seconds the reference level's
+ * bytes take on the link per step (every matrix at the reference) over `share` × the step's
+ * compute seconds. A link on which they take that share of the compute keeps the budget; a faster
+ * one tightens it (down to dense, which has no error, as the link becomes free), a slower one
+ * loosens it.
+ */
+export interface LinkBudget {
+  share: number;
+  computeSeconds: number;
+}
+
+/** The factor on the error budget for `candidates` over the link of `cost` (undefined without a link budget or a link). */
+export function linkFactor(candidates: AutoPlan['candidates'], reference: number, cost: CostModel, link: LinkBudget | undefined): number | undefined {
+  if (cost.kind !== 'seconds' || !link || !(link.share > 0) || !(link.computeSeconds > 0)) return undefined;
+  let seconds = 0;
+  for (const c of candidates) {
+    const k = c.levels.indexOf(reference);
+    seconds += levelCost({ level: reference, error: NaN, floats: c.floats[k]!, bytes: c.bytes[k]!, seconds: 0 }, cost);
+  }
+  return seconds / (link.share * link.computeSeconds);
+}
+
 export interface AutoSettings {
   /** The reference level (--rank or --topk-ratio); it must be among the candidates. */
   reference: number;
@@ -146,6 +178,8 @@ export interface AutoSettings {
   /** What a layer's error is in the budget (default squared). */
   errorMeasure?: ErrorMeasure;
   cost: CostModel;
+  /** With costs in seconds: the budget follows the link (linkFactor). */
+  linkBudget?: LinkBudget;
 }
 
 /**
@@ -179,11 +213,13 @@ export function planLevels(costs: LevelCost[][], regimes: Regime[], norms: numbe
       ...(settings.cost.kind === 'seconds' ? { seconds: list.map((c) => c.seconds) } : {}),
     });
   });
-  return choose(costs.length, candidates, budget * settings.errorBudget, referenceError);
+  const base = budget * settings.errorBudget;
+  const factor = linkFactor(candidates, settings.reference, settings.cost, settings.linkBudget);
+  return { ...choose(costs.length, candidates, base * (factor ?? 1), referenceError), baseBudget: base, reference: settings.reference, ...(factor !== undefined ? { linkFactor: factor } : {}) };
 }
 
 /** The levels of `parameters` parameters from their matrices' priced candidates, within `budget`. */
-function choose(parameters: number, candidates: AutoPlan['candidates'], budget: number, referenceError: number): AutoPlan {
+function choose(parameters: number, candidates: AutoPlan['candidates'], budget: number, referenceError: number): Omit<AutoPlan, 'baseBudget' | 'reference'> {
   const layers = candidates.map((c) => c.levels.map((level, k) => ({ level, error: c.errors[k]!, cost: c.costs[k]! })));
   const unit = referenceError > 0 ? referenceError / ERROR_STEPS : Number.MIN_VALUE;
   const chosen = chooseLevels(layers, budget, unit);
@@ -194,12 +230,15 @@ function choose(parameters: number, candidates: AutoPlan['candidates'], budget: 
 
 /**
  * A plan made again for another link: the same candidates, errors and budget as `previous` (the
- * last check's measurements), every cost priced anew by `cost`.
+ * last check's measurements), every cost priced anew by `cost`, the budget following the link anew
+ * where `linkBudget` is given.
  */
-export function replanLevels(previous: AutoPlan, cost: CostModel): AutoPlan {
+export function replanLevels(previous: AutoPlan, cost: CostModel, linkBudget?: LinkBudget): AutoPlan {
   const candidates = previous.candidates.map((c) => ({
     ...c,
     costs: c.levels.map((level, k) => levelCost({ level, error: NaN, floats: c.floats[k]!, bytes: c.bytes[k]!, seconds: c.seconds?.[k] ?? 0 }, cost)),
   }));
-  return choose(previous.levels.length, candidates, previous.budget, previous.referenceError);
+  const factor = linkFactor(candidates, previous.reference, cost, linkBudget);
+  const plan = choose(previous.levels.length, candidates, previous.baseBudget * (factor ?? 1), previous.referenceError);
+  return { ...plan, baseBudget: previous.baseBudget, reference: previous.reference, ...(factor !== undefined ? { linkFactor: factor } : {}) };
 }
