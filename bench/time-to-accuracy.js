@@ -43,15 +43,25 @@ const EPOCHS = 10;
 const WARMUP = 2;
 const QUICK = { trainImages: 512, epochs: 2, warmupEpochs: 1 };
 
-/** Each host's egress on the two links, chosen by `pilot` (BENCHMARKS.md, Time to accuracy). */
-const LINKS = { slow: '60mbit', fast: '480mbit' };
+/**
+ * Each host's egress on the two links, chosen by `pilot` (BENCHMARKS.md, Time to accuracy), and a
+ * link that drops from the fast rate to the slow one and comes back (times after the hosts start).
+ */
+const LINKS = { slow: '60mbit', fast: '480mbit', drop: '0s:480mbit,20s:60mbit,80s:480mbit' };
+/** The links of fixed rates (what the pilot tries, and DDP can run on). */
+const RATES = { slow: LINKS.slow, fast: LINKS.fast };
 
 /** The groups of runs, each a setting on each link: the family a run's levels come from, and its configs. */
 const GROUPS = {
   dense: { family: 'resnet18-powersgd', configs: ['dense', 'ddp'] },
   powersgd: { family: 'resnet18-powersgd', configs: ['low', 'high', 'accordion', 'auto', 'ddp-powersgd'] },
   topk: { family: 'resnet18-topk', configs: ['low', 'high', 'accordion', 'auto'] },
+  // Compression that follows the link: automatic levels planned at the checks only, over the link
+  // measured at the start, against re-planning with the budget following the link.
+  follow: { family: 'resnet18-powersgd', configs: ['low', 'accordion', 'auto-once', 'auto'] },
 };
+/** A follow run's own options, beside the automatic levels it is. */
+const FOLLOW = { 'auto-once': ['--replan-factor', '0'], auto: ['--link-share', '0.25'] };
 /** A run's name in a link's report: the engine's compressed runs carry their family. */
 const runName = (group, config) => (group === 'dense' || config.startsWith('ddp') ? config : `${group}-${config}`);
 const isPeer = (config) => config.startsWith('ddp');
@@ -59,6 +69,7 @@ const isPeer = (config) => config.startsWith('ddp');
 const TITLES = {
   dense: 'dense', ddp: 'PyTorch DDP, dense', 'ddp-powersgd': "PyTorch DDP, PowerSGD hook at static low's rank",
   low: 'static low', high: 'static high', accordion: 'Accordion', auto: 'automatic levels, priced in seconds',
+  'auto-once': 'automatic levels, planned at the checks only',
 };
 
 /** The reproduction's setting of a group at this workload. */
@@ -69,10 +80,11 @@ function setting(group, quick) {
 }
 
 /** What one engine worker trains in a config: the reproduction's arguments, compression after START_ITER steps. */
-function engineArgs(s, config, seed) {
+function engineArgs(s, config, seed, group) {
   if (config === 'dense') return workerArgs(s, 'dense', seed, FASHION_MNIST);
-  const own = [...(config === 'auto' ? ['--auto-cost', 'seconds'] : []), '--compress-after', String(START_ITER)];
-  return [...workerArgs(s, config, seed, FASHION_MNIST), ...own];
+  const auto = config.startsWith('auto');
+  const own = [...(auto ? ['--auto-cost', 'seconds'] : []), ...(group === 'follow' ? (FOLLOW[config] ?? []) : []), '--compress-after', String(START_ITER)];
+  return [...workerArgs(s, auto ? 'auto' : config, seed, FASHION_MNIST), ...own];
 }
 
 /** PyTorch DDP's arguments (test/oracles/torch_train.py) for the same workload, schedule and weights. */
@@ -100,6 +112,7 @@ async function runOne(o, link, s, group, config, seed) {
   const rate = o.rate ?? LINKS[link];
   let code;
   if (isPeer(config)) {
+    if (!RATES[link] && !o.rate) throw new Error(`PyTorch DDP runs on a link of one rate (${Object.keys(RATES).join(', ')}), not on ${link}`);
     const { Model } = await import('../lib/index.js');
     const init = path.join(run, 'init.safetensors');
     const model = await Model.create({ architecture: 'resnet18', width: s.width, classes: 10, seed });
@@ -108,7 +121,7 @@ async function runOne(o, link, s, group, config, seed) {
     code = await ddpOnShapedHosts(HOSTS, '10.89.0.0/24', parseBandwidth(rate), peerArgs(s, config, seed, init), run);
     if (code === 0) fs.writeFileSync(path.join(run, 'finished'), '');
   } else {
-    const args = [path.join(ROOT, 'lib', 'cli.js'), 'cluster', '--hosts', String(HOSTS), '--bandwidth', rate, '--', ...engineArgs(s, config, seed), '--out', run, '--overwrite'];
+    const args = [path.join(ROOT, 'lib', 'cli.js'), 'cluster', '--hosts', String(HOSTS), '--bandwidth', rate, '--', ...engineArgs(s, config, seed, group), '--out', run, '--overwrite'];
     ({ code } = await runLogged(process.execPath, args, `${run}.log`, { spawn: { env: { ...process.env, OMP_NUM_THREADS: '1' } } }));
   }
   if (code !== 0) throw new Error(`${link} ${runName(group, config)} seed ${seed} failed (exit ${code}): see ${isPeer(config) ? path.join(run, 'rank0.log') : `${run}.log`}`);
@@ -167,7 +180,7 @@ function report(o, link) {
     const vsDdp = speedups(row, 'ddp');
     const vsHook = speedups(row, 'ddp-powersgd');
     return {
-      run: row.title + (row.group === 'topk' ? ' (TopK)' : row.group === 'powersgd' && !isPeer(row.name) ? ' (PowerSGD)' : ''),
+      run: row.title + (row.group === 'topk' ? ' (TopK)' : row.group !== 'dense' && !isPeer(row.name) ? ' (PowerSGD)' : ''),
       final: interval(row.runs.map((r) => 100 * r.evaluations.at(-1).quality)),
       toTarget: reached.length ? `${interval(reached.map((r) => r.toTarget), 0)}${reached.length < row.runs.length ? ` (${reached.length} of ${row.runs.length})` : ''}` : 'not reached',
       step: fmt(meanInterval(row.runs.map((r) => r.stepSeconds)).mean, 3),
@@ -198,9 +211,13 @@ function report(o, link) {
           verdict('Accordion (PowerSGD) at least 1.5× sooner than DDP dense', 'powersgd-accordion', 'ddp', 1.5),
         ]
       : []),
-    verdict('our dense no slower than DDP dense', 'dense', 'ddp', 1),
-    verdict('automatic levels at least as soon as Accordion (PowerSGD)', 'powersgd-auto', 'powersgd-accordion', 1),
-    verdict('automatic levels at least as soon as Accordion (TopK)', 'topk-auto', 'topk-accordion', 1),
+    ...(link === 'drop'
+      ? ['dense', 'follow-low', 'follow-accordion', 'follow-auto-once'].map((reference) => verdict(`re-planning sooner than ${rows.find((r) => r.name === reference)?.title ?? reference}`, 'follow-auto', reference, 1))
+      : [
+          verdict('our dense no slower than DDP dense', 'dense', 'ddp', 1),
+          verdict('automatic levels at least as soon as Accordion (PowerSGD)', 'powersgd-auto', 'powersgd-accordion', 1),
+          verdict('automatic levels at least as soon as Accordion (TopK)', 'topk-auto', 'topk-accordion', 1),
+        ]),
   ];
   const titles = { run: 'run', final: 'final accuracy %', toTarget: 's to target', step: 's/step', vsDdp: '× sooner than DDP dense', vsHook: '× sooner than DDP + hook', floats: 'floats/worker' };
   const columns = Object.entries(titles).map(([key, title]) => ({ key, title, ...(key === 'run' ? { align: 'left' } : {}) }));
@@ -245,7 +262,7 @@ async function pilot(o) {
     const run = path.join(o.dir, 'pilot', `dense-${rate}`);
     fs.rmSync(run, { recursive: true, force: true });
     fs.mkdirSync(path.dirname(run), { recursive: true });
-    const args = [path.join(ROOT, 'lib', 'cli.js'), 'cluster', '--hosts', String(HOSTS), '--bandwidth', rate, '--', ...engineArgs({ ...s, epochs: 1, trainImages: 12_800 }, 'dense', 1), '--out', run, '--overwrite'];
+    const args = [path.join(ROOT, 'lib', 'cli.js'), 'cluster', '--hosts', String(HOSTS), '--bandwidth', rate, '--', ...engineArgs({ ...s, epochs: 1, trainImages: 12_800 }, 'dense', 1, 'dense'), '--out', run, '--overwrite'];
     const { code } = await runLogged(process.execPath, args, `${run}.log`, { spawn: { env: { ...process.env, OMP_NUM_THREADS: '1' } } });
     if (code !== 0) throw new Error(`pilot at ${rate} failed (exit ${code}): see ${run}.log`);
     const r = readRun(run);
@@ -262,7 +279,7 @@ const USAGE = `Usage: sudo node bench/time-to-accuracy.js run LINK-GROUP [option
   --seeds LIST      seeds (default 1,2,3)
   --configs LIST    a group's configs (default: all of them)
   --rate RATE       the hosts' egress instead of the link's (a trial)
-  --rates LIST      pilot: the rates to try (default ${Object.values(LINKS).join(',')})
+  --rates LIST      pilot: the rates to try (default ${Object.values(RATES).join(',')})
   --dir DIR         where runs go (default runs/time-to-accuracy)
   --results DIR     where report writes (default bench/results)
   --quick           2 epochs on 512 images: a smoke run, not figures to quote`;
@@ -271,7 +288,7 @@ async function main() {
   const { values, positionals } = parseArgs({
     allowPositionals: true,
     options: {
-      seeds: { type: 'string', default: '1,2,3' }, configs: { type: 'string' }, rate: { type: 'string' }, rates: { type: 'string', default: Object.values(LINKS).join(',') },
+      seeds: { type: 'string', default: '1,2,3' }, configs: { type: 'string' }, rate: { type: 'string' }, rates: { type: 'string', default: Object.values(RATES).join(',') },
       dir: { type: 'string', default: path.join(ROOT, 'runs', 'time-to-accuracy') }, results: { type: 'string', default: path.join(ROOT, 'bench', 'results') },
       quick: { type: 'boolean', default: false }, help: { type: 'boolean', default: false },
     },
