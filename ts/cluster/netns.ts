@@ -220,9 +220,9 @@ export async function createNetwork(options: {
  * Shapes what a host sends: tbf at the rate, behind netem when there is a delay (netem as the root
  * qdisc with tbf as its child, netem's documented recipe for delay plus rate). The bucket holds
  * the shape's burst (2 ms of traffic by default), at least two full frames; tbf queues at most
- * 50 ms beyond it. Loss is a filter
- * on the clsact egress hook (classic BPF: a random 32-bit number below loss × 2³² drops the packet),
- * which needs no netem; like netem's loss, a dropped packet never reaches the interface's counters.
+ * 50 ms beyond it. Loss is a filter on the clsact egress hook (classic BPF: a random 32-bit number
+ * below loss × 2³² drops the packet), which needs no netem; like netem's loss, a dropped packet never
+ * reaches the interface's counters.
  */
 async function shapeEgress(ns: string, shape: LinkShape, packetBytes?: number): Promise<void> {
   const bytesPerSecond = shape.bitsPerSecond / 8;

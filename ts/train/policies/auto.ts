@@ -47,11 +47,12 @@ export class AutoPolicy extends AccordionPolicy {
     return epoch % this.s.config.accordionInterval === 0 || scheduledRate(this.s, epoch + 1) < scheduledRate(this.s, epoch);
   }
 
-  /** Whether plans follow the link measured in training: priced in seconds, with a link to measure. */
+  /** The trainer probes the link for a policy that re-plans (../link.ts probeLink). */
   override followsLink(): boolean {
     return this.replans();
   }
 
+  /** Whether plans follow the link measured in training: priced in seconds, with a link to measure. */
   private replans(): boolean {
     const { config } = this.s;
     return config.autoCost === 'seconds' && config.replanFactor > 0 && config.workers > 1;
