@@ -159,7 +159,8 @@ function report(o, link) {
     const s = setting(group, o.quick);
     for (const config of configs) {
       const runs = o.seeds.map((seed) => ({ seed, dir: runDir(o, link, s, group, config, seed) })).filter((r) => finished(r.dir));
-      if (runs.length) rows.push({ name: runName(group, config), title: TITLES[config], group, runs: runs.map((r) => ({ seed: r.seed, ...readRun(r.dir) })) });
+      const title = group === 'follow' && config === 'auto' ? `automatic levels, re-planning, ${FOLLOW.auto.join(' ')}` : TITLES[config];
+      if (runs.length) rows.push({ name: runName(group, config), title, group, runs: runs.map((r) => ({ seed: r.seed, ...readRun(r.dir) })) });
     }
   }
   const dense = rows.find((r) => r.name === 'dense');
@@ -204,6 +205,18 @@ function report(o, link) {
     const word = m.low >= bound ? 'met' : m.high < bound ? 'not met' : 'undecided';
     return `- ${what}: ${fmt(m.mean, 2)}× (${fmt(m.low, 2)} … ${fmt(m.high, 2)}, ${xs.length} seeds) against ${bound}×: **${word}**`;
   };
+  /** The paired difference of final accuracies (points), run − reference, against 0. */
+  const accuracyVerdict = (what, run, reference) => {
+    const row = rows.find((r) => r.name === run), ref = rows.find((r) => r.name === reference);
+    if (!row || !ref) return `- ${what}: not run yet`;
+    const xs = row.runs.flatMap((r) => {
+      const other = ref.runs.find((x) => x.seed === r.seed);
+      return other ? [100 * (r.evaluations.at(-1).quality - other.evaluations.at(-1).quality)] : [];
+    });
+    if (xs.length < 2) return `- ${what}: not decided (${xs.length} paired seed${xs.length === 1 ? '' : 's'})`;
+    const m = meanInterval(xs);
+    return `- ${what}: ${fmt(m.mean, 2)} points (${fmt(m.low, 2)} … ${fmt(m.high, 2)}, ${xs.length} seeds): **${m.high < 0 ? 'not met' : 'met'}**`;
+  };
   const goals = [
     ...(link === 'slow'
       ? [
@@ -212,7 +225,10 @@ function report(o, link) {
         ]
       : []),
     ...(link === 'drop'
-      ? ['dense', 'follow-low', 'follow-accordion', 'follow-auto-once'].map((reference) => verdict(`re-planning sooner than ${rows.find((r) => r.name === reference)?.title ?? reference}`, 'follow-auto', reference, 1))
+      ? [
+          ...['dense', 'follow-low', 'follow-accordion', 'follow-auto-once'].map((reference) => verdict(`re-planning sooner than ${rows.find((r) => r.name === reference)?.title ?? reference}`, 'follow-auto', reference, 1)),
+          accuracyVerdict("re-planning's final accuracy within static low's or above (paired difference)", 'follow-auto', 'follow-low'),
+        ]
       : [
           verdict('our dense no slower than DDP dense', 'dense', 'ddp', 1),
           verdict('automatic levels at least as soon as Accordion (PowerSGD)', 'powersgd-auto', 'powersgd-accordion', 1),
