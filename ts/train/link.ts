@@ -219,6 +219,14 @@ export function needsProbe(step: readonly CollectiveSample[]): boolean {
   return step.filter((c) => c.bytes >= RATE_COLLECTIVE_BYTES).length < 2;
 }
 
+/** A timed all-reduce of `buffer` on every rank: the bytes this rank sent (2(W − 1)/W of the buffer) and its seconds. */
+async function timedAllReduce(group: ProcessGroup, buffer: Float32Array): Promise<CollectiveSample> {
+  const start = performance.now();
+  await group.allReduce(buffer);
+  const w = group.worldSize;
+  return { bytes: (4 * buffer.length * 2 * (w - 1)) / w, seconds: (performance.now() - start) / 1000 };
+}
+
 /**
  * A probe of the link after a step's exchange, on every rank: two all-reduces of `floats` floats
  * back to back, timed, to be counted with the step's collectives. The first drains what the burst
@@ -227,13 +235,7 @@ export function needsProbe(step: readonly CollectiveSample[]): boolean {
  */
 export async function probeLink(group: ProcessGroup, floats = PROBE_FLOATS): Promise<{ samples: CollectiveSample[]; allReducedFloats: number }> {
   const buffer = new Float32Array(floats);
-  const w = group.worldSize;
-  const samples: CollectiveSample[] = [];
-  for (let i = 0; i < 2; i++) {
-    const start = performance.now();
-    await group.allReduce(buffer);
-    samples.push({ bytes: (4 * floats * 2 * (w - 1)) / w, seconds: (performance.now() - start) / 1000 });
-  }
+  const samples = [await timedAllReduce(group, buffer), await timedAllReduce(group, buffer)];
   return { samples, allReducedFloats: 2 * floats };
 }
 
@@ -245,19 +247,13 @@ export async function probeLink(group: ProcessGroup, floats = PROBE_FLOATS): Pro
  */
 export async function measureLink(group: ProcessGroup, floats = 1 << 20, rounds = 5): Promise<Link & { allReducedFloats: number }> {
   const big = new Float32Array(floats), small = new Float32Array(1);
-  const time = async (buffer: Float32Array) => {
-    const start = performance.now();
-    await group.allReduce(buffer);
-    return (performance.now() - start) / 1000;
-  };
-  await time(big); // connections and buffers warm
-  const bigTimes: number[] = [], smallTimes: number[] = [];
+  await timedAllReduce(group, big); // connections and buffers warm
+  const bigs: CollectiveSample[] = [], smallTimes: number[] = [];
   for (let r = 0; r < rounds; r++) {
-    smallTimes.push(await time(small));
-    bigTimes.push(await time(big));
+    smallTimes.push((await timedAllReduce(group, small)).seconds);
+    bigs.push(await timedAllReduce(group, big));
   }
   const latencySeconds = median(smallTimes);
-  const w = group.worldSize;
-  const bytes = (4 * floats * 2 * (w - 1)) / w;
-  return { bytesPerSecond: bytes / Math.max(median(bigTimes) - latencySeconds, 1e-9), latencySeconds, allReducedFloats: (rounds + 1) * floats + rounds };
+  const seconds = median(bigs.map((b) => b.seconds));
+  return { bytesPerSecond: bigs[0]!.bytes / Math.max(seconds - latencySeconds, 1e-9), latencySeconds, allReducedFloats: (rounds + 1) * floats + rounds };
 }
