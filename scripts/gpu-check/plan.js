@@ -23,7 +23,8 @@ export const PLAN = [
  * probe): what they measure is in BENCHMARKS.md.
  */
 export const EXPERIMENTS = [
-  { stage: 'reproduce', minutes: 6, limit: 360, what: 'ResNet-18 at full width, PowerSGD rank 2, rank 1 and Accordion, seeds 1 and 2, 4 workers sharing the GPU over Gloo, as many epochs as fit' },
+  { stage: 'peers', minutes: 2.5, limit: 150, what: 'PyTorch as users run it (fp32 with every cuDNN candidate timed; bf16 autocast + channels-last, eager and compiled) beside the engine\'s fp32 step, batch 128' },
+  { stage: 'reproduce', minutes: 5.5, limit: 330, what: 'ResNet-18 at full width, PowerSGD rank 2, rank 1 and Accordion, seeds 1 and 2, 4 workers sharing the GPU over Gloo, as many epochs as fit' },
 ];
 /** Starting a cold machine, counted for every command (35 s measured, the checkout's transfer included). */
 export const START_MINUTES = 1;

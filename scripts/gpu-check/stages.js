@@ -248,6 +248,65 @@ export async function bench(out, left, size) {
   return failed ? 1 : 0;
 }
 
+/**
+ * peers: PyTorch's training step as its users run it on this card, beside the engine's fp32 step
+ * (bench/step.js), ResNet-18 and VGG-19bn at batch 128: fp32 with every cuDNN candidate timed
+ * (benchmark_limit 0, TF32 off), bf16 autocast with channels-last and cudnn.benchmark, and that
+ * under torch.compile for ResNet-18 (the next target). Each run a row with the step's median, the
+ * peak memory after the warm-up and the kernels of one profiled step (the algorithms cuDNN chose).
+ * The runs come in order of need; those the stage's time does not hold are rows saying so.
+ */
+export const PEERS = [
+  { model: 'resnet18', config: 'fp32-all-algorithms', args: [], gpu: ['--benchmark-limit', '0'] },
+  { model: 'resnet18', config: 'bf16-autocast-channels-last', args: ['--autocast', '--channels-last'] },
+  { model: 'vgg19bn', config: 'fp32-all-algorithms', args: [], gpu: ['--benchmark-limit', '0'] },
+  { model: 'vgg19bn', config: 'bf16-autocast-channels-last', args: ['--autocast', '--channels-last'] },
+  { model: 'engine', config: 'fp32' },
+  { model: 'resnet18', config: 'bf16-autocast-channels-last-compiled', args: ['--autocast', '--channels-last'], gpu: ['--compile', '--warmup', '10'] },
+];
+
+export async function peers(out, left) {
+  const dry = process.env.GPU_CHECK_DRY === '1';
+  const opened = dry ? 0 : await open(out, left);
+  if (opened) return opened;
+  if (!dry) libraries();
+  // The machine's python3 holds PyTorch on a GPU machine; on the CPU, Debian's does (as in the benchmarks).
+  const python = process.env.ACCORDION_BENCH_PYTHON || (dry ? '/usr/bin/python3' : quick('sh', ['-c', 'command -v python3'], { env: machineEnv() }).output.trim());
+  const shape = dry ? { device: 'cpu', batch: '4', steps: '2', warmup: '1' } : { device: 'cuda', batch: '128', steps: '20', warmup: '5' };
+  let failed = false;
+  for (const peer of PEERS) {
+    if (dry && peer.gpu?.includes('--compile')) continue; // torch 1.13 (the CPU's) has no torch.compile
+    const seconds = Math.floor(left() - 5);
+    if (seconds < 20) {
+      out.row({ event: 'peer', ...peer, status: 'not run', error: "the stage's time ran out" });
+      continue;
+    }
+    let r;
+    let result = null;
+    if (peer.model === 'engine') {
+      const json = path.join(os.tmpdir(), `gpu-check-peers-${process.pid}.json`);
+      r = await out.run(process.execPath, ['bench/step.js', '--device', shape.device, '--batch', shape.batch, '--models', 'resnet18,vgg19bn', '--warmup', shape.warmup, '--steps', shape.steps, '--rounds', '1', '--json', json], { seconds, env: { ...process.env, ACCORDION_BENCH_PYTHON: python } });
+      try {
+        result = JSON.parse(fs.readFileSync(json, 'utf8'));
+      } catch {
+        // no result written
+      }
+      fs.rmSync(json, { force: true });
+    } else {
+      const args = ['test/oracles/torch_step.py', '--model', peer.model, '--device', shape.device, '--batch', shape.batch, '--warmup', shape.warmup, '--steps', shape.steps, '--threads', '2', ...peer.args, ...(dry ? [] : ['--kernels', '12', ...(peer.gpu ?? [])])];
+      r = await out.run(python, args, { env: { ...machineEnv(), OMP_NUM_THREADS: '2' }, seconds });
+      try {
+        result = JSON.parse(r.output.trim().split('\n').filter((l) => l.startsWith('{')).at(-1));
+      } catch {
+        // no JSON line
+      }
+    }
+    out.row({ event: 'peer', model: peer.model, config: peer.config, status: r.status === 0 ? 'passed' : r.status === 124 ? 'timed out' : 'failed', exitCode: r.status, result });
+    if (r.status !== 0) failed = true;
+  }
+  return failed ? 1 : 0;
+}
+
 export async function rebuildStage(out, left) {
   if (!(await rebuild(out, left()))) return 1;
   if (buildLoads()) return 0;

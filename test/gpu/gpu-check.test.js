@@ -112,4 +112,27 @@ describe('the GPU check in Node (scripts/gpu-check/)', function () {
       fs.rmSync(out, { recursive: true, force: true });
     }
   });
+
+  it('runs the peers experiment dry on the CPU (GPU_CHECK_DRY=1): each PyTorch configuration and the engine a row with its step, the compiled one left out', function () {
+    this.timeout(600_000);
+    const out = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-gpu-peers-'));
+    try {
+      const r = spawnSync(process.execPath, [MAIN, 'peers'], { encoding: 'utf8', env: { ...process.env, OUT: out, GPU_CHECK_DRY: '1' } });
+      expect(r.status, r.stdout + r.stderr).to.equal(0);
+      const rows = rowsOf(path.join(out, 'gpu-check.jsonl')).filter((row) => row.event === 'peer');
+      expect(rows.map((row) => `${row.model} ${row.config}`)).to.deep.equal([
+        'resnet18 fp32-all-algorithms', 'resnet18 bf16-autocast-channels-last', 'vgg19bn fp32-all-algorithms', 'vgg19bn bf16-autocast-channels-last', 'engine fp32',
+      ]);
+      for (const row of rows.slice(0, 4)) {
+        expect(row.status).to.equal('passed');
+        expect(row.result.step_ms_median).to.be.above(0);
+        expect(row.result.autocast).to.equal(row.config.startsWith('bf16'));
+        expect(row.result.channels_last).to.equal(row.config.startsWith('bf16'));
+      }
+      expect(rows[4].status).to.equal('passed');
+      expect(rows[4].result.results.map((x) => x.model)).to.deep.equal(['resnet18', 'vgg19bn']);
+    } finally {
+      fs.rmSync(out, { recursive: true, force: true });
+    }
+  });
 });

@@ -47,15 +47,15 @@ def set_threads(threads, omp, seed):
     torch.manual_seed(seed)
 
 
-def on_gpu(device, benchmark=False):
+def on_gpu(device, benchmark=False, tf32=False):
     """Whether `device` is a GPU. There TF32 is turned off for cuBLAS and cuDNN
-    (fp32, as the engine computes), and with `benchmark` cuDNN chooses its
-    algorithms by timing them."""
+    (fp32, as the engine computes) unless `tf32`, and with `benchmark` cuDNN
+    chooses its algorithms by timing them."""
     import torch
     gpu = device == 'cuda'
     if gpu:
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
         if benchmark:
             torch.backends.cudnn.benchmark = True
     return gpu
