@@ -1,7 +1,8 @@
 // The GPU check's stages as data: each fits one command of at most 10 minutes on a GPU machine
 // (a minute to start a cold one); chained in one command they take about 10 minutes, inside a
-// session's 15 minutes of device time. Expected minutes as measured on an H200 (2026-11-26), rounded up: probe 11 s, abi-lab
-// 96-109 s, sanitizer 48 s, suite 148 s, bench-quick 56-69 s, bench-full 129 s.
+// session's 15 minutes of device time. Expected minutes as measured on an H200, rounded up: probe 11 s, abi-lab
+// 96-121 s, sanitizer 48-75 s, suite 146-148 s, bench-quick 56-69 s, bench-full 129 s (2026-11-26 and 11-28); the
+// experiments peers 110 s without its compiled run (about 30 s more) and reproduce 160 s for 6 epochs (2026-11-28).
 
 /** The test files of the suite stage, run with ACCORDION_REQUIRE_GPU=1. */
 export const SUITE = [
@@ -13,7 +14,7 @@ export const SUITE = [
 export const PLAN = [
   { stage: 'probe', minutes: 0.5, limit: 60, what: 'what the machine supports: GPU, driver, cuDNN, cuBLAS, NCCL, compute-sanitizer, the carried build' },
   { stage: 'abi-lab', minutes: 2, limit: 300, what: 'abi_check.cu against the real headers, then the kernel lab quick, one process per op family' },
-  { stage: 'sanitizer', minutes: 1, limit: 300, what: 'memcheck, then racecheck (the engine\'s kernels), over kernel_check --iterations 1 for every family' },
+  { stage: 'sanitizer', minutes: 1.5, limit: 300, what: 'memcheck, then racecheck (the engine\'s kernels), over kernel_check --iterations 1 for every family' },
   { stage: 'suite', minutes: 2.5, limit: 360, what: `${SUITE.join(', ')} with ACCORDION_REQUIRE_GPU=1` },
   { stage: 'bench-quick', minutes: 1, limit: 240, what: 'bench/step.js, bench/lstm.js, bench/compression.js against PyTorch, a few steps' },
   { stage: 'bench-full', minutes: 2.5, limit: 420, what: 'the same benchmarks with their full settings' },
@@ -23,7 +24,7 @@ export const PLAN = [
  * probe): what they measure is in BENCHMARKS.md.
  */
 export const EXPERIMENTS = [
-  { stage: 'peers', minutes: 2.5, limit: 150, what: 'PyTorch as users run it (fp32 with every cuDNN candidate timed; bf16 autocast + channels-last, eager and compiled) beside the engine\'s fp32 step, batch 128' },
+  { stage: 'peers', minutes: 2.5, limit: 200, what: 'PyTorch as users run it (fp32 with every cuDNN candidate timed; bf16 autocast + channels-last, eager and compiled) beside the engine\'s fp32 step, batch 128' },
   { stage: 'reproduce', minutes: 5.5, limit: 330, what: 'ResNet-18 at full width, PowerSGD rank 2, rank 1 and Accordion, seeds 1 and 2, 4 workers sharing the GPU over Gloo, as many epochs as fit' },
 ];
 /** Starting a cold machine, counted for every command (35 s measured, the checkout's transfer included). */

@@ -88,7 +88,7 @@ describe('the GPU check in Node (scripts/gpu-check/)', function () {
     }
   });
 
-  it('runs the reproduce experiment dry on the CPU (GPU_CHECK_DRY=1): a pilot epoch, then each run a row for 2 seeds, and the report', function () {
+  it('runs the reproduce experiment dry on the CPU (GPU_CHECK_DRY=1): two pilot epochs, then each run a row for 2 seeds, and the report', function () {
     this.timeout(600_000);
     requireFashionMnist();
     const out = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-gpu-reproduce-'));
