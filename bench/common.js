@@ -19,7 +19,7 @@ export const ORACLES = join(ROOT, 'test', 'oracles');
 export const PYTHON = process.env.ACCORDION_BENCH_PYTHON || '/usr/bin/python3';
 const TORCH_STEP = join(ORACLES, 'torch_step.py');
 
-// The peer runs in the machine's own environment: a packed Node (scripts/gpu-check.sh) puts its
+// The peer runs in the machine's own environment: a packed Node (scripts/gpu-check/run.sh) puts its
 // libraries on LD_LIBRARY_PATH, which PyTorch must not load.
 export function peerEnv(threads) {
   const env = { ...process.env, OMP_NUM_THREADS: String(threads) };

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Packs what a GPU machine without Node, npm or a registry needs to run this checkout's kernel lab,
 # GPU tests and GPU benchmarks into .node-dist/runtime.tar.xz (ignored by git; carry .node-dist
-# with the checkout: at most 64 MiB). scripts/gpu-check.sh unpacks it there, again whenever the
+# with the checkout: at most 64 MiB). scripts/gpu-check/run.sh unpacks it there, again whenever the
 # tarball's sha256 differs from the one its unpacked copy records. Build first: npm run build
 # (with nvcc on the PATH, so that the addon has its CUDA half and build/Release/kernel_check exists).
 #   bin/node       a stripped node
 #   lib/           the shared libraries node, the addon and the kernel lab link (oneDNN, OpenBLAS,
 #                  Gloo, libgfortran …), with the development links a rebuild looks for
 #   cxx/           the C++ runtime of this machine's compiler (libstdc++, libgcc_s, libgomp), apart:
-#                  gpu-check.sh uses each only where the GPU machine's own is missing or older, so a
+#                  run.sh uses each only where the GPU machine's own is missing or older, so a
 #                  binary rebuilt there with its own compiler never loads an older copy from here
 #   app/           build/Release (the addon, kernel_check), lib/ (the compiled TypeScript), the
 #                  node_modules the tests, benchmarks and a rebuild use, and PACKED (what was packed)

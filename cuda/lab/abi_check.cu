@@ -2,7 +2,7 @@
 // NCCL the engine binds with dlopen, match NVIDIA's own headers: every constant, the layout of the
 // algorithm performance records and of NCCL's config, and the signature of every function pointer. All checks are static_asserts,
 // so a mismatch fails the build and naming it; the program only reports the versions it checked.
-// Compiled only where the headers are (scripts/gpu-check.sh), e.g. from pip's wheels, with
+// Compiled only where the headers are (the GPU check, scripts/gpu-check/), e.g. from pip's wheels, with
 // -I<site-packages>/nvidia/{cudnn,cublas,nccl}/include:
 //   nvcc -std=c++17 -Icpp -Icuda -I<cudnn include> -I<cublas include> -I<nccl include> cuda/lab/abi_check.cu -o abi_check
 //

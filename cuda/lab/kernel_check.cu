@@ -11,9 +11,10 @@
 // is lab.h (and inputs.h), each family's checks a file in checks/: a new family is a check function
 // there and a row in kFamilies.
 //
-// scripts/gpu-check.sh runs one process per op family (--only FAMILY), so that a fault that breaks
-// the CUDA context of one family leaves the others measured, and collects the rows that --jsonl
-// appends to its results as each check ends (flushed, so a killed process leaves every finished row).
+// The GPU check (scripts/gpu-check/) runs one process per op family (--only FAMILY), so that a
+// fault that breaks the CUDA context of one family leaves the others measured, and collects the
+// rows that --jsonl appends to its results as each check ends (flushed, so a killed process leaves
+// every finished row).
 //
 // Each check runs the same inputs through a CpuBackend and a CudaBackend(0) and compares every
 // output, the CPU's being the reference. Inputs are drawn in NCHW; the CPU keeps activations NHWC,

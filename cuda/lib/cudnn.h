@@ -1,7 +1,7 @@
 // The part of cuDNN's API the engine uses (convolutions), declared here with the ABI of cuDNN 8 and 9
 // (cudnn_graph.h / cudnn_cnn.h) and bound with dlopen at first use: no cuDNN headers at build time.
-// scripts/gpu-check.sh compiles cuda/lab/abi_check.cu against the real headers where they exist,
-// to check these declarations.
+// The GPU check (scripts/gpu-check/) compiles cuda/lab/abi_check.cu against the real headers where
+// they exist, to check these declarations.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -1,8 +1,6 @@
 // The GPU check's Node driver (scripts/gpu-check/), checked on the CPU: its plan, its usage, a stage
 // on a machine with no runtime to run with, the summary it reads back from its rows, and the
-// reproduce experiment's dry run on the CPU. A stage
-// past the device check needs a GPU machine; until the driver has run on one, scripts/gpu-check.sh
-// (test/native/lab.test.js) stays the check GPU sessions run.
+// dry runs of its experiments on the CPU. A stage past the device check needs a GPU machine.
 import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';

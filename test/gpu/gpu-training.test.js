@@ -1,6 +1,6 @@
 // Training on a CUDA GPU against the CPU: the same weights and batches give the same losses and state (TF32 off),
 // compressed, over NCCL and over Gloo with two workers on one GPU. Without a usable GPU it is pending; with ACCORDION_REQUIRE_GPU=1
-// (scripts/gpu-check.sh) a missing GPU fails it instead.
+// (the GPU check, scripts/gpu-check/) a missing GPU fails it instead.
 import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';

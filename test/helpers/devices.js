@@ -1,5 +1,5 @@
 // The devices of the device-parametrised suites: the CPU always; cuda:0 when it can train, else its
-// half of a suite is pending, unless ACCORDION_REQUIRE_GPU=1 (scripts/gpu-check.sh) makes a missing
+// half of a suite is pending, unless ACCORDION_REQUIRE_GPU=1 (the GPU check, scripts/gpu-check/) makes a missing
 // GPU a failure.
 import { binding } from '../../lib/native/binding.js';
 

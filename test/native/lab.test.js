@@ -1,5 +1,5 @@
-// The kernel lab and the GPU check, checked on the CPU: the lab itself needs a GPU, but whether its
-// verdicts can be trusted, what its rows look like and how the GPU check is planned do not.
+// The kernel lab, checked on the CPU: the lab itself needs a GPU, but whether its verdicts can be
+// trusted and what its rows look like do not (the GPU check that runs it: test/gpu/gpu-check.test.js).
 // compare_check.cpp is compiled with the C++ compiler the addon is built with and must fail
 // unwritten (NaN-poisoned), NaN and Inf outputs, keep a NaN error instead of dropping it, and write
 // rows that parse as JSON. kernel_check (built when nvcc is) checks its float64 references against
@@ -14,7 +14,6 @@ import { ROOT } from '../helpers/paths.js';
 
 const SOURCE = path.join(ROOT, 'cuda', 'lab', 'compare_check.cpp');
 const KERNEL_CHECK = path.join(ROOT, 'build', 'Release', 'kernel_check');
-const GPU_CHECK = path.join(ROOT, 'scripts', 'gpu-check.sh');
 
 describe('kernel lab: the comparison of outputs (CPU)', function () {
   this.timeout(120_000);
@@ -61,7 +60,7 @@ describe('kernel lab: kernel_check without a GPU', function () {
     expect(r.stdout).to.include('reference self-check passed: the float64 batch norm agrees with the CPU');
   });
 
-  it('names the op families in --help, which scripts/gpu-check.sh runs one process each', function () {
+  it('names the op families in --help, which the GPU check (scripts/gpu-check/) runs one process each', function () {
     const r = spawnSync(KERNEL_CHECK, ['--help'], { encoding: 'utf8' });
     expect(r.status).to.equal(0);
     const line = r.stdout.split('\n')[r.stdout.split('\n').findIndex((l) => l.includes('--only NAMES')) + 1];
@@ -83,56 +82,6 @@ describe('kernel lab: kernel_check without a GPU', function () {
       const [row] = fs.readFileSync(rows, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
       expect(row).to.include({ stage: 'lab', family: 'relu', event: 'no device' });
       expect(row.error).to.be.a('string').and.not.equal('');
-    } finally {
-      fs.rmSync(dir, { recursive: true, force: true });
-    }
-  });
-});
-
-describe('the GPU check (scripts/gpu-check.sh)', function () {
-  this.timeout(60_000);
-
-  it('plans its GPU-machine commands in order, within 20 minutes counting a minute of machine start each (35 s measured)', function () {
-    const r = spawnSync('bash', [GPU_CHECK, 'plan'], { encoding: 'utf8' });
-    expect(r.status, r.stderr).to.equal(0);
-    const commands = [...r.stdout.matchAll(/^\s+\d+\s+bash scripts\/gpu-check\.sh (\S+)\s+([\d.]+) min\s+(\d+) s/gm)].map((m) => ({
-      stage: m[1],
-      minutes: Number(m[2]),
-      limit: Number(m[3]),
-    }));
-    expect(commands.map((c) => c.stage)).to.deep.equal(['probe', 'abi-lab', 'sanitizer', 'suite', 'bench-quick', 'bench-full']);
-    expect(commands[0].limit, 'the probe is short').to.be.at.most(60);
-    for (const c of commands) {
-      expect(c.limit, `${c.stage}: its timeout ends well inside a command's 10 minutes`).to.be.at.most(480);
-      expect(c.limit, `${c.stage}: its timeout covers its expected time`).to.be.at.least(c.minutes * 60);
-    }
-    const total = commands.reduce((sum, c) => sum + c.minutes + 1, 0);
-    expect(total).to.be.at.most(20);
-    expect(r.stdout).to.include(`= ${total.toFixed(1)} min`);
-    expect(r.stdout).to.match(/2 files per command \(at most 6/);
-  });
-
-  it('refuses an unknown stage with exit code 2', function () {
-    const r = spawnSync('bash', [GPU_CHECK, 'lab'], { encoding: 'utf8' });
-    expect(r.status).to.equal(2);
-    expect(r.stderr).to.match(/^usage: scripts\/gpu-check\.sh plan \| probe/);
-  });
-
-  it('ends a stage with no runtime to run with, exit code 6, its rows saying so', function () {
-    // A copy of the script in a checkout of its own, which has no .node-dist.
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-gpu-check-'));
-    try {
-      fs.mkdirSync(path.join(dir, 'scripts'));
-      fs.copyFileSync(GPU_CHECK, path.join(dir, 'scripts', 'gpu-check.sh'));
-      const out = path.join(dir, 'out');
-      const r = spawnSync('bash', [path.join(dir, 'scripts', 'gpu-check.sh'), 'probe'], { encoding: 'utf8', env: { ...process.env, OUT: out } });
-      expect(r.status, r.stdout + r.stderr).to.equal(6);
-      expect(r.stdout).to.include('no .node-dist/runtime.tar.xz');
-      const rows = fs.readFileSync(path.join(out, 'gpu-check.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
-      expect(rows.map((row) => row.event)).to.deep.equal(['begin', 'no runtime', 'end']);
-      expect(rows.every((row) => row.stage === 'probe')).to.equal(true);
-      expect(rows[2]).to.include({ status: 'no runtime', exitCode: 6 });
-      expect(fs.readdirSync(out).sort()).to.deep.equal(['gpu-check.jsonl', 'gpu-check.log']);
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
