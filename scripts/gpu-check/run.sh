@@ -82,5 +82,7 @@ done
 # node, kernel_check; the machine's tools keep their own), and the C++ runtime chosen.
 export ACCORDION_RUNTIME=$runtime ACCORDION_RUNTIME_SHA=$sha ACCORDION_RUNTIME_LD=$runtime/cxx-used:$runtime/lib ACCORDION_CXX_CHOICE=${choice%, }
 export PATH=$runtime/bin:$PATH OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
-LD_LIBRARY_PATH=$ACCORDION_RUNTIME_LD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ACCORDION_SYSTEM_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} \
-  exec node "$repo/scripts/gpu-check/main.js" "$@"
+# The machine's own path is taken before the runtime's is put in front of it (assignments before a
+# command expand in order, so one line would hand the machine's tools the runtime's path too).
+export ACCORDION_SYSTEM_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+LD_LIBRARY_PATH=$ACCORDION_RUNTIME_LD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec node "$repo/scripts/gpu-check/main.js" "$@"

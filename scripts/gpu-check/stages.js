@@ -5,13 +5,13 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { SUITE } from './plan.js';
-import { KERNEL_CHECK, REPO, buildLoads, buildOrigin, checkDevice, families, findInNvidia, libraries, machineEnv, nvidiaDirs, quick, rebuild, runtimeSha, sanitizerPath } from './machine.js';
+import { KERNEL_CHECK, buildLoads, buildOrigin, checkDevice, families, findInNvidia, libraries, machineEnv, nvidiaDirs, quick, rebuild, runtimeSha, sanitizerPath } from './machine.js';
 
 /** A signal's name for an exit status above 128. */
 const signalOf = (status) => (status > 128 ? ` (signal ${Object.entries(os.constants.signals).find(([, n]) => n === status - 128)?.[0] ?? status - 128})` : '');
 
 /** The opening of every stage but the probe: a usable device and a build that loads (rebuilt if need be). Returns a status, or 0. */
-async function open(out, left, { rebuilds = true } = {}) {
+export async function open(out, left, { rebuilds = true } = {}) {
   let device = checkDevice();
   if (device.noDevice) {
     out.say(`gpu-check: ${out.stage}: no device: ${device.noDevice}`);
@@ -248,140 +248,9 @@ export async function bench(out, left, size) {
   return failed ? 1 : 0;
 }
 
-/**
- * peers: PyTorch's training step as its users run it on this card, beside the engine's fp32 step
- * (bench/step.js), ResNet-18 and VGG-19bn at batch 128: fp32 with every cuDNN candidate timed
- * (benchmark_limit 0, TF32 off), bf16 autocast with channels-last and cudnn.benchmark, and that
- * under torch.compile for ResNet-18 (the next target). Each run a row with the step's median, the
- * peak memory after the warm-up and the kernels of one profiled step (the algorithms cuDNN chose).
- * The runs come in order of need; those the stage's time does not hold are rows saying so.
- */
-export const PEERS = [
-  { model: 'resnet18', config: 'fp32-all-algorithms', args: [], gpu: ['--benchmark-limit', '0'] },
-  { model: 'resnet18', config: 'bf16-autocast-channels-last', args: ['--autocast', '--channels-last'] },
-  { model: 'vgg19bn', config: 'fp32-all-algorithms', args: [], gpu: ['--benchmark-limit', '0'] },
-  { model: 'vgg19bn', config: 'bf16-autocast-channels-last', args: ['--autocast', '--channels-last'] },
-  { model: 'engine', config: 'fp32' },
-  { model: 'resnet18', config: 'bf16-autocast-channels-last-compiled', args: ['--autocast', '--channels-last'], gpu: ['--compile', '--warmup', '10'] },
-];
-
-export async function peers(out, left) {
-  const dry = process.env.GPU_CHECK_DRY === '1';
-  const opened = dry ? 0 : await open(out, left);
-  if (opened) return opened;
-  if (!dry) libraries();
-  // The machine's python3 holds PyTorch on a GPU machine; on the CPU, Debian's does (as in the benchmarks).
-  const python = process.env.ACCORDION_BENCH_PYTHON || (dry ? '/usr/bin/python3' : quick('sh', ['-c', 'command -v python3'], { env: machineEnv() }).output.trim());
-  const shape = dry ? { device: 'cpu', batch: '4', steps: '2', warmup: '1' } : { device: 'cuda', batch: '128', steps: '20', warmup: '5' };
-  let failed = false;
-  for (const peer of PEERS) {
-    if (dry && peer.gpu?.includes('--compile')) continue; // torch 1.13 (the CPU's) has no torch.compile
-    const seconds = Math.floor(left() - 5);
-    if (seconds < 20) {
-      out.row({ event: 'peer', ...peer, status: 'not run', error: "the stage's time ran out" });
-      continue;
-    }
-    let r;
-    let result = null;
-    if (peer.model === 'engine') {
-      const json = path.join(os.tmpdir(), `gpu-check-peers-${process.pid}.json`);
-      r = await out.run(process.execPath, ['bench/step.js', '--device', shape.device, '--batch', shape.batch, '--models', 'resnet18,vgg19bn', '--warmup', shape.warmup, '--steps', shape.steps, '--rounds', '1', '--json', json], { seconds, env: { ...process.env, ACCORDION_BENCH_PYTHON: python } });
-      try {
-        result = JSON.parse(fs.readFileSync(json, 'utf8'));
-      } catch {
-        // no result written
-      }
-      fs.rmSync(json, { force: true });
-    } else {
-      const args = ['test/oracles/torch_step.py', '--model', peer.model, '--device', shape.device, '--batch', shape.batch, '--warmup', shape.warmup, '--steps', shape.steps, '--threads', '2', ...peer.args, ...(dry ? [] : ['--kernels', '12', ...(peer.gpu ?? [])])];
-      r = await out.run(python, args, { env: { ...machineEnv(), OMP_NUM_THREADS: '2' }, seconds });
-      try {
-        result = JSON.parse(r.output.trim().split('\n').filter((l) => l.startsWith('{')).at(-1));
-      } catch {
-        // no JSON line
-      }
-    }
-    out.row({ event: 'peer', model: peer.model, config: peer.config, status: r.status === 0 ? 'passed' : r.status === 124 ? 'timed out' : 'failed', exitCode: r.status, result });
-    if (r.status !== 0) failed = true;
-  }
-  return failed ? 1 : 0;
-}
-
 export async function rebuildStage(out, left) {
   if (!(await rebuild(out, left()))) return 1;
   if (buildLoads()) return 0;
   out.say('gpu-check: the rebuilt build does not load either');
   return 1;
-}
-
-/** Where the stage `reproduce` reads Fashion-MNIST: packed beside the runtime, else the system's. */
-const fashionMnist = () => [process.env.ACCORDION_FASHION_MNIST, path.join(REPO, '.node-dist', 'fashion-mnist'), '/usr/share/datasets/fashion-mnist']
-  .find((d) => d && fs.existsSync(path.join(d, 'train-images-idx3-ubyte.gz')));
-
-/**
- * reproduce: the paper's PowerSGD setting at full width on this one GPU (bench/reproduce.js
- * resnet18-powersgd --width 1, 4 workers sharing the GPU over Gloo): static rank 2, static rank 1
- * and Accordion, seeds 1 and 2, for as many epochs as the stage's time holds. A pilot of two epochs
- * of the three side by side gives an epoch's and a start's seconds; the epochs follow from them. Each
- * finished run is a row; the report goes to $OUT/reproduce/. GPU_CHECK_DRY=1 tries the same steps
- * on the CPU at width 0.125 on reproduce.js's --quick sliver (no device needed).
- */
-export async function reproduce(out, left) {
-  const dry = process.env.GPU_CHECK_DRY === '1';
-  const opened = dry ? 0 : await open(out, left);
-  if (opened) return opened;
-  if (!dry) libraries();
-  const data = fashionMnist();
-  if (!data) {
-    out.say('gpu-check: reproduce: no Fashion-MNIST (pack it with scripts/pack-for-gpu.sh, or set ACCORDION_FASHION_MNIST)');
-    out.row({ event: 'reproduce', status: 'not run', error: 'no Fashion-MNIST' });
-    return 1;
-  }
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gpu-check-reproduce-'));
-  try {
-    const configs = ['low', 'high', 'accordion'];
-    const shape = dry ? ['--device', 'cpu', '--width', '0.125', '--quick'] : ['--device', 'cuda', '--width', '1'];
-    const base = ['bench/reproduce.js', 'resnet18-powersgd', ...shape, '--data', data, '--dir', dir];
-    const side = (epochs, seed, seconds) =>
-      Promise.all(configs.map((config) => out.run(process.execPath, [base[0], 'run', ...base.slice(1), '--epochs', String(epochs), '--configs', config, '--seeds', String(seed)], { seconds })));
-    // The pilot: two epochs of each config at once. The first epoch pays for cuDNN's choice of
-    // algorithms (18.5 s against about 9.5 s for the others on an H200), so the second one times
-    // an epoch; the start and the first epoch's extra are what the wall clock has beyond two of them.
-    const began = Date.now();
-    const pilot = await side(2, 1, Math.floor(left() / 3));
-    if (pilot.some((r) => r.status !== 0)) {
-      out.row({ event: 'reproduce', status: 'failed', error: 'the pilot epochs failed', exitCodes: pilot.map((r) => r.status) });
-      return 1;
-    }
-    const wall = (Date.now() - began) / 1000;
-    // A run's directory: bench/reproduce.js names the setting's by its shape, epochs first among them.
-    const runDir = (epochs, config, seed) => {
-      const root = path.join(dir, 'resnet18-powersgd');
-      return path.join(root, fs.readdirSync(root).find((d) => d.includes(`-e${epochs}-`)) ?? '', `${config}-seed${seed}`);
-    };
-    const metrics = fs.readFileSync(path.join(runDir(2, 'low', 1), 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
-    const epochTimes = metrics.filter((m) => m.event === 'epoch').map((m) => Date.parse(m.time));
-    const epochSeconds = (epochTimes[1] - epochTimes[0]) / 1000;
-    const startSeconds = Math.max(0, wall - 2 * epochSeconds);
-    // Two seeds one after the other, the report after them (30 s kept for it).
-    const epochs = Math.max(1, Math.min(dry ? 2 : 30, Math.floor((left() - 30 - 2 * (startSeconds + 5)) / (2 * epochSeconds * 1.1))));
-    out.say(`reproduce: an epoch ${epochSeconds.toFixed(1)} s with the three runs side by side (the pilot's second), ${startSeconds.toFixed(1)} s to start: ${epochs} epochs a run`);
-    out.row({ event: 'reproduce plan', epochSeconds, startSeconds, epochs });
-    let failed = false;
-    for (const seed of [1, 2]) {
-      const runs = await side(epochs, seed, Math.floor(left() - 30));
-      runs.forEach((r, i) => {
-        const summaryFile = path.join(runDir(epochs, configs[i], seed), 'summary.json');
-        const s = fs.existsSync(summaryFile) ? JSON.parse(fs.readFileSync(summaryFile, 'utf8')) : {};
-        out.row({ event: 'reproduce run', config: configs[i], seed, epochs, exitCode: r.status, finalTestAccuracy: s.finalTestAccuracy ?? null, floatsSentTotal: s.floatsSentTotal ?? null, seconds: s.seconds ?? null, testAccuracies: s.epochs?.map((e) => e.testAccuracy) ?? [] });
-        if (r.status !== 0) failed = true;
-      });
-    }
-    const results = path.join(path.dirname(out.results), 'reproduce');
-    const report = await out.run(process.execPath, [base[0], 'report', ...base.slice(1), '--epochs', String(epochs), '--seeds', '1,2', '--results', results], { seconds: Math.max(5, left()) });
-    out.row({ event: 'reproduce report', exitCode: report.status, files: fs.existsSync(results) ? fs.readdirSync(results) : [] });
-    return failed || report.status !== 0 ? 1 : 0;
-  } finally {
-    fs.rmSync(dir, { recursive: true, force: true }); // the runs' figures are in the rows and the report
-  }
 }

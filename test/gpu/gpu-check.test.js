@@ -133,4 +133,25 @@ describe('the GPU check in Node (scripts/gpu-check/)', function () {
       fs.rmSync(out, { recursive: true, force: true });
     }
   });
+
+  it('runs the prebuilt experiment dry on the CPU (GPU_CHECK_DRY=1): the platform package in a fresh node_modules gives the addon and its bundled libraries, and trains an epoch', function () {
+    this.timeout(300_000);
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-gpu-prebuilt-'));
+    try {
+      const built = spawnSync(process.execPath, [path.join(ROOT, 'scripts', 'platform-package.js'), '--out', path.join(dir, 'dist')], { encoding: 'utf8' });
+      expect(built.status, built.stdout + built.stderr).to.equal(0);
+      const tarball = path.join(dir, 'prebuilt.tar.xz');
+      const packed = spawnSync('sh', ['-c', `tar -C "${path.join(dir, 'dist')}" -cf - linux-x64-gnu | xz -0 -T2 > "${tarball}"`], { encoding: 'utf8' });
+      expect(packed.status, packed.stderr).to.equal(0);
+      const out = path.join(dir, 'out');
+      const r = spawnSync(process.execPath, [MAIN, 'prebuilt'], { encoding: 'utf8', env: { ...process.env, OUT: out, GPU_CHECK_DRY: '1', ACCORDION_PREBUILT: tarball } });
+      expect(r.status, r.stdout + r.stderr).to.equal(0);
+      const row = rowsOf(path.join(out, 'gpu-check.jsonl')).find((x) => x.event === 'prebuilt');
+      expect(row).to.include({ status: 'passed', device: 'cpu', trainExitCode: 0 });
+      expect(row.addon.kind).to.equal('platform package');
+      expect(row.libraries['libdnnl.so.2']).to.match(/node_modules\/@accordion-engine\/linux-x64-gnu\/prebuilds\/linux-x64\/libdnnl\.so\.2$/);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
