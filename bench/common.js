@@ -106,13 +106,15 @@ export function noteBusyRounds(what, spreads) {
 }
 
 /**
- * Times `step(i)` for i = 0 … warmup + steps − 1, the first `warmup` calls untimed. Returns the timed
- * calls' milliseconds and results.
+ * Times `step(i)` for i = 0 … warmup + steps − 1, the first `warmup` calls untimed; `afterWarmup()`,
+ * where given, runs once between the two, outside the timing. Returns the timed calls' milliseconds
+ * and results.
  */
-export async function timeSteps(warmup, steps, step) {
+export async function timeSteps(warmup, steps, step, { afterWarmup } = {}) {
   const ms = [];
   const results = [];
   for (let i = 0; i < warmup + steps; i++) {
+    if (i === warmup && afterWarmup) await afterWarmup();
     const t0 = performance.now();
     const result = await step(i);
     const elapsed = performance.now() - t0;

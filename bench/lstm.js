@@ -121,7 +121,7 @@ async function timeOurs(lib, opts, stream, windows) {
   const window = (i) => views[i % windows];
   try {
     const parameters = model.parameterCount();
-    const { ms: times, results } = await timeSteps(opts.warmup, opts.steps, (i) => model.trainStep(window(i)));
+    const { ms: times, results } = await timeSteps(opts.warmup, opts.steps, (i) => model.trainStep(window(i)), { afterWarmup: () => model.memoryStats({ resetPeak: true }) });
     // computeSeconds covers forward, backward, clip and the SGD update; compressionSeconds the
     // (identity) gradient exchange's NaN/Inf check. What is left is the addon's call overhead.
     const computeMs = results.map((r) => r.computeSeconds * 1e3);

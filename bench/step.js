@@ -84,7 +84,7 @@ async function timeOurs(lib, opts, architecture, data) {
       const result = await model.native.trainStep(batcher);
       if (result === null) throw new Error(`the batcher ran out after ${i} batches`);
       return result;
-    });
+    }, { afterWarmup: () => model.memoryStats({ resetPeak: true }) }); // the peak of the timed steps, as PyTorch's
     const last = results.at(-1);
     if (!Number.isFinite(last.loss)) console.warn(`  warning: ${architecture} loss is ${last.loss}`);
     // A step returns once its loss is read; its update runs on while the next step is prepared, so

@@ -114,10 +114,10 @@ Tensor Conv2d::forward(const Tensor& input) {
 }
 
 Tensor Conv2d::backward(const Tensor& gradOutput) {
-  if (!skipInputGradient_) ensureShape(gradInput_, spec_.inputShape(), ops_);
-  op_->backward(input_.data(), weight.value.data(), gradOutput.data(), skipInputGradient_ ? nullptr : gradInput_.data(),
-                weight.grad.data(), spec_.bias ? bias.grad.data() : nullptr);
-  return gradInput_;
+  Tensor gradInput = skipInputGradient_ ? Tensor() : Tensor(spec_.inputShape(), ops_);
+  op_->backward(input_.data(), weight.value.data(), gradOutput.data(), gradInput.data(), weight.grad.data(),
+                spec_.bias ? bias.grad.data() : nullptr);
+  return gradInput;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -177,12 +177,12 @@ Tensor BatchNorm2d::forward(const Tensor& input) {
 }
 
 Tensor BatchNorm2d::backward(const Tensor& gradOutput) {
-  ensureShape(gradInput_, input_.shape(), ops_);
+  Tensor gradInput(input_.shape(), ops_);
   const Tensor& mean = forwardWasTraining_ ? batchMean_ : runningMean.value;
   const Tensor& var = forwardWasTraining_ ? batchVar_ : runningVar.value;
   op_->backward(input_.data(), gradOutput.data(), weight.value.data(), bias.value.data(), mean.data(), var.data(),
-                forwardWasTraining_, gradInput_.data(), weight.grad.data(), bias.grad.data());
-  return gradInput_;
+                forwardWasTraining_, gradInput.data(), weight.grad.data(), bias.grad.data());
+  return gradInput;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -197,9 +197,9 @@ Tensor ReLU::forward(const Tensor& input) {
 }
 
 Tensor ReLU::backward(const Tensor& gradOutput) {
-  ensureShape(gradInput_, output_.shape(), ops_);
-  ops_.reluBackward(output_.data(), gradOutput.data(), gradInput_.data(), output_.numel());
-  return gradInput_;
+  Tensor gradInput(output_.shape(), ops_);
+  ops_.reluBackward(output_.data(), gradOutput.data(), gradInput.data(), output_.numel());
+  return gradInput;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -233,9 +233,9 @@ Tensor MaxPool2d::forward(const Tensor& input) {
 }
 
 Tensor MaxPool2d::backward(const Tensor& gradOutput) {
-  ensureShape(gradInput_, spec_.inputShape(), ops_);
-  op_->backward(gradOutput.data(), gradInput_.data());
-  return gradInput_;
+  Tensor gradInput(spec_.inputShape(), ops_);
+  op_->backward(gradOutput.data(), gradInput.data());
+  return gradInput;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -258,12 +258,12 @@ Tensor ImagesToRows::forward(const Tensor& input) {
 Tensor ImagesToRows::backward(const Tensor& gradOutput) {
   const int64_t n = inputShape_[0], c = inputShape_[1], h = inputShape_[2], w = inputShape_[3];
   if (mode_ == kFlatten && h * w == 1) return gradOutput.reshaped(inputShape_);
-  ensureShape(gradInput_, inputShape_, ops_);
+  Tensor gradInput(inputShape_, ops_);
   if (mode_ == kAverage)
-    ops_.globalAvgPoolBackward(gradOutput.data(), gradInput_.data(), n, c, h, w);
+    ops_.globalAvgPoolBackward(gradOutput.data(), gradInput.data(), n, c, h, w);
   else
-    ops_.flattenBackward(gradOutput.data(), gradInput_.data(), n, c, h, w);
-  return gradInput_;
+    ops_.flattenBackward(gradOutput.data(), gradInput.data(), n, c, h, w);
+  return gradInput;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -303,10 +303,10 @@ Tensor Linear::forward(const Tensor& input) {
 
 Tensor Linear::backward(const Tensor& gradOutput) {
   const int64_t n = input_.dim(0);
-  ensureShape(gradInput_, {n, in_}, ops_);
-  ops_.linearBackward(input_.data(), weight.value.data(), gradOutput.data(), gradInput_.data(), weight.grad.data(),
+  Tensor gradInput({n, in_}, ops_);
+  ops_.linearBackward(input_.data(), weight.value.data(), gradOutput.data(), gradInput.data(), weight.grad.data(),
                       bias.grad.data(), n, in_, out_);
-  return gradInput_;
+  return gradInput;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -329,9 +329,9 @@ Tensor Dropout::forward(const Tensor& input) {
 
 Tensor Dropout::backward(const Tensor& gradOutput) {
   if (!training_ || p_ == 0.0f) return gradOutput;
-  ensureShape(gradInput_, gradOutput.shape(), ops_);
-  ops_.dropoutBackward(gradOutput.data(), keep_.data(), gradInput_.data(), gradOutput.numel(), 1.0f / (1.0f - p_));
-  return gradInput_;
+  Tensor gradInput(gradOutput.shape(), ops_);
+  ops_.dropoutBackward(gradOutput.data(), keep_.data(), gradInput.data(), gradOutput.numel(), 1.0f / (1.0f - p_));
+  return gradInput;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -399,9 +399,9 @@ Tensor BasicBlock::backward(const Tensor& gradOutput) {
   Tensor gradSum = outRelu_.backward(gradOutput);
   Tensor gradMain = main_.backward(gradSum);
   Tensor gradSkip = shortcut_.empty() ? gradSum : shortcut_.backward(gradSum);
-  ensureShape(gradInput_, gradMain.shape(), ops_);
-  ops_.add(gradMain.data(), gradSkip.data(), gradInput_.data(), gradInput_.numel());
-  return gradInput_;
+  Tensor gradInput(gradMain.shape(), ops_);
+  ops_.add(gradMain.data(), gradSkip.data(), gradInput.data(), gradInput.numel());
+  return gradInput;
 }
 
 }  // namespace accordion

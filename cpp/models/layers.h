@@ -1,7 +1,10 @@
 // Layers of the vision models. Each is a forward/backward pair: forward caches what backward needs,
 // backward takes dL/d(output), writes dL/d(parameter) into each parameter's `grad` (overwriting it)
-// and returns dL/d(input). Layers run their ops on the backend they were built with and never ask
-// which device that is; 4-D activations are (N, C, H, W) in the backend's layout.
+// and returns dL/d(input) in a tensor of its own, which lives only until the caller drops it: the
+// backend's pool hands its memory to the next gradient of that size, so backward holds a few
+// gradients at a time rather than one per layer. Layers run their ops on the backend they were
+// built with and never ask which device that is; 4-D activations are (N, C, H, W) in the backend's
+// layout.
 //
 // Parameters are created and initialised on the host (so every device starts from the same
 // weights) and moved to the backend's device by placeState().
@@ -110,7 +113,7 @@ class Conv2d : public Module {
   PreparedOps<Conv2dOp> prepared_;
   Conv2dOp* op_ = nullptr;
   bool skipInputGradient_ = false;
-  Tensor input_, output_, gradInput_;
+  Tensor input_, output_;
 };
 
 class BatchNorm2d : public Module {
@@ -135,7 +138,7 @@ class BatchNorm2d : public Module {
   BatchNormSpec spec_;  // of the last input
   PreparedOps<BatchNorm2dOp> prepared_;
   BatchNorm2dOp* op_ = nullptr;
-  Tensor input_, output_, gradInput_, batchMean_, batchVar_;
+  Tensor input_, output_, batchMean_, batchVar_;
   bool forwardWasTraining_ = true;
   bool frozen_ = false;
 };
@@ -149,7 +152,7 @@ class ReLU : public Module {
 
  private:
   bool inPlace_;
-  Tensor output_, gradInput_;
+  Tensor output_;
 };
 
 class MaxPool2d : public Module {
@@ -162,7 +165,7 @@ class MaxPool2d : public Module {
   Pool2dSpec spec_;  // of the last input
   PreparedOps<MaxPool2dOp> prepared_;
   MaxPool2dOp* op_ = nullptr;
-  Tensor output_, gradInput_;
+  Tensor output_;
 };
 
 // Images to rows, (N, C, H, W) → (N, features): kAverage averages over H·W (adaptive average
@@ -178,7 +181,7 @@ class ImagesToRows : public Module {
  private:
   Mode mode_;
   Shape inputShape_;
-  Tensor output_, gradInput_;
+  Tensor output_;
 };
 
 class Linear : public Module {
@@ -194,7 +197,7 @@ class Linear : public Module {
 
  private:
   int64_t in_, out_;
-  Tensor input_, output_, gradInput_;
+  Tensor input_, output_;
 };
 
 // The mask is drawn on the host from the layer's own stream, whatever the device, so a model
@@ -210,7 +213,7 @@ class Dropout : public Module {
   float p_;
   Random rng_;
   Array<uint8_t> hostKeep_, keep_;  // the mask drawn, and its copy on the device
-  Tensor output_, gradInput_;
+  Tensor output_;
 };
 
 // Children run in order; names give the state_dict prefixes ("0", "1", … or explicit names).
@@ -242,7 +245,6 @@ class BasicBlock : public Module {
   Sequential main_;      // conv1, bn1, relu, conv2, bn2
   Sequential shortcut_;  // empty (identity) or conv 1×1 + bn
   ReLU outRelu_;
-  Tensor gradInput_;
 };
 
 }  // namespace accordion

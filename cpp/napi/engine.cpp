@@ -249,13 +249,20 @@ Napi::Value EngineWrap::evaluate(const Napi::CallbackInfo& info) {
                               {info.This(), info[0]});
 }
 
-// memoryStats() → Promise<{ device, allocated, peak }>: bytes of device memory the model's tensors hold
-// now and held at most (0 on the CPU, whose memory is not counted).
+// memoryStats(resetPeak) → Promise<{ device, allocated, peak }>: bytes the model's tensors hold now
+// (device memory; on the CPU, host memory) and held at most; with resetPeak the peak restarts at the
+// bytes held now, after it is read.
 Napi::Value EngineWrap::memoryStats(const Napi::CallbackInfo& info) {
   EngineWrap* self = this;
+  const bool resetPeak = info.Length() > 0 && info[0].ToBoolean().Value();
   return schedule<std::pair<std::string, Backend::MemoryStats>>(
       info.Env(), worker(info.Env()),
-      [self] { return std::make_pair(self->session().backend().device().name(), self->session().backend().memoryStats()); },
+      [self, resetPeak] {
+        Backend& backend = self->session().backend();
+        auto stats = std::make_pair(backend.device().name(), backend.memoryStats());
+        if (resetPeak) backend.resetPeakMemory();
+        return stats;
+      },
       [](Napi::Env env, std::pair<std::string, Backend::MemoryStats>& stats) -> Napi::Value {
         Napi::Object o = Napi::Object::New(env);
         o.Set("device", stats.first);

@@ -63,11 +63,14 @@ class Backend : public Allocator {
   virtual bool channelsLast() const = 0;
   // Waits until everything enqueued so far has finished.
   virtual void synchronize() = 0;
-  // Bytes of device memory held by this backend's tensors now, and at most so far.
+  // Bytes held by this backend's tensors now (device memory, or on the CPU host memory), and at
+  // most since the backend began or resetPeakMemory() (which restarts the peak at the bytes held
+  // now, as torch.cuda.reset_peak_memory_stats does).
   struct MemoryStats {
     int64_t allocated = 0, peak = 0;
   };
   virtual MemoryStats memoryStats() const = 0;
+  virtual void resetPeakMemory() = 0;
   // In bf16 compute, autocast's cast cache: between beginCastScope() and endCastScope() (a step's
   // forward and backward, over which the parameters do not change) a product may keep the bf16 copy
   // of an operand that is one of `parameters` and use it again, instead of rounding it for every

@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "core/block_cache.h"
 #include "ops/backend.h"
 
 namespace accordion {
@@ -16,10 +17,11 @@ class CpuBackend : public Backend {
   ~CpuBackend() override;
 
   Device device() const override { return Device::cpu(); }
-  std::shared_ptr<void> allocate(size_t bytes) override { return hostAllocator().allocate(bytes); }
+  std::shared_ptr<void> allocate(size_t bytes) override { return blocks_.allocate(bytes); }
   bool channelsLast() const override { return true; }
   void synchronize() override {}
-  MemoryStats memoryStats() const override { return {}; }
+  MemoryStats memoryStats() const override { return {blocks_.allocated(), blocks_.peak()}; }
+  void resetPeakMemory() override { blocks_.resetPeak(); }
 
 #define ACCORDION_OP(Result, name, parameters) Result name parameters override;
 #include "ops/device_ops.def"
@@ -35,6 +37,7 @@ class CpuBackend : public Backend {
   // The bf16 encoding of `b` (k·n values) for a product: the scope's kept copy when b is a parameter.
   const uint16_t* encodedOperand(const float* b, int64_t count);
   std::unique_ptr<CompressionKernels> compression_;
+  BlockCache blocks_;
   struct Cast {
     int64_t count = 0;
     std::vector<uint16_t> bf16;

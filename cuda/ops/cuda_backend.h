@@ -50,6 +50,7 @@ class CudaBackend : public Backend {
   bool channelsLast() const override { return false; }
   void synchronize() override;
   MemoryStats memoryStats() const override { return {context_->allocated.load(), context_->peak.load()}; }
+  void resetPeakMemory() override { context_->peak.store(context_->allocated.load()); }
 
 #define ACCORDION_OP(Result, name, parameters) Result name parameters override;
 #include "ops/device_ops.def"

@@ -64,10 +64,12 @@ describe('devices', function () {
     expect(workerDevice('cpu', { rank: 1, localRank: 1, worldSize: 2 }, 'gloo')).to.equal('cpu');
   });
 
-  it('reports no device memory for a model on the CPU', async function () {
+  it('reports the host memory a model holds on the CPU', async function () {
     const model = await Model.create({ architecture: 'resnet18' });
     try {
-      expect(await model.memoryStats()).to.deep.equal({ device: 'cpu', allocated: 0, peak: 0 });
+      const stats = await model.memoryStats();
+      expect(stats.device).to.equal('cpu');
+      expect(stats.peak).to.be.at.least(stats.allocated);
     } finally {
       await model.dispose();
     }

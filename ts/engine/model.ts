@@ -397,9 +397,13 @@ export class Model {
     return call(this.native.exchangePlan());
   }
 
-  /** Bytes of device memory the model's tensors hold now and held at most (0 on the CPU). */
-  async memoryStats(): Promise<MemoryStats> {
-    return call(this.native.memoryStats());
+  /**
+   * Bytes the model's tensors hold now (device memory; on the CPU, host memory) and held at most;
+   * with `resetPeak` the peak restarts at the bytes held now once read (as
+   * torch.cuda.reset_peak_memory_stats), so that a benchmark can measure its steps after a warm-up.
+   */
+  async memoryStats(options: { resetPeak?: boolean } = {}): Promise<MemoryStats> {
+    return call(this.native.memoryStats(options.resetPeak === true));
   }
 
   /** Frees the native memory once queued work is done. Further calls throw. */

@@ -112,7 +112,7 @@ export interface NativeEngine {
   /** A 64-bit digest of every state_dict entry, in order. */
   stateDigests(): Promise<{ names: string[]; digests: BigUint64Array }>;
   resetState(): Promise<void>;
-  memoryStats(): Promise<MemoryStats>;
+  memoryStats(resetPeak?: boolean): Promise<MemoryStats>;
   /** What the collectives of the group the gradients travel on (Gloo, or NCCL on GPUs) have carried. */
   collectiveCounts(): Promise<CollectiveCounts>;
   exchangePlan(): Promise<ExchangePlan>;
