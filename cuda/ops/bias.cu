@@ -102,9 +102,9 @@ void CudaBackend::columnSums(const float* x, float* sums, int64_t rows, int64_t 
   }
   const ColumnGrid grid = columnGrid(rows, cols);
   const int slices = static_cast<int>(grid.blocks.y);
-  // The partial sums live in the shared scratch: every op runs in order on the one stream, so it is
-  // free between other ops.
-  double* partials = slices > 1 ? static_cast<double*>(workspace(static_cast<size_t>(slices) * cols * sizeof(double))) : nullptr;
+  // The partial sums live in scratch memory for this call.
+  const std::shared_ptr<void> scratchMemory = scratch(slices > 1 ? static_cast<size_t>(slices) * cols * sizeof(double) : 0);
+  double* partials = static_cast<double*>(scratchMemory.get());
   sumColumnSlices<<<grid.blocks, dim3(kColumns, kRowLanes), 0, stream()>>>(x, rows, cols, grid.rowsPerSlice, partials, sums);
   checkLaunch("sumColumnSlices");
   if (slices == 1) return;

@@ -1,8 +1,8 @@
 // Conv2d on cuDNN: NCHW fp32 with FMA math (no TF32, as PyTorch with allow_tf32=False). Each
 // direction runs the algorithm cuDNN measured fastest for the shape when the op was made among those
-// whose math is FMA (and, for accurate convolutions, that use no transform), on scratch reserved
-// then: on Ampere and later, cuDNN may list algorithms that use TF32 tensor cores even for a
-// descriptor set to FMA math, and those are passed over. What was chosen is kept
+// whose math is FMA (and, for accurate convolutions, that use no transform), its workspace taken
+// from the device's pool for the call: on Ampere and later, cuDNN may list algorithms that use TF32
+// tensor cores even for a descriptor set to FMA math, and those are passed over. What was chosen is kept
 // (ConvolutionChoice) for the kernel lab's rows. The bias and its gradient are own
 // kernels; the gradient sums each channel in a fixed order, so it has the same bits on every run.
 #include <algorithm>
@@ -230,9 +230,6 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
           return dnn_.findConvolutionBackwardFilterAlgorithm(handle, x_.get(), y_.get(), conv_.get(), w_.get(), requested, returned,
                                                              results);
         });
-    // Reserved now so that no pass allocates; each pass asks again, as a larger convolution made
-    // later may have moved the shared scratch.
-    backend.workspace(std::max({forward_.workspaceBytes, backwardData_.workspaceBytes, backwardFilter_.workspaceBytes}));
 
     if (spec.bias) {
       channels_ = outChannels;
@@ -251,8 +248,9 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
 
   void forward(const float* x, const float* weight, const float* bias, float* y) override {
     const float one = 1, zero = 0;
+    const std::shared_ptr<void> workspace = backend_.scratch(forward_.workspaceBytes);
     checkCudnn(dnn_.convolutionForward(backend_.cudnn(), &one, x_.get(), x, w_.get(), weight, conv_.get(), forward_.algo,
-                                       backend_.workspace(forward_.workspaceBytes), forward_.workspaceBytes, &zero, y_.get(), y),
+                                       workspace.get(), forward_.workspaceBytes, &zero, y_.get(), y),
                "cudnnConvolutionForward");
     if (!spec_.bias) return;
     addChannelBias<<<channelGrid(), kThreads, 0, backend_.stream()>>>(y, bias, channels_, plane_, perChannel_, perBlock_);
@@ -261,14 +259,15 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
 
   void backward(const float* x, const float* weight, const float* dy, float* dx, float* dWeight, float* dBias) override {
     const float one = 1, zero = 0;
-    if (dx)
+    if (dx) {
+      const std::shared_ptr<void> workspace = backend_.scratch(backwardData_.workspaceBytes);
       checkCudnn(dnn_.convolutionBackwardData(backend_.cudnn(), &one, w_.get(), weight, y_.get(), dy, conv_.get(), backwardData_.algo,
-                                              backend_.workspace(backwardData_.workspaceBytes), backwardData_.workspaceBytes, &zero,
-                                              x_.get(), dx),
+                                              workspace.get(), backwardData_.workspaceBytes, &zero, x_.get(), dx),
                  "cudnnConvolutionBackwardData");
+    }
+    const std::shared_ptr<void> workspace = backend_.scratch(backwardFilter_.workspaceBytes);
     checkCudnn(dnn_.convolutionBackwardFilter(backend_.cudnn(), &one, x_.get(), x, y_.get(), dy, conv_.get(), backwardFilter_.algo,
-                                              backend_.workspace(backwardFilter_.workspaceBytes), backwardFilter_.workspaceBytes,
-                                              &zero, w_.get(), dWeight),
+                                              workspace.get(), backwardFilter_.workspaceBytes, &zero, w_.get(), dWeight),
                "cudnnConvolutionBackwardFilter");
     if (!spec_.bias) return;
     double* partials = static_cast<double*>(partials_.get());

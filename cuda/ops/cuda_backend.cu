@@ -186,13 +186,6 @@ void CudaBackend::uploadImages(const float* hostNchw, float* images, int64_t n, 
   upload(images, hostNchw, static_cast<size_t>(n * c * h * w) * sizeof(float));
 }
 
-void* CudaBackend::workspace(size_t bytes) {
-  if (workspaceBytes_ < bytes) {
-    workspace_ = allocate(bytes);
-    workspaceBytes_ = bytes;
-  }
-  return workspace_.get();
-}
 
 const void* CudaBackend::deviceTable(const void* host, size_t bytes) {
   const std::string content(static_cast<const char*>(host), bytes);

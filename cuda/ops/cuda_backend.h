@@ -62,9 +62,10 @@ class CudaBackend : public Backend {
   cudaStream_t stream() const { return context_->stream; }
   cudnn::Handle cudnn() const { return cudnn_; }
   cublas::Handle cublas() const { return cublas_; }
-  // Scratch memory of at least `bytes` (cuDNN's workspaces, partial sums), shared by the ops: they
-  // run one at a time on the stream.
-  void* workspace(size_t bytes);
+  // Scratch memory of `bytes` for one call (cuDNN's workspaces, partial sums): the caller holds it
+  // while it queues its work; dropped, it goes back to the pool in stream order, after that work,
+  // so a workspace counts in the peak only while a call uses it (none for 0 bytes).
+  std::shared_ptr<void> scratch(size_t bytes) { return bytes ? allocate(bytes) : nullptr; }
   // `bytes` of host data (a table of pointers and sizes for a kernel over a list of tensors) on the
   // device. Tables are cached by content: the per-step lists of a model upload once.
   const void* deviceTable(const void* host, size_t bytes);
@@ -90,8 +91,6 @@ class CudaBackend : public Backend {
   cudaStream_t copyStream_ = nullptr;  // uploads ahead of the compute on context_->stream
   cudnn::Handle cudnn_ = nullptr;
   cublas::Handle cublas_ = nullptr;
-  std::shared_ptr<void> workspace_;
-  size_t workspaceBytes_ = 0;
   struct Table {
     std::string content;
     std::shared_ptr<void> memory;
