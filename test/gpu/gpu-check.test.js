@@ -13,6 +13,13 @@ const MAIN = path.join(ROOT, 'scripts', 'gpu-check', 'main.js');
 const RUN = path.join(ROOT, 'scripts', 'gpu-check', 'run.sh');
 const rowsOf = (file) => fs.readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
 
+/** A stage run dry on the CPU (GPU_CHECK_DRY=1) with its results in `out`: it must pass; its rows. */
+function dryRun(stage, out, env = {}) {
+  const r = spawnSync(process.execPath, [MAIN, stage], { encoding: 'utf8', env: { ...process.env, OUT: out, GPU_CHECK_DRY: '1', ...env } });
+  expect(r.status, r.stdout + r.stderr).to.equal(0);
+  return rowsOf(path.join(out, 'gpu-check.jsonl'));
+}
+
 describe('the GPU check in Node (scripts/gpu-check/)', function () {
   this.timeout(60_000);
 
@@ -91,9 +98,7 @@ describe('the GPU check in Node (scripts/gpu-check/)', function () {
     requireFashionMnist();
     const out = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-gpu-reproduce-'));
     try {
-      const r = spawnSync(process.execPath, [MAIN, 'reproduce'], { encoding: 'utf8', env: { ...process.env, OUT: out, GPU_CHECK_DRY: '1' } });
-      expect(r.status, r.stdout + r.stderr).to.equal(0);
-      const rows = rowsOf(path.join(out, 'gpu-check.jsonl'));
+      const rows = dryRun('reproduce', out);
       const plan = rows.find((row) => row.event === 'reproduce plan');
       expect(plan.epochs).to.equal(2);
       expect(plan.epochSeconds).to.be.above(0);
@@ -115,9 +120,7 @@ describe('the GPU check in Node (scripts/gpu-check/)', function () {
     this.timeout(600_000);
     const out = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-gpu-peers-'));
     try {
-      const r = spawnSync(process.execPath, [MAIN, 'peers'], { encoding: 'utf8', env: { ...process.env, OUT: out, GPU_CHECK_DRY: '1' } });
-      expect(r.status, r.stdout + r.stderr).to.equal(0);
-      const rows = rowsOf(path.join(out, 'gpu-check.jsonl')).filter((row) => row.event === 'peer');
+      const rows = dryRun('peers', out).filter((row) => row.event === 'peer');
       expect(rows.map((row) => `${row.model} ${row.config}`)).to.deep.equal([
         'resnet18 fp32-all-algorithms', 'resnet18 bf16-autocast-channels-last', 'vgg19bn fp32-all-algorithms', 'vgg19bn bf16-autocast-channels-last', 'engine fp32',
       ]);
@@ -143,10 +146,7 @@ describe('the GPU check in Node (scripts/gpu-check/)', function () {
       const tarball = path.join(dir, 'prebuilt.tar.xz');
       const packed = spawnSync('sh', ['-c', `tar -C "${path.join(dir, 'dist')}" -cf - linux-x64-gnu | xz -0 -T2 > "${tarball}"`], { encoding: 'utf8' });
       expect(packed.status, packed.stderr).to.equal(0);
-      const out = path.join(dir, 'out');
-      const r = spawnSync(process.execPath, [MAIN, 'prebuilt'], { encoding: 'utf8', env: { ...process.env, OUT: out, GPU_CHECK_DRY: '1', ACCORDION_PREBUILT: tarball } });
-      expect(r.status, r.stdout + r.stderr).to.equal(0);
-      const row = rowsOf(path.join(out, 'gpu-check.jsonl')).find((x) => x.event === 'prebuilt');
+      const row = dryRun('prebuilt', path.join(dir, 'out'), { ACCORDION_PREBUILT: tarball }).find((x) => x.event === 'prebuilt');
       expect(row).to.include({ status: 'passed', device: 'cpu', trainExitCode: 0 });
       expect(row.addon.kind).to.equal('platform package');
       expect(row.libraries['libdnnl.so.2']).to.match(/node_modules\/@accordion-engine\/linux-x64-gnu\/prebuilds\/linux-x64\/libdnnl\.so\.2$/);
