@@ -13,7 +13,7 @@ export { Batcher, type BatcherOptions } from './engine/batcher.js';
 export { Trainer } from './train/trainer.js';
 export type { TrainOptions } from './train/config.js';
 export type { TrainerContext } from './train/setup.js';
-export type { TrainSummary, EpochRecord, StepEvent, CheckpointEvent, LevelSwitch, ReplanRecord } from './train/records.js';
+export type { TrainSummary, EpochRecord, EvaluationEvent, StepEvent, CheckpointEvent, LevelSwitch, ReplanRecord } from './train/records.js';
 export type { LinkEstimate } from './train/link.js';
 export type { Policy, CheckInput, CheckOutput, StepInput, StepOutput } from './train/policies/policy.js';
 export { BasePolicy } from './train/policies/policy.js';

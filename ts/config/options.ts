@@ -32,6 +32,7 @@ export interface TrainConfig {
   epochs: number;
   batchSize: number;
   evalBatchSize: number;
+  evalsPerEpoch: number;
   lr: number;
   momentum: number;
   weightDecay: number;
@@ -159,6 +160,10 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   epochs: { flag: '--epochs', type: 'int', default: 300, presets: { synthetic: 6, lstm: 90 }, ...positive, help: 'epochs to train' },
   batchSize: { flag: '--batch-size', type: 'int', default: 64, presets: { lstm: 20 }, ...positive, help: 'batch size per worker' },
   evalBatchSize: { flag: '--eval-batch-size', type: 'int', default: 256, presets: { lstm: 10 }, ...positive, help: 'batch size for evaluation' },
+  evalsPerEpoch: {
+    flag: '--evals-per-epoch', type: 'int', default: 1, ...positive,
+    help: 'image models: test-set evaluations an epoch, evenly spaced in steps, the last at its end (those within it stop its clock while they run)',
+  },
   lr: {
     flag: '--lr', type: 'number', default: 0.05, presets: { synthetic: 0.02, lstm: 2.5 }, min: 0, modelKey: 'learningRate',
     help: 'base learning rate for one worker (× workers after the warm-up)',

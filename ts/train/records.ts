@@ -47,6 +47,20 @@ export interface EpochRecord extends StepFigures {
   syncSeconds: number;
   /** --adapt auto, on rank 0 at the epochs where levels were chosen: the budget, the plan and every matrix's candidates. */
   auto?: AutoRecord;
+  /** With --evals-per-epoch above 1: the evaluations within the epoch, before the one at its end. */
+  evaluations?: EvaluationEvent[];
+}
+
+/** A test-set evaluation within an epoch ('evaluation' events, and an epoch record's `evaluations`). */
+export interface EvaluationEvent {
+  epoch: number;
+  /** The epoch's steps done before it, of `steps`. */
+  step: number;
+  steps: number;
+  /** The epoch's training seconds before it (its evaluations left out). */
+  seconds: number;
+  testLoss: number;
+  testAccuracy: number;
 }
 
 /**

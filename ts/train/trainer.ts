@@ -20,7 +20,7 @@ import { openRunDir, writeSummary } from './rundir.js';
 import { learningRateForEpoch, type LrSchedule } from './rules/schedule.js';
 import { setUp, type SetUp, type TrainerContext } from './setup.js';
 import type { TrainingTask } from './tasks.js';
-import { addStepFigures, partialRecord, zeroStepFigures, type CheckpointEvent, type EpochRecord, type LevelSwitch, type StepEvent, type TrainSummary } from './records.js';
+import { addStepFigures, partialRecord, zeroStepFigures, type CheckpointEvent, type EpochRecord, type EvaluationEvent, type LevelSwitch, type StepEvent, type TrainSummary } from './records.js';
 import { choosePolicy } from './policies/choose.js';
 import type { CheckOutput, Policy, StepOutput } from './policies/policy.js';
 
@@ -188,6 +188,10 @@ export class Trainer extends EventEmitter {
     const steps = await this.task.startEpoch(this.model, epoch, microBatches);
     const bar = config.progress && this.rank === 0 ? new ProgressBar(`epoch ${epoch + 1}/${config.epochs}`, steps) : undefined;
     const begin = performance.now();
+    /** Seconds the evaluations within the epoch took: off its clock. */
+    let paused = 0;
+    const evaluateAfter = evaluationSteps(steps, config.evalsPerEpoch);
+    const evaluations: EvaluationEvent[] = [];
     let lossSum = 0, correct = 0, samples = 0, stepsDone = 0, probeFloats = 0;
     const figures = zeroStepFigures();
     const collectives: CollectiveSample[][] = [];
@@ -214,7 +218,7 @@ export class Trainer extends EventEmitter {
       const link = this.link.addStep(stepCollectives);
       const replanned = await this.policy.afterStep({ epoch: epoch + 1, runStep: this.runSteps, link, broadcast: this.fromRank0 });
       if (replanned) await this.applyLevels(epoch, replanned, this.runSteps);
-      const elapsed = Math.max((performance.now() - begin) / 1000, 1e-9);
+      const elapsed = Math.max((performance.now() - begin) / 1000 - paused, 1e-9);
       const event: StepEvent = {
         epoch: epoch + 1,
         step: step + 1,
@@ -236,9 +240,18 @@ export class Trainer extends EventEmitter {
       this.emit('step', event);
       bar?.update(event);
       if (this.stopRequested) break;
+      if (evaluateAfter.has(stepsDone)) {
+        const pause = performance.now();
+        figures.broadcastFloats += await this.model.syncReplicas();
+        const test = await this.evaluate('test');
+        const evaluation = { epoch: epoch + 1, step: stepsDone, steps, seconds: elapsed, testLoss: test.loss, testAccuracy: test.accuracy };
+        evaluations.push(evaluation);
+        this.emit('evaluation', evaluation);
+        paused += (performance.now() - pause) / 1000;
+      }
     }
     bar?.finish();
-    const seconds = (performance.now() - begin) / 1000;
+    const seconds = (performance.now() - begin) / 1000 - paused;
     if (this.stopRequested) return partialRecord(epoch, lr, batch, seconds); // discarded by fit()
     const link = estimateLink(collectives);
     const bookkeepingStart = performance.now();
@@ -274,6 +287,7 @@ export class Trainer extends EventEmitter {
       ...(levels ? { levels } : {}),
       ...(levels && decision.record ? { norms: decision.record.norms, ratios: decision.record.ratios } : {}),
       ...(decision.record?.auto ? { auto: decision.record.auto } : {}),
+      ...(evaluations.length ? { evaluations } : {}),
     };
   }
 
@@ -364,4 +378,17 @@ export class Trainer extends EventEmitter {
       ...(this.interrupted ? { interrupted: true } : {}),
     };
   }
+}
+
+/**
+ * The steps after which an epoch of `steps` steps evaluates within it, `perEpoch` evaluations in all
+ * with the last at its end: evenly spaced, rounded to whole steps, none twice or at the end.
+ */
+export function evaluationSteps(steps: number, perEpoch: number): Set<number> {
+  const after = new Set<number>();
+  for (let k = 1; k < perEpoch; k++) {
+    const step = Math.round((k * steps) / perEpoch);
+    if (step > 0 && step < steps) after.add(step);
+  }
+  return after;
 }
