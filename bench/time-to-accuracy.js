@@ -7,21 +7,21 @@
 //
 // The clock is training time: the epochs' training seconds (with the engine's end-of-epoch
 // bookkeeping and replica check) summed; evaluation, start-up and checkpoints are left out on both
-// sides. The time to the target is interpolated between the epoch evaluations around its crossing
-// (lib/report/time-to-target.js). The target of a link is dense's mean final accuracy on it minus
+// sides. Both evaluate the test set EVALS times an epoch (`--evals-per-epoch`), and the time to the
+// target is interpolated between the evaluations around its crossing (lib/report/time-to-target.js). The target of a link is dense's mean final accuracy on it minus
 // MARGIN points. Each setting (a link and a group of runs) is its own command; finished runs are kept,
 // an interrupted one starts again.
 //
 //   sudo node bench/time-to-accuracy.js run slow-dense [--seeds 1,2,3] [--configs dense,ddp] [--quick]
 //   sudo node bench/time-to-accuracy.js pilot [--rates 40mbit,240mbit]  # exchange ÷ compute of a dense epoch per rate
-//   node bench/time-to-accuracy.js report slow                          # bench/results/time-to-accuracy-slow.md
+//   node bench/time-to-accuracy.js report slow [--evals N]              # bench/results/time-to-accuracy-slow.md
 //   node bench/time-to-accuracy.js list
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { ROOT, ddpOnShapedHosts, fmt, formatTable, meanInterval, readPeerEpochs, runLogged } from './common.js';
 import { FASHION_MNIST, resolveSetting, scheduleArgs, workerArgs } from './reproduce-settings.js';
-import { engineClock, timeToTarget } from '../lib/report/time-to-target.js';
+import { engineClock, evaluationsOnClock, timeToTarget } from '../lib/report/time-to-target.js';
 import { readMetrics } from '../lib/base/metrics.js';
 import { parseBandwidth } from '../lib/cluster/cluster.js';
 import { missingCapabilities } from '../lib/cluster/netns.js';
@@ -41,6 +41,11 @@ const LOWER = [1, 2, 4];
  */
 const EPOCHS = 10;
 const WARMUP = 2;
+/**
+ * Test-set evaluations an epoch (the last at its end), so that a crossing of the target is
+ * interpolated over a fortieth of the run at most: chosen before the runs of 2026-11-28, evening.
+ */
+const EVALS = 4;
 const QUICK = { trainImages: 512, epochs: 2, warmupEpochs: 1 };
 
 /**
@@ -72,19 +77,25 @@ const TITLES = {
   'auto-once': 'automatic levels, planned at the checks only',
 };
 
-/** The reproduction's setting of a group at this workload. */
-function setting(group, quick) {
+/**
+ * The reproduction's setting of a group at this workload, evaluated `evals` times an epoch (runs of
+ * other counts are kept apart: `-xN` in their folder's name).
+ */
+function setting(group, { quick, evals }) {
   const s = resolveSetting(GROUPS[group].family, quick ? QUICK : { epochs: EPOCHS, warmupEpochs: WARMUP });
   // Dense is every group's reference: the reproduction's arguments with no compressor.
-  return { ...s, tag: `${s.tag}-h${HOSTS}`, extra: { ...s.extra, dense: () => [] } };
+  return { ...s, evals, tag: `${s.tag}-h${HOSTS}${evals > 1 ? `-x${evals}` : ''}`, extra: { ...s.extra, dense: () => [] } };
 }
+
+/** How often a run evaluates, the engine and PyTorch alike. */
+const evalArgs = (s) => (s.evals > 1 ? ['--evals-per-epoch', String(s.evals)] : []);
 
 /** What one engine worker trains in a config: the reproduction's arguments, compression after START_ITER steps. */
 function engineArgs(s, config, seed, group) {
-  if (config === 'dense') return workerArgs(s, 'dense', seed, FASHION_MNIST);
+  if (config === 'dense') return [...workerArgs(s, 'dense', seed, FASHION_MNIST), ...evalArgs(s)];
   const auto = config.startsWith('auto');
   const own = [...(auto ? ['--auto-cost', 'seconds'] : []), ...(group === 'follow' ? (FOLLOW[config] ?? []) : []), '--compress-after', String(START_ITER)];
-  return [...workerArgs(s, auto ? 'auto' : config, seed, FASHION_MNIST), ...own];
+  return [...workerArgs(s, auto ? 'auto' : config, seed, FASHION_MNIST), ...own, ...evalArgs(s)];
 }
 
 /** PyTorch DDP's arguments (test/oracles/torch_train.py) for the same workload, schedule and weights. */
@@ -94,7 +105,7 @@ function peerArgs(s, config, seed, init) {
   return [
     '--dataset', 'fashion-mnist', '--data', FASHION_MNIST, '--train-images', String(s.trainImages), '--model', 'resnet18', '--width', String(s.width),
     '--state', init, '--epochs', String(s.epochs), '--batch', String(s.batchSize), '--lr', value('--lr'), '--warmup-epochs', value('--warmup-epochs'),
-    '--milestones', value('--milestones'), '--seed', String(seed),
+    '--milestones', value('--milestones'), '--seed', String(seed), ...evalArgs(s),
     ...(config === 'ddp-powersgd' ? ['--powersgd-rank', String(s.low), '--start-powersgd-iter', String(START_ITER)] : []),
   ];
 }
@@ -132,14 +143,13 @@ async function runOne(o, link, s, group, config, seed) {
 function readRun(run) {
   if (fs.existsSync(path.join(run, 'ddp.jsonl'))) {
     const epochs = readPeerEpochs(run);
-    let clock = 0;
-    const evaluations = epochs.map((e) => ({ seconds: (clock += e.seconds), quality: e.testAccuracy }));
-    return { evaluations, stepSeconds: clock / epochs.reduce((a, e) => a + e.steps, 0) };
+    let total = 0;
+    const clock = epochs.map((e) => (total += e.seconds));
+    return { evaluations: evaluationsOnClock(epochs, clock), stepSeconds: total / epochs.reduce((a, e) => a + e.steps, 0) };
   }
   const epochs = readMetrics(path.join(run, 'metrics.jsonl')).filter((e) => e.event === 'epoch');
-  const clock = engineClock(epochs);
   return {
-    evaluations: epochs.map((e, i) => ({ seconds: clock[i], quality: e.testAccuracy })),
+    evaluations: evaluationsOnClock(epochs, engineClock(epochs)),
     stepSeconds: epochs.reduce((a, e) => a + e.seconds, 0) / epochs.reduce((a, e) => a + e.steps, 0),
     computePerStep: epochs.reduce((a, e) => a + e.computeSeconds, 0) / epochs.reduce((a, e) => a + e.steps, 0),
     communicationPerStep: epochs.reduce((a, e) => a + e.communicationSeconds, 0) / epochs.reduce((a, e) => a + e.steps, 0),
@@ -156,7 +166,7 @@ const interval = (xs, digits = 2) => {
 function report(o, link) {
   const rows = [];
   for (const [group, { configs }] of Object.entries(GROUPS)) {
-    const s = setting(group, o.quick);
+    const s = setting(group, o);
     for (const config of configs) {
       const runs = o.seeds.map((seed) => ({ seed, dir: runDir(o, link, s, group, config, seed) })).filter((r) => finished(r.dir));
       const title = group === 'follow' && config === 'auto' ? `automatic levels, re-planning, ${FOLLOW.auto.join(' ')}` : TITLES[config];
@@ -242,7 +252,8 @@ function report(o, link) {
     '',
     `Target: dense's mean final accuracy less ${MARGIN} points = ${fmt(100 * target, 2)}%. Seeds ${o.seeds.join(', ')}; means with`,
     "Student's 95% intervals; speed-ups paired by seed (a seed counts where both runs reached the target).",
-    'Training clock: epochs\' training seconds summed, evaluation and start-up left out on both sides.',
+    'Training clock: epochs\' training seconds summed, evaluation and start-up left out on both sides;',
+    `${o.evals} evaluation${o.evals > 1 ? 's' : ''} of the test set an epoch, the crossing of a target interpolated between the two around it.`,
     '',
     formatTable(columns, table, { markdown: true }),
     '',
@@ -265,14 +276,14 @@ function report(o, link) {
       { markdown: true },
     ),
     '',
-    `Command: \`node bench/time-to-accuracy.js report ${link}${o.quick ? ' --quick' : ''}\``,
+    `Command: \`node bench/time-to-accuracy.js report ${link}${o.evals !== EVALS ? ` --evals ${o.evals}` : ''}${o.quick ? ' --quick' : ''}\``,
   ];
   return lines.join('\n');
 }
 
 /** `pilot`: a dense epoch over 4 hosts at each rate; its exchange's seconds against its compute's. */
 async function pilot(o) {
-  const s = setting('dense', true);
+  const s = setting('dense', { quick: true, evals: 1 });
   const rows = [];
   for (const rate of o.rates) {
     const run = path.join(o.dir, 'pilot', `dense-${rate}`);
@@ -298,6 +309,8 @@ const USAGE = `Usage: sudo node bench/time-to-accuracy.js run LINK-GROUP [option
   --rates LIST      pilot: the rates to try (default ${Object.values(RATES).join(',')})
   --dir DIR         where runs go (default runs/time-to-accuracy)
   --results DIR     where report writes (default bench/results)
+  --evals N         test-set evaluations an epoch, the engine and PyTorch alike (default ${EVALS}; runs of
+                    another count are kept apart, those of 1 where they always were)
   --quick           2 epochs on 512 images: a smoke run, not figures to quote`;
 
 async function main() {
@@ -306,12 +319,13 @@ async function main() {
     options: {
       seeds: { type: 'string', default: '1,2,3' }, configs: { type: 'string' }, rate: { type: 'string' }, rates: { type: 'string', default: Object.values(RATES).join(',') },
       dir: { type: 'string', default: path.join(ROOT, 'runs', 'time-to-accuracy') }, results: { type: 'string', default: path.join(ROOT, 'bench', 'results') },
-      quick: { type: 'boolean', default: false }, help: { type: 'boolean', default: false },
+      evals: { type: 'string', default: String(EVALS) }, quick: { type: 'boolean', default: false }, help: { type: 'boolean', default: false },
     },
   });
   const [command, name] = positionals;
   if (values.help || !command) return console.log(USAGE);
-  const o = { ...values, seeds: values.seeds.split(',').map(Number), rates: values.rates.split(',') };
+  const o = { ...values, seeds: values.seeds.split(',').map(Number), rates: values.rates.split(','), evals: Number(values.evals) };
+  if (!Number.isInteger(o.evals) || o.evals < 1) throw new Error(`--evals: a whole number of evaluations an epoch, at least 1; got '${values.evals}'`);
   if (o.rate) parseBandwidth(o.rate);
   o.rates.forEach(parseBandwidth);
   if (command === 'list') {
@@ -323,7 +337,7 @@ async function main() {
   if (command === 'report') {
     if (!LINKS[name]) throw new Error(`report: a link, ${Object.keys(LINKS).join(' or ')}; got '${name}'`);
     const text = report(o, name);
-    const file = path.join(o.results, `time-to-accuracy-${name}${o.quick ? '-quick' : ''}.md`);
+    const file = path.join(o.results, `time-to-accuracy-${name}${o.evals !== EVALS ? `-x${o.evals}` : ''}${o.quick ? '-quick' : ''}.md`);
     fs.writeFileSync(file, text + '\n');
     return console.log(`${text}\n\nwritten: ${file}`);
   }
@@ -332,7 +346,7 @@ async function main() {
   if (!LINKS[link] || !GROUPS[group]) throw new Error(`run: LINK-GROUP with LINK ${Object.keys(LINKS).join('|')} and GROUP ${Object.keys(GROUPS).join('|')}; got '${name}'`);
   const configs = o.configs ? o.configs.split(',') : GROUPS[group].configs;
   for (const c of configs) if (!GROUPS[group].configs.includes(c)) throw new Error(`--configs: '${c}' is not in ${group} (${GROUPS[group].configs.join(', ')})`);
-  const s = setting(group, o.quick);
+  const s = setting(group, o);
   console.log(`${name}: ${configs.join(', ')} × seeds ${o.seeds.join(', ')} on ${HOSTS} hosts at ${o.rate ?? LINKS[link]}; runs under ${path.join(o.dir, link, s.tag)}`);
   for (const seed of o.seeds)
     for (const config of configs) console.log(`  ${new Date().toISOString().slice(11, 19)} ${runName(group, config)} seed ${seed}: ${await runOne(o, link, s, group, config, seed)}`);

@@ -19,7 +19,10 @@ rate computed at the end of an epoch is used in the next). After every epoch ran
 running statistics and prints one JSON line:
 {"epoch": N (1-based), "lr", "trainLoss", "testLoss", "testAccuracy", "steps",
  "seconds" (the epoch's training), "wallSeconds" (since the group was joined and the
- data read, the evaluation included)}.
+ data read, the evaluation included)}; with --evals-per-epoch N above 1 it evaluates N - 1 times
+within the epoch too, at the steps the engine picks (evenly spaced, rounded), the workers waiting and
+the epoch's clock stopped meanwhile, and the line adds "evaluations": [{"step", "steps", "seconds"
+(the epoch's training before it), "testLoss", "testAccuracy"}].
 
     OMP_NUM_THREADS=1 /usr/bin/python3 test/oracles/torch_train.py --rank 0 --world 2 \
         --master 127.0.0.1:29513 --data ~/.cache/accordion-engine/synthetic-2560-1000-42 \
@@ -93,6 +96,7 @@ def main(argv=None):
     p.add_argument('--powersgd-rank', type=int, default=0, help='0: dense all-reduce')
     p.add_argument('--start-powersgd-iter', type=int, default=2,
                    help="the PowerSGD hook's start_powerSGD_iter: steps all-reduced dense first (at least 2, as the hook requires with error feedback)")
+    p.add_argument('--evals-per-epoch', type=int, default=1, help='test-set evaluations an epoch, the last at its end')
     p.add_argument('--fp16', action='store_true', help="PyTorch's fp16_compress_hook: each bucket cast to fp16, divided by the world size, all-reduced")
     args = p.parse_args(argv)
     torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
@@ -122,14 +126,31 @@ def main(argv=None):
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, nesterov=True, weight_decay=1e-4)
     generator = torch.Generator().manual_seed(args.seed * 1000 + args.rank)
     per_rank = -(-len(train_y) // args.world)
+
+    def evaluate():
+        """Rank 0's test loss and accuracy with its running statistics (the others wait)."""
+        result = {}
+        if args.rank == 0:
+            model.eval()
+            with torch.no_grad():
+                logits = torch.cat([model(normalise(test_x[i:i + 250])) for i in range(0, len(test_y), 250)])
+            result = {'testLoss': F.cross_entropy(logits, test_y).item(), 'testAccuracy': (logits.argmax(1) == test_y).float().mean().item()}
+            model.train()
+        dist.barrier()
+        return result
+
     for epoch in range(args.epochs):
         began = time.time()
+        paused = 0.0
         for group in opt.param_groups:
             group['lr'] = rate(epoch, args)
         order = torch.randperm(len(train_y), generator=torch.Generator().manual_seed(args.seed + epoch))
         order = torch.cat([order, order[:per_rank * args.world - len(order)]])[args.rank::args.world]
+        steps = len(range(0, len(order) - args.batch + 1, args.batch))
+        # Rounded half up, as the engine rounds.
+        within = {int(k * steps / args.evals_per_epoch + 0.5) for k in range(1, args.evals_per_epoch)} - {0, steps}
         model.train()
-        losses = []
+        losses, evaluations = [], []
         for start in range(0, len(order) - args.batch + 1, args.batch):
             idx = order[start:start + args.batch]
             loss = F.cross_entropy(ddp(normalise(augment(train_x[idx], generator))), train_y[idx])
@@ -137,23 +158,24 @@ def main(argv=None):
             loss.backward()
             opt.step()
             losses.append(loss.item())
+            if len(losses) in within:
+                pause = time.time()
+                evaluations.append({'step': len(losses), 'steps': steps, 'seconds': pause - began - paused, **evaluate()})
+                paused += time.time() - pause
         trained = time.time()
+        result = evaluate()
         if args.rank == 0:
-            model.eval()
-            with torch.no_grad():
-                logits = torch.cat([model(normalise(test_x[i:i + 250])) for i in range(0, len(test_y), 250)])
             record = {
                 'epoch': epoch + 1,
                 'lr': rate(epoch, args),
                 'trainLoss': float(np.mean(losses)),
-                'testLoss': F.cross_entropy(logits, test_y).item(),
-                'testAccuracy': (logits.argmax(1) == test_y).float().mean().item(),
+                **result,
                 'steps': len(losses),
-                'seconds': trained - began,
+                'seconds': trained - began - paused,
                 'wallSeconds': time.time() - joined,
+                **({'evaluations': evaluations} if evaluations else {}),
             }
             print(json.dumps(record), flush=True)
-        dist.barrier()
     dist.destroy_process_group()
 
 

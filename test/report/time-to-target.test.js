@@ -1,6 +1,6 @@
 // Time to a target from a run's evaluations, against hand-computed crossings.
 import { expect } from 'chai';
-import { engineClock, timeToTarget } from '../../lib/report/time-to-target.js';
+import { engineClock, evaluationsOnClock, timeToTarget } from '../../lib/report/time-to-target.js';
 
 describe('time to a target quality', function () {
   const run = [
@@ -34,5 +34,20 @@ describe('time to a target quality', function () {
     const epochs = [{ seconds: 10, bookkeepingSeconds: 0.5, syncSeconds: 0.25 }, { seconds: 12, bookkeepingSeconds: 0.5, syncSeconds: 0.25 }];
     expect(engineClock(epochs)).to.deep.equal([10.75, 23.5]);
     expect(engineClock([{ seconds: 3 }, { seconds: 4 }])).to.deep.equal([3, 7]);
+  });
+
+  it('puts evaluations within an epoch on the clock of the epochs before it', function () {
+    const epochs = [
+      { testAccuracy: 0.6, evaluations: [{ seconds: 4, testAccuracy: 0.3 }, { seconds: 8, testAccuracy: 0.5 }] },
+      { testAccuracy: 0.9, evaluations: [{ seconds: 5, testAccuracy: 0.8 }] },
+      { testAccuracy: 0.95 },
+    ];
+    const evaluations = evaluationsOnClock(epochs, [10.75, 23.5, 30]);
+    expect(evaluations).to.deep.equal([
+      { seconds: 4, quality: 0.3 }, { seconds: 8, quality: 0.5 }, { seconds: 10.75, quality: 0.6 },
+      { seconds: 15.75, quality: 0.8 }, { seconds: 23.5, quality: 0.9 }, { seconds: 30, quality: 0.95 },
+    ]);
+    // 0.7 is crossed half-way from 0.6 (10.75 s) to 0.8 (15.75 s), not between the epochs' ends.
+    expect(timeToTarget(evaluations, 0.7)).to.be.closeTo(13.25, 1e-12);
   });
 });

@@ -24,6 +24,21 @@ export function engineClock(epochs: { seconds: number; bookkeepingSeconds?: numb
 }
 
 /**
+ * A run's evaluations on its training clock, from its epoch records and the clock at each epoch's end
+ * (`engineClock`, or a peer's epoch seconds summed): those within an epoch (`evaluations`, timed from
+ * the epoch's start) on the clock of the epoch before, then the epoch's own.
+ */
+export function evaluationsOnClock(
+  epochs: { testAccuracy: number; evaluations?: { seconds: number; testAccuracy: number }[] }[],
+  clock: number[],
+): Evaluation[] {
+  return epochs.flatMap((e, i) => [
+    ...(e.evaluations ?? []).map((w) => ({ seconds: (clock[i - 1] ?? 0) + w.seconds, quality: w.testAccuracy })),
+    { seconds: clock[i], quality: e.testAccuracy },
+  ]);
+}
+
+/**
  * Training seconds until the quality first reaches `target`, or null if no evaluation reaches it.
  * Between the last evaluation short of the target and the first at it, the quality is taken to move
  * linearly with time; a target reached at the first evaluation counts that evaluation's time (the
