@@ -8,8 +8,8 @@
 // The clock is training time: the epochs' training seconds (with the engine's end-of-epoch
 // bookkeeping and replica check) summed; evaluation, start-up and checkpoints are left out on both
 // sides. Both evaluate the test set EVALS times an epoch (`--evals-per-epoch`), and the time to the
-// target is interpolated between the evaluations around its crossing (lib/report/time-to-target.js). The target of a link is dense's mean final accuracy on it minus
-// MARGIN points. Each setting (a link and a group of runs) is its own command; finished runs are kept,
+// target is interpolated between the evaluations around its crossing (lib/report/time-to-target.js).
+// The target of a link is dense's mean final accuracy on it minus MARGIN points. Each setting (a link and a group of runs) is its own command; finished runs are kept,
 // an interrupted one starts again.
 //
 //   sudo node bench/time-to-accuracy.js run slow-dense [--seeds 1,2,3] [--configs dense,ddp] [--quick]

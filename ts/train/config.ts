@@ -16,7 +16,8 @@ export type TrainOptions = Partial<TrainConfig> & ({ model: TrainConfig['model']
 
 /**
  * What a resumed run may set anew: how long it trains (the schedule's end), how many workers and
- * threads it has, its timeouts, its output and checkpoints, where the data and the device are.
+ * threads it has, its timeouts, its output, checkpoints and evaluations, where the data and the
+ * device are.
  * Every other option is the run's own; given again, it must have the run's value.
  */
 export const RESUME_MAY_CHANGE: readonly (keyof TrainConfig)[] = [
