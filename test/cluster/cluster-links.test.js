@@ -279,7 +279,7 @@ describe('accordion cluster (needs root)', function () {
   it('the live rate is not fooled by a token bucket: re-planning runs probe the link where the exchange cannot time it, and rank 0 measures the configured rate whatever the bucket', async function () {
     // 2 hosts at 20 Mbit/s whose token buckets let 2 ms (5 kB), 50 ms (125 kB) and 150 ms (375 kB)
     // of traffic through at once, refilled while each step computes. ResNet-18 at width 1/8 with
-    // PowerSGD sends no collective of 64 KiB: every 10th step is probed (two all-reduces of 1 MiB).
+    // PowerSGD sends no collective of 64 KiB: the link is probed (two all-reduces of 1 MiB).
     const read = [];
     for (const burst of ['2ms', '50ms', '150ms']) {
       const dir = runDir(`burst-${burst}`);
@@ -291,11 +291,17 @@ describe('accordion cluster (needs root)', function () {
       expect(exit.stderr).to.include(`burst ${parseFloat(burst)} ms`);
       await expectNothingLeft(c, dir);
       const metrics = readMetrics(path.join(dir, 'metrics.jsonl'));
-      // 16 steps an epoch: probes after steps 10, 20 and 30, counted in the epochs' records.
+      // 16 steps an epoch: probes after steps 10 and 20 (the first prices nothing), the next after
+      // the first probe's seconds over 5% of a step's (about 0.84 s over 5% of 0.1 s: beyond the run),
+      // counted in the epochs' records.
       const probes = metrics.filter((e) => e.event === 'probe');
-      expect(probes.map((p) => p.runStep)).to.deep.equal([10, 20, 30]);
+      expect(probes.map((p) => p.runStep)).to.deep.equal([10, 20]);
       const epochs = metrics.filter((e) => e.event === 'epoch');
-      expect(epochs.map((e) => e.probeFloats)).to.deep.equal([2 ** 19, 2 ** 20]);
+      expect(epochs.map((e) => e.probeFloats)).to.deep.equal([2 ** 19, 2 ** 19]);
+      expect(epochs.map((e) => e.probeSeconds)).to.deep.equal(probes.map((p) => p.seconds));
+      const stepSeconds = (epochs[0].seconds - epochs[0].probeSeconds) / epochs[0].steps;
+      const priced = probes[0].seconds / (0.05 * stepSeconds);
+      expect(probes[1].nextStep - 20, `${probes[0].seconds} s a probe, ${stepSeconds} s a step`).to.be.within(0.5 * priced, 2 * priced);
       // Each host's bytes on the wire include the probes' all-reduces.
       const wire = compareWire(readNetworkLog(dir));
       expect(wire.map((w) => w.ok), JSON.stringify(wire)).to.deep.equal([true, true, true, true]);

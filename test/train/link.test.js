@@ -2,7 +2,7 @@
 // cases: collectives of a known latency and bandwidth, some of them waiting for a late peer, some
 // let through by a burst at the start of each step.
 import { expect } from 'chai';
-import { LinkMonitor, collectiveSamples, describeLink, estimateLink } from '../../lib/train/link.js';
+import { LinkMonitor, PROBE_FLOATS, ProbeSchedule, collectiveSamples, describeLink, estimateLink } from '../../lib/train/link.js';
 
 describe('the link estimate', function () {
   // A link of 1 ms latency and 10 MB/s: a collective sending b bytes takes 0.001 + b / 1e7 s when
@@ -107,5 +107,76 @@ describe('the link estimate', function () {
     for (let s = 0; s < 4; s++) seen.push(monitor.addStep(step(1e7)).bytesPerSecond);
     expect(seen[0]).to.be.closeTo(1e8, 1);
     expect(seen[3]).to.be.closeTo(1e7, 1);
+  });
+});
+
+describe('the probes of the link', function () {
+  /**
+   * Two ranks in one process: an all-reduce sums both ranks' buffers once both have called it and
+   * returns after `seconds` (the link's time for it).
+   */
+  function pairedGroups(seconds) {
+    let waiting;
+    const allReduce = (buffer) => new Promise((resolve) => {
+      if (!waiting) {
+        waiting = { buffer, resolve };
+        return;
+      }
+      const other = waiting;
+      waiting = undefined;
+      for (let i = 0; i < buffer.length; i++) buffer[i] = other.buffer[i] += buffer[i];
+      setTimeout(() => {
+        other.resolve();
+        resolve();
+      }, 1000 * seconds);
+    });
+    return [0, 1].map((rank) => ({ rank, worldSize: 2, allReduce }));
+  }
+  const unmeasured = [{ bytes: 8, seconds: 0.001 }, { bytes: 1e5, seconds: 0.01 }];
+  const measured = [{ bytes: 1e5, seconds: 0.01 }, { bytes: 1e5, seconds: 0.01 }];
+
+  it('probes a step whose exchange cannot time the link, first after 10 steps', function () {
+    const schedule = new ProbeSchedule(30); // a run resumed after 30 steps
+    expect(schedule.due(39, unmeasured)).to.equal(false);
+    expect(schedule.due(40, unmeasured)).to.equal(true);
+    expect(schedule.due(40, measured), 'two collectives of 64 KiB time the link themselves').to.equal(false);
+    expect(schedule.interval(), 'nothing to price the next probe on yet').to.equal(10);
+  });
+
+  it("spaces the probes to about 5% of the training time, on rank 0's seconds, and every rank probes at the same step", async function () {
+    const groups = pairedGroups(0.1);
+    const schedules = [new ProbeSchedule(0), new ProbeSchedule(0)];
+    const probeBoth = (runStep) => Promise.all(schedules.map((s, r) => s.probe(groups[r], runStep)));
+    // Rank 0's steps take 10 ms, rank 1's 30 ms (its seconds are never used).
+    const steps = (n) => {
+      for (let i = 0; i < n; i++) [0.01, 0.03].forEach((seconds, r) => schedules[r].addStep(seconds));
+    };
+    steps(10);
+    const first = await probeBoth(10);
+    expect(first.map((p) => p.nextStep), 'the first probe prices nothing').to.deep.equal([20, 20]);
+    for (const p of first) {
+      expect(p.samples.map((c) => c.bytes)).to.deep.equal([4 * PROBE_FLOATS, 4 * PROBE_FLOATS]); // 2(W − 1)/W of 1 MiB
+      expect(p.allReducedFloats).to.equal(2 * PROBE_FLOATS);
+      expect(p.seconds).to.be.within(0.19, 0.4);
+    }
+    steps(10);
+    // By hand: the first probe's 0.2 s over 5% of rank 0's 10 ms steps is 400 steps.
+    const expected = Math.ceil(first[0].seconds / (0.05 * 0.01));
+    expect(expected).to.be.within(380, 800);
+    expect(schedules[0].interval()).to.equal(expected);
+    const second = await probeBoth(20);
+    expect(second.map((p) => p.nextStep)).to.deep.equal([20 + expected, 20 + expected]);
+    expect(schedules[1].due(20 + expected - 1, unmeasured)).to.equal(false);
+    expect(schedules[1].due(20 + expected, unmeasured)).to.equal(true);
+  });
+
+  it('probes at least every 10 steps apart however cheap the probe', async function () {
+    const groups = pairedGroups(0);
+    const schedules = [new ProbeSchedule(0), new ProbeSchedule(0)];
+    for (const runStep of [10, 20]) {
+      for (const s of schedules) for (let i = 0; i < 10; i++) s.addStep(1);
+      const probes = await Promise.all(schedules.map((s, r) => s.probe(groups[r], runStep)));
+      expect(probes.map((p) => p.nextStep)).to.deep.equal([runStep + 10, runStep + 10]);
+    }
   });
 });

@@ -25,7 +25,7 @@
  *  - each collective's waiting is what its seconds exceed the prediction by.
  * With little traffic beyond the burst (a highly compressed exchange on a fast link) the bandwidth
  * is unknown, and with one timed collective a step the burst cannot be told from the rate: a
- * policy that follows the link then has it probed (probeLink).
+ * policy that follows the link then has it probed (ProbeSchedule).
  */
 
 import { formatBytes, formatRate } from '../base/units.js';
@@ -205,10 +205,12 @@ function median(values: number[]): number {
   return s.length % 2 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 }
 
-/** A step is probed at most once every this many steps (the monitor's window). */
+/** The first probe comes after this many steps, and each next one at least this many steps later (the monitor's window). */
 export const PROBE_STEPS = 10;
-/** The floats of each of a probe's two all-reduces (1 MiB). */
+/** The floats of each of a probe's two all-reduces (1 MiB: more than a switch's or a token bucket's burst). */
 export const PROBE_FLOATS = 1 << 18;
+/** The share of the training time the probes may take: a probe's successor waits until the steps since have taken its seconds over this share. */
+export const PROBE_SHARE = 0.05;
 
 /**
  * Whether a step's collectives leave the link unmeasured: fewer than two of them send
@@ -227,16 +229,72 @@ async function timedAllReduce(group: ProcessGroup, buffer: Float32Array): Promis
   return { bytes: (4 * buffer.length * 2 * (w - 1)) / w, seconds: (performance.now() - start) / 1000 };
 }
 
+/** A probe as the trainer records it: the two all-reduces' samples, the floats they carried and their seconds. */
+export interface Probe {
+  samples: CollectiveSample[];
+  allReducedFloats: number;
+  seconds: number;
+  /** The run step of the next probe, as every worker has it. */
+  nextStep: number;
+}
+
 /**
- * A probe of the link after a step's exchange, on every rank: two all-reduces of `floats` floats
- * back to back, timed, to be counted with the step's collectives. The first drains what the burst
- * still holds, the second then runs at the rate, and at two places of the step the burst can be
- * told from the rate. `allReducedFloats`: the floats all-reduced, traffic of its own.
+ * When the link is probed, and the probe (probe()): two all-reduces of PROBE_FLOATS floats after a
+ * step's exchange, timed, to be counted with the step's collectives. The first drains what the
+ * burst still holds, the second then runs at the rate, and at two places of the step the burst can
+ * be told from the rate.
+ *
+ * The probes cost about PROBE_SHARE of the training time: rank 0 prices each probe's successor on
+ * the seconds of the probe before it (the link's, as last seen) against the seconds its steps have
+ * taken since, at least PROBE_STEPS steps apart. Every worker must probe at the same step, and the
+ * seconds are rank 0's own, so rank 0's interval travels in the probe's first buffer (the others
+ * add zeros): the probes need no collective of their own. A step is probed once it is due and the
+ * exchange alone cannot time the link (needsProbe: the same on every worker).
  */
-export async function probeLink(group: ProcessGroup, floats = PROBE_FLOATS): Promise<{ samples: CollectiveSample[]; allReducedFloats: number }> {
-  const buffer = new Float32Array(floats);
-  const samples = [await timedAllReduce(group, buffer), await timedAllReduce(group, buffer)];
-  return { samples, allReducedFloats: 2 * floats };
+export class ProbeSchedule {
+  private nextStep: number;
+  /** Rank 0's figures since the last probe: its step seconds, and the seconds of that probe (0 before the first). */
+  private stepSeconds = 0;
+  private steps = 0;
+  private lastSeconds = 0;
+
+  /** A schedule from `runStep` on (the run's start, or the step a resumed run starts from). */
+  constructor(runStep: number) {
+    this.nextStep = runStep + PROBE_STEPS;
+  }
+
+  /** Counts a step's seconds (its compute and exchange, without a probe). */
+  addStep(seconds: number): void {
+    this.stepSeconds += seconds;
+    this.steps++;
+  }
+
+  /** Whether the step just run is probed. */
+  due(runStep: number, step: readonly CollectiveSample[]): boolean {
+    return runStep >= this.nextStep && needsProbe(step);
+  }
+
+  /** Rank 0's steps from this probe to the next: its predecessor's seconds over PROBE_SHARE of a step's. */
+  interval(): number {
+    if (this.lastSeconds === 0 || this.steps === 0) return PROBE_STEPS;
+    const stepSeconds = Math.max(this.stepSeconds / this.steps, 1e-9);
+    return Math.max(PROBE_STEPS, Math.ceil(this.lastSeconds / (PROBE_SHARE * stepSeconds)));
+  }
+
+  /** Probes the link after `runStep` on every rank alike. */
+  async probe(group: ProcessGroup, runStep: number): Promise<Probe> {
+    const buffer = new Float32Array(PROBE_FLOATS);
+    if (group.rank === 0) buffer[0] = this.interval();
+    const first = await timedAllReduce(group, buffer);
+    const interval = buffer[0]!;
+    const second = await timedAllReduce(group, buffer);
+    const seconds = first.seconds + second.seconds;
+    this.nextStep = runStep + interval;
+    this.lastSeconds = seconds;
+    this.stepSeconds = 0;
+    this.steps = 0;
+    return { samples: [first, second], allReducedFloats: 2 * PROBE_FLOATS, seconds, nextStep: this.nextStep };
+  }
 }
 
 /**

@@ -32,8 +32,9 @@ export interface EpochRecord extends StepFigures {
   bytesSentTotal: number;
   /** With two or more workers: the link as this worker's collectives met it over the epoch (train/link.ts). */
   link?: LinkEstimate;
-  /** Floats all-reduced in the epoch to probe the link (train/link.ts probeLink), beside the exchange's. */
+  /** Floats all-reduced in the epoch to probe the link (train/link.ts ProbeSchedule), beside the exchange's, and the seconds the probes took (within `seconds`). */
   probeFloats?: number;
+  probeSeconds?: number;
   /** With Accordion: per parameter, its level in this epoch (0: dense), the norm of its summed
    * gradient, and the norm-change ratio when this epoch was a check. */
   levels?: number[];

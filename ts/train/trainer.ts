@@ -14,7 +14,7 @@ import type { Model } from '../engine/model.js';
 import { saveCheckpoint } from './checkpoint.js';
 import { DenseStart } from './dense-start.js';
 import { savedConfig, type TrainOptions } from './config.js';
-import { LinkMonitor, PROBE_STEPS, collectiveSamples, estimateLink, measureLink, needsProbe, probeLink, type CollectiveSample, type LinkEstimate } from './link.js';
+import { LinkMonitor, ProbeSchedule, collectiveSamples, estimateLink, measureLink, type CollectiveSample, type LinkEstimate } from './link.js';
 import { ProgressBar, epochLine } from './progress.js';
 import { openRunDir, writeSummary } from './rundir.js';
 import { learningRateForEpoch, type LrSchedule } from './rules/schedule.js';
@@ -48,6 +48,8 @@ export class Trainer extends EventEmitter {
   private readonly denseStart: DenseStart;
   /** The link over the last steps' collectives. */
   private readonly link = new LinkMonitor();
+  /** When a policy that follows the link has it probed (from the step this run starts at). */
+  private probes?: ProbeSchedule;
   private denseStartSaved?: number[];
 
   private constructor(s: SetUp, context: TrainerContext) {
@@ -192,13 +194,16 @@ export class Trainer extends EventEmitter {
     let paused = 0;
     const evaluateAfter = evaluationSteps(steps, config.evalsPerEpoch);
     const evaluations: EvaluationEvent[] = [];
-    let lossSum = 0, correct = 0, samples = 0, stepsDone = 0, probeFloats = 0;
+    let lossSum = 0, correct = 0, samples = 0, stepsDone = 0, probeFloats = 0, probeSeconds = 0;
     const figures = zeroStepFigures();
     const collectives: CollectiveSample[][] = [];
     const levels = this.policy.setsLevels ? Array.from(await this.model.levels()) : undefined;
+    this.probes ??= new ProbeSchedule(this.runSteps);
     for (let step = 0; step < steps; step++) {
+      const stepStart = performance.now();
       const r: StepResult | null = await this.task.step(this.model, microBatches);
       if (!r) break;
+      this.probes.addStep((performance.now() - stepStart) / 1000);
       stepsDone++;
       await this.denseStart.stepDone(this.model, ++this.runSteps);
       lossSum += r.loss * r.samples;
@@ -207,12 +212,13 @@ export class Trainer extends EventEmitter {
       addStepFigures(figures, r);
       const stepCollectives = collectiveSamples(r.collectives);
       // A policy that follows the link has it probed where the exchange cannot measure it: every
-      // worker alike (the same step, the same collectives' sizes), at most every PROBE_STEPS steps.
-      if (this.group && this.policy.followsLink() && this.runSteps % PROBE_STEPS === 0 && needsProbe(stepCollectives)) {
-        const probe = await probeLink(this.group);
+      // worker alike, about PROBE_SHARE of the training time (link.ts ProbeSchedule).
+      if (this.group && this.policy.followsLink() && this.probes.due(this.runSteps, stepCollectives)) {
+        const probe = await this.probes.probe(this.group, this.runSteps);
         stepCollectives.push(...probe.samples);
         probeFloats += probe.allReducedFloats;
-        this.metrics?.write({ event: 'probe', epoch: epoch + 1, runStep: this.runSteps, samples: probe.samples, allReducedFloats: probe.allReducedFloats });
+        probeSeconds += probe.seconds;
+        this.metrics?.write({ event: 'probe', epoch: epoch + 1, runStep: this.runSteps, ...probe });
       }
       collectives.push(stepCollectives);
       const link = this.link.addStep(stepCollectives);
@@ -280,7 +286,7 @@ export class Trainer extends EventEmitter {
       floatsSentTotal: (this.history[this.history.length - 1]?.floatsSentTotal ?? 0) + figures.floatsSent,
       bytesSentTotal: (this.history[this.history.length - 1]?.bytesSentTotal ?? 0) + figures.bytesSent,
       ...(link ? { link } : {}),
-      ...(probeFloats ? { probeFloats } : {}),
+      ...(probeFloats ? { probeFloats, probeSeconds } : {}),
       batchSize: batch,
       bookkeepingSeconds,
       syncSeconds,

@@ -47,7 +47,7 @@ export class AutoPolicy extends AccordionPolicy {
     return epoch % this.s.config.accordionInterval === 0 || scheduledRate(this.s, epoch + 1) < scheduledRate(this.s, epoch);
   }
 
-  /** The trainer probes the link for a policy that re-plans (../link.ts probeLink). */
+  /** The trainer probes the link for a policy that re-plans (../link.ts ProbeSchedule). */
   override followsLink(): boolean {
     return this.replans();
   }
