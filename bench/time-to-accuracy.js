@@ -9,8 +9,10 @@
 // bookkeeping and replica check) summed; evaluation, start-up and checkpoints are left out on both
 // sides. Both evaluate the test set EVALS times an epoch (`--evals-per-epoch`), and the time to the
 // target is interpolated between the evaluations around its crossing (lib/report/time-to-target.js).
-// The target of a link is dense's mean final accuracy on it minus MARGIN points. Each setting (a link and a group of runs) is its own command; finished runs are kept,
-// an interrupted one starts again.
+// The target of a link is dense's mean final accuracy on it minus MARGIN points. Each setting (a
+// link and a group of runs) is its own command; finished runs are kept, an interrupted one starts
+// again. A report keeps each finished run's record beside it, and reads the records of runs whose
+// folders are gone.
 //
 //   sudo node bench/time-to-accuracy.js run slow-dense [--seeds 1,2,3] [--configs dense,ddp] [--quick]
 //   sudo node bench/time-to-accuracy.js pilot [--rates 40mbit,240mbit]  # exchange ÷ compute of a dense epoch per rate
@@ -112,6 +114,11 @@ function peerArgs(s, config, seed, init) {
 
 const runDir = (o, link, s, group, config, seed) => path.join(o.dir, link, s.tag, `${runName(group, config)}-seed${seed}`);
 const finished = (run) => fs.existsSync(path.join(run, 'summary.json')) || fs.existsSync(path.join(run, 'finished'));
+/**
+ * A finished run as the report reads it (readRun), kept beside the reports so that a report can be
+ * made again, and a link's groups completed, where the runs' folders are gone.
+ */
+const recordFile = (o, link, s, group, config, seed) => path.join(o.results, 'time-to-accuracy', link, s.tag, `${runName(group, config)}-seed${seed}.json`);
 
 /** One run on the shaped hosts, from scratch unless it finished. */
 async function runOne(o, link, s, group, config, seed) {
@@ -168,9 +175,20 @@ function report(o, link) {
   for (const [group, { configs }] of Object.entries(GROUPS)) {
     const s = setting(group, o);
     for (const config of configs) {
-      const runs = o.seeds.map((seed) => ({ seed, dir: runDir(o, link, s, group, config, seed) })).filter((r) => finished(r.dir));
+      const runs = o.seeds.flatMap((seed) => {
+        const dir = runDir(o, link, s, group, config, seed), record = recordFile(o, link, s, group, config, seed);
+        if (finished(dir)) {
+          const run = readRun(dir);
+          if (!o.quick) {
+            fs.mkdirSync(path.dirname(record), { recursive: true });
+            fs.writeFileSync(record, JSON.stringify(run) + '\n');
+          }
+          return [{ seed, ...run }];
+        }
+        return fs.existsSync(record) ? [{ seed, ...JSON.parse(fs.readFileSync(record, 'utf8')) }] : [];
+      });
       const title = group === 'follow' && config === 'auto' ? `automatic levels, re-planning, ${FOLLOW.auto.join(' ')}` : TITLES[config];
-      if (runs.length) rows.push({ name: runName(group, config), title, group, runs: runs.map((r) => ({ seed: r.seed, ...readRun(r.dir) })) });
+      if (runs.length) rows.push({ name: runName(group, config), title, group, runs });
     }
   }
   const dense = rows.find((r) => r.name === 'dense');
@@ -308,7 +326,8 @@ const USAGE = `Usage: sudo node bench/time-to-accuracy.js run LINK-GROUP [option
   --rate RATE       the hosts' egress instead of the link's (a trial)
   --rates LIST      pilot: the rates to try (default ${Object.values(RATES).join(',')})
   --dir DIR         where runs go (default runs/time-to-accuracy)
-  --results DIR     where report writes (default bench/results)
+  --results DIR     where report writes (default bench/results), with each finished run's record
+                    (time-to-accuracy/LINK/…/RUN.json), read where the run's folder is gone
   --evals N         test-set evaluations an epoch, the engine and PyTorch alike (default ${EVALS}; runs of
                     another count are kept apart, those of 1 where they always were)
   --quick           2 epochs on 512 images: a smoke run, not figures to quote`;
