@@ -16,9 +16,10 @@
 //
 //   sudo node bench/time-to-accuracy.js run slow-dense [--seeds 1,2,3] [--configs dense,ddp] [--quick]
 //   sudo node bench/time-to-accuracy.js pilot [--rates 40mbit,240mbit]  # exchange ÷ compute of a dense epoch per rate
-//   node bench/time-to-accuracy.js report slow [--evals N]              # bench/results/time-to-accuracy-slow.md
+//   node bench/time-to-accuracy.js report slow [--evals N]              # bench/results/time-to-accuracy-slow-MACHINE.md
 //   node bench/time-to-accuracy.js list
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { ROOT, ddpOnShapedHosts, fmt, formatTable, meanInterval, readPeerEpochs, runLogged } from './common.js';
@@ -116,8 +117,13 @@ const runDir = (o, link, s, group, config, seed) => path.join(o.dir, link, s.tag
 const finished = (run) => fs.existsSync(path.join(run, 'summary.json')) || fs.existsSync(path.join(run, 'finished'));
 /**
  * A finished run as the report reads it (readRun), kept beside the reports so that a report can be
- * made again, and a link's groups completed, where the runs' folders are gone.
+ * made again, and a link's groups completed, where the runs' folders are gone. A record names the
+ * machine that ran it (the one that holds its folder): a report reads one machine's runs, since
+ * both the times and, through the kernels oneDNN picks for the CPU, the trajectories differ by machine.
  */
+const MACHINE = `${os.cpus()[0]?.model.trim() ?? 'unknown CPU'}, ${os.cpus().length} cores`;
+/** A machine in a report's file name: 'AMD EPYC, 2 cores' → 'amd-epyc', 'Intel(R) Xeon(R) Platinum 8488C CPU @ …' → 'intel-xeon-platinum-8488c'. */
+const machineSlug = (machine) => machine.split(',')[0].toLowerCase().replace(/\((r|tm)\)/g, '').replace(/\s(cpu|processor)\b.*$/, '').replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '');
 const recordFile = (o, link, s, group, config, seed) => path.join(o.results, 'time-to-accuracy', link, s.tag, `${runName(group, config)}-seed${seed}.json`);
 
 /** One run on the shaped hosts, from scratch unless it finished. */
@@ -177,22 +183,23 @@ function report(o, link) {
     for (const config of configs) {
       const runs = o.seeds.flatMap((seed) => {
         const dir = runDir(o, link, s, group, config, seed), record = recordFile(o, link, s, group, config, seed);
-        if (finished(dir)) {
-          const run = readRun(dir);
+        if (o.machine === MACHINE && finished(dir)) {
+          const run = { machine: MACHINE, ...readRun(dir) };
           if (!o.quick) {
             fs.mkdirSync(path.dirname(record), { recursive: true });
             fs.writeFileSync(record, JSON.stringify(run) + '\n');
           }
           return [{ seed, ...run }];
         }
-        return fs.existsSync(record) ? [{ seed, ...JSON.parse(fs.readFileSync(record, 'utf8')) }] : [];
+        const kept = fs.existsSync(record) ? JSON.parse(fs.readFileSync(record, 'utf8')) : undefined;
+        return kept?.machine === o.machine ? [{ seed, ...kept }] : [];
       });
       const title = group === 'follow' && config === 'auto' ? `automatic levels, re-planning, ${FOLLOW.auto.join(' ')}` : TITLES[config];
       if (runs.length) rows.push({ name: runName(group, config), title, group, runs });
     }
   }
   const dense = rows.find((r) => r.name === 'dense');
-  if (!dense) throw new Error(`no finished dense run on the ${link} link under ${o.dir}: run ${link}-dense first`);
+  if (!dense) throw new Error(`no finished dense run on the ${link} link on ${o.machine} (under ${o.dir} or kept in ${o.results}): run ${link}-dense first`);
   const target = meanInterval(dense.runs.map((r) => r.evaluations.at(-1).quality)).mean - MARGIN / 100;
   for (const row of rows) for (const r of row.runs) r.toTarget = timeToTarget(r.evaluations, target);
   /** Per seed where both reached the target: reference time ÷ this run's time. */
@@ -268,6 +275,8 @@ function report(o, link) {
   const lines = [
     `# Time to accuracy, ${link} link (${o.rate ?? LINKS[link]} a host, ${HOSTS} hosts)${o.quick ? ' — quick mode, not figures to quote' : ''}`,
     '',
+    `Runs on ${o.machine}.`,
+    '',
     `Target: dense's mean final accuracy less ${MARGIN} points = ${fmt(100 * target, 2)}%. Seeds ${o.seeds.join(', ')}; means with`,
     "Student's 95% intervals; speed-ups paired by seed (a seed counts where both runs reached the target).",
     'Training clock: epochs\' training seconds summed, evaluation and start-up left out on both sides;',
@@ -328,6 +337,7 @@ const USAGE = `Usage: sudo node bench/time-to-accuracy.js run LINK-GROUP [option
   --dir DIR         where runs go (default runs/time-to-accuracy)
   --results DIR     where report writes (default bench/results), with each finished run's record
                     (time-to-accuracy/LINK/…/RUN.json), read where the run's folder is gone
+  --machine NAME    report the runs kept from that machine (default this one: '${MACHINE}')
   --evals N         test-set evaluations an epoch, the engine and PyTorch alike (default ${EVALS}; runs of
                     another count are kept apart, those of 1 where they always were)
   --quick           2 epochs on 512 images: a smoke run, not figures to quote`;
@@ -338,7 +348,7 @@ async function main() {
     options: {
       seeds: { type: 'string', default: '1,2,3' }, configs: { type: 'string' }, rate: { type: 'string' }, rates: { type: 'string', default: Object.values(RATES).join(',') },
       dir: { type: 'string', default: path.join(ROOT, 'runs', 'time-to-accuracy') }, results: { type: 'string', default: path.join(ROOT, 'bench', 'results') },
-      evals: { type: 'string', default: String(EVALS) }, quick: { type: 'boolean', default: false }, help: { type: 'boolean', default: false },
+      evals: { type: 'string', default: String(EVALS) }, machine: { type: 'string', default: MACHINE }, quick: { type: 'boolean', default: false }, help: { type: 'boolean', default: false },
     },
   });
   const [command, name] = positionals;
@@ -356,7 +366,7 @@ async function main() {
   if (command === 'report') {
     if (!LINKS[name]) throw new Error(`report: a link, ${Object.keys(LINKS).join(' or ')}; got '${name}'`);
     const text = report(o, name);
-    const file = path.join(o.results, `time-to-accuracy-${name}${o.evals !== EVALS ? `-x${o.evals}` : ''}${o.quick ? '-quick' : ''}.md`);
+    const file = path.join(o.results, `time-to-accuracy-${name}${o.evals !== EVALS ? `-x${o.evals}` : ''}-${machineSlug(o.machine)}${o.quick ? '-quick' : ''}.md`);
     fs.writeFileSync(file, text + '\n');
     return console.log(`${text}\n\nwritten: ${file}`);
   }
