@@ -235,10 +235,19 @@ function report(o, link) {
     // A run that never reaches the target is later than any that does.
     if (!reached(row)) return `- ${what}: ${reached(ref) ? `**not met**: it reached the target on no seed of ${row.runs.length} (the reference on ${reached(ref)})` : 'not decided: neither reached the target'}`;
     const xs = speedups(row, reference);
-    if (xs.length < 2) return `- ${what}: not decided (${xs.length} paired seed${xs.length === 1 ? '' : 's'})`;
+    // Seeds without a pair: neither run reached the target (no ratio), or one of them did, which
+    // is a win (or a loss) of unknown size: it keeps the paired verdict against it from standing.
+    const unpaired = row.runs.flatMap((r) => {
+      const other = ref.runs.find((x) => x.seed === r.seed);
+      if (!other || (r.toTarget !== null && other.toTarget !== null)) return [];
+      return [{ seed: r.seed, outcome: r.toTarget === null && other.toTarget === null ? 'neither' : r.toTarget === null ? 'reference only' : 'this run only' }];
+    });
+    const notes = unpaired.length ? `; ${unpaired.map((u) => `seed ${u.seed}: ${u.outcome === 'neither' ? 'neither reached the target' : `only ${u.outcome === 'reference only' ? 'the reference' : 'this run'} reached it`}`).join(', ')}` : '';
+    if (xs.length < 2) return `- ${what}: not decided (${xs.length} paired seed${xs.length === 1 ? '' : 's'}${notes})`;
     const m = meanInterval(xs);
-    const word = m.low >= bound ? 'met' : m.high < bound ? 'not met' : 'undecided';
-    return `- ${what}: ${fmt(m.mean, 2)}× (${fmt(m.low, 2)} … ${fmt(m.high, 2)}, ${xs.length} seeds) against ${bound}×: **${word}**`;
+    let word = m.low >= bound ? 'met' : m.high < bound ? 'not met' : 'undecided';
+    if ((word === 'met' && unpaired.some((u) => u.outcome === 'reference only')) || (word === 'not met' && unpaired.some((u) => u.outcome === 'this run only'))) word = 'undecided';
+    return `- ${what}: ${fmt(m.mean, 2)}× (${fmt(m.low, 2)} … ${fmt(m.high, 2)}, ${xs.length} paired seeds${notes}) against ${bound}×: **${word}**`;
   };
   /** The paired difference of final accuracies (points), run − reference, against 0. */
   const accuracyVerdict = (what, run, reference) => {
