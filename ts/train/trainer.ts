@@ -49,7 +49,7 @@ export class Trainer extends EventEmitter {
   /** The link over the last steps' collectives. */
   private readonly link = new LinkMonitor();
   /** When a policy that follows the link has it probed (from the step this run starts at). */
-  private probes?: ProbeSchedule;
+  private readonly probes: ProbeSchedule;
   private denseStartSaved?: number[];
 
   private constructor(s: SetUp, context: TrainerContext) {
@@ -74,6 +74,7 @@ export class Trainer extends EventEmitter {
       this.runSteps = this.history.reduce((sum, r) => sum + r.steps, 0);
       this.denseStartSaved = s.resumed.extra.denseStartLevels as number[] | undefined;
     }
+    this.probes = new ProbeSchedule(this.runSteps);
   }
 
   /** This worker's rank (0 when training alone); rank 0 reports, logs and writes the model. */
@@ -198,7 +199,6 @@ export class Trainer extends EventEmitter {
     const figures = zeroStepFigures();
     const collectives: CollectiveSample[][] = [];
     const levels = this.policy.setsLevels ? Array.from(await this.model.levels()) : undefined;
-    this.probes ??= new ProbeSchedule(this.runSteps);
     for (let step = 0; step < steps; step++) {
       const stepStart = performance.now();
       const r: StepResult | null = await this.task.step(this.model, microBatches);
