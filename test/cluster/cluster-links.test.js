@@ -320,9 +320,9 @@ describe('accordion cluster (needs root)', function () {
     const dir = runDir('replan');
     // A tight error budget keeps some matrices dense (in bf16) at 1 Gbit/s: transfers large enough
     // to time the link by, after it drops to 10 Mbit/s, once the first epoch's plan is made (its
-    // epoch takes about 8 s on a busy 2-core machine; the probes would see an earlier drop in time
-    // for the first plan).
-    const c = start(['cluster', '--hosts', '2', '--bandwidth', '0s:1gbit,12s:10mbit', '--', ...lstm(256), '--compressor', 'powersgd', '--adapt', 'auto',
+    // epoch takes about 8 s on a busy 2-core machine, over 12 s under the full suite; the probes
+    // would see an earlier drop in time for the first plan).
+    const c = start(['cluster', '--hosts', '2', '--bandwidth', '0s:1gbit,20s:10mbit', '--', ...lstm(256), '--compressor', 'powersgd', '--adapt', 'auto',
       '--auto-cost', 'seconds', '--error-budget', '0.1', '--accordion-interval', '100', '--replan-steps', '3', '--epochs', '1000', '--workers', '2', '--out', dir]);
     const events = () => {
       try {
@@ -361,7 +361,10 @@ describe('accordion cluster (needs root)', function () {
     // before the first epoch, and the probes theirs in it: the first epoch's bytes on the wire
     // include them, as predicted.
     const probed = events().filter((e) => e.event === 'probe' && e.epoch === 1).reduce((sum, e) => sum + e.allReducedFloats, 0);
-    expect(probed, 'a probe after step 10: the exchange has one collective of 64 KiB').to.equal(2 ** 19);
+    // A probe after step 10 (the exchange has one collective of 64 KiB), then as the schedule
+    // spaces them (how many in the epoch depends on the plan's collectives and the steps' seconds).
+    expect(probed % 2 ** 19, 'whole probes of 2 × 256 Ki floats').to.equal(0);
+    expect(probed, 'a probe after step 10').to.be.at.least(2 ** 19);
     const network = readNetworkLog(dir);
     expect(network.filter((r) => r.event === 'epoch' && r.epoch === 1).map((r) => r.linkFloats)).to.deep.equal([6 * 2 ** 20 + 5 + probed, 6 * 2 ** 20 + 5 + probed]);
     const first = compareWire(network).filter((w) => w.epoch === 1);
