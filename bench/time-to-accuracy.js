@@ -116,14 +116,17 @@ function peerArgs(s, config, seed, init) {
 const runDir = (o, link, s, group, config, seed) => path.join(o.dir, link, s.tag, `${runName(group, config)}-seed${seed}`);
 const finished = (run) => fs.existsSync(path.join(run, 'summary.json')) || fs.existsSync(path.join(run, 'finished'));
 /**
- * A finished run as the report reads it (readRun), kept beside the reports so that a report can be
- * made again, and a link's groups completed, where the runs' folders are gone. A record names the
- * machine that ran it (the one that holds its folder): a report reads one machine's runs, since
- * both the times and, through the kernels oneDNN picks for the CPU, the trajectories differ by machine.
+ * This machine, as a record names it: a report reads one machine's runs, since both the times and,
+ * through the kernels oneDNN picks for the CPU, the trajectories differ by machine.
  */
 const MACHINE = `${os.cpus()[0]?.model.trim() ?? 'unknown CPU'}, ${os.cpus().length} cores`;
 /** A machine in a report's file name: 'AMD EPYC, 2 cores' → 'amd-epyc', 'Intel(R) Xeon(R) Platinum 8488C CPU @ …' → 'intel-xeon-platinum-8488c'. */
 const machineSlug = (machine) => machine.split(',')[0].toLowerCase().replace(/\((r|tm)\)/g, '').replace(/\s(cpu|processor)\b.*$/, '').replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '');
+/**
+ * A finished run as the report reads it (readRun), with the machine that ran it (the one that holds
+ * its folder), kept beside the reports so that a report can be made again, and a link's groups
+ * completed, where the runs' folders are gone.
+ */
 const recordFile = (o, link, s, group, config, seed) => path.join(o.results, 'time-to-accuracy', link, s.tag, `${runName(group, config)}-seed${seed}.json`);
 
 /** One run on the shaped hosts, from scratch unless it finished. */
@@ -240,13 +243,13 @@ function report(o, link) {
     const unpaired = row.runs.flatMap((r) => {
       const other = ref.runs.find((x) => x.seed === r.seed);
       if (!other || (r.toTarget !== null && other.toTarget !== null)) return [];
-      return [{ seed: r.seed, outcome: r.toTarget === null && other.toTarget === null ? 'neither' : r.toTarget === null ? 'reference only' : 'this run only' }];
+      return [{ seed: r.seed, only: r.toTarget !== null ? 'this run' : other.toTarget !== null ? 'the reference' : undefined }];
     });
-    const notes = unpaired.length ? `; ${unpaired.map((u) => `seed ${u.seed}: ${u.outcome === 'neither' ? 'neither reached the target' : `only ${u.outcome === 'reference only' ? 'the reference' : 'this run'} reached it`}`).join(', ')}` : '';
+    const notes = unpaired.map((u) => `; seed ${u.seed}: ${u.only ? `only ${u.only} reached it` : 'neither reached the target'}`).join('');
     if (xs.length < 2) return `- ${what}: not decided (${xs.length} paired seed${xs.length === 1 ? '' : 's'}${notes})`;
     const m = meanInterval(xs);
     let word = m.low >= bound ? 'met' : m.high < bound ? 'not met' : 'undecided';
-    if ((word === 'met' && unpaired.some((u) => u.outcome === 'reference only')) || (word === 'not met' && unpaired.some((u) => u.outcome === 'this run only'))) word = 'undecided';
+    if ((word === 'met' && unpaired.some((u) => u.only === 'the reference')) || (word === 'not met' && unpaired.some((u) => u.only === 'this run'))) word = 'undecided';
     return `- ${what}: ${fmt(m.mean, 2)}× (${fmt(m.low, 2)} … ${fmt(m.high, 2)}, ${xs.length} paired seeds${notes}) against ${bound}×: **${word}**`;
   };
   /** The paired difference of final accuracies (points), run − reference, against 0. */
