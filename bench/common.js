@@ -306,8 +306,10 @@ export async function onShapedHosts(hosts, subnet, bitsPerSecond, fn) {
  * PyTorch DDP (test/oracles/torch_train.py with `args`) on `hosts` simulated hosts on `subnet`, each
  * host's egress shaped to `bitsPerSecond`, one process of one thread a host; each rank's output goes
  * to <dir>/rankN.log and rank 0's epoch records to <dir>/ddp.jsonl. One rank failing stops the
- * others (which would wait for it until Gloo's 30-minute timeout). Resolves to the first nonzero
- * exit code, or 0.
+ * others (which would wait for it until Gloo's 30-minute timeout); rank 0 exits after the last
+ * epoch's barrier, when every rank has trained, and a rank left spinning in PyTorch 1.13's
+ * destroy_process_group is stopped LINGER_MS later (awaitRanks). Resolves to the first failing
+ * rank's status, or 0.
  */
 export function ddpOnShapedHosts(hosts, subnet, bitsPerSecond, args, dir) {
   const script = join(ORACLES, 'torch_train.py');
@@ -319,26 +321,62 @@ export function ddpOnShapedHosts(hosts, subnet, bitsPerSecond, args, dir) {
       runLogged('ip', ['netns', 'exec', host.namespace, PYTHON, script, '--rank', String(host.index), '--world', String(hosts), '--master', master, ...args],
         join(dir, `rank${host.index}.log`), { stdout: 'pipe', spawn: { env } }),
     );
-    for (const r of runs) r.then(({ code }) => code !== 0 && runs.forEach((o) => o.child.kill('SIGKILL')));
-    const results = await Promise.all(runs);
+    const { results, status } = await awaitRanks(runs, LINGER_MS);
     writeFileSync(join(dir, 'ddp.jsonl'), results[0].out);
-    return results.find((r) => r.code !== 0)?.code ?? 0;
+    return status;
   });
 }
+
+/**
+ * The ranks' results (runLogged's) and the job's status: that of the first rank to fail by itself,
+ * or 0. A rank that fails stops those still running; once rank 0 has exited cleanly, those still
+ * running after `lingerMs` are stopped with a warning. Ranks stopped here do not count as failed.
+ */
+export async function awaitRanks(runs, lingerMs) {
+  const stopped = new Set();
+  const stop = () => {
+    for (const r of runs.filter((o) => o.child.exitCode === null && o.child.signalCode === null)) {
+      stopped.add(r);
+      r.child.kill('SIGKILL');
+    }
+  };
+  let linger;
+  runs.forEach((r, rank) =>
+    r.then((result) => {
+      if (stopped.has(r)) return;
+      if (exitStatus(result) !== 0) stop();
+      else if (rank === 0)
+        linger = setTimeout(() => {
+          stop();
+          console.warn(`rank 0 finished ${lingerMs / 1000} s ago; stopped the ${stopped.size} rank(s) still running`);
+        }, lingerMs);
+    }),
+  );
+  const results = await Promise.all(runs);
+  clearTimeout(linger);
+  const failed = runs.filter((r, rank) => !stopped.has(r) && exitStatus(results[rank]) !== 0);
+  return { results, status: failed.length ? exitStatus(await failed[0]) : 0 };
+}
+
+/** How long the other ranks of a DDP run may take to exit after rank 0 has. */
+const LINGER_MS = 60_000;
+
+/** A child's exit as a shell reports it: its code, or 128 + the number of the signal that ended it. */
+const exitStatus = ({ code, signal }) => code ?? 128 + (os.constants.signals[signal] ?? 0);
 
 /** A PyTorch peer's epoch records (<dir>/ddp.jsonl, rank 0's lines). */
 export const readPeerEpochs = (dir) => readFileSync(join(dir, 'ddp.jsonl'), 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l));
 
-/** Runs a command, its output to `logFile` (stdout kept instead with `stdout: 'pipe'`); { code, out, child }. */
+/** Runs a command, its output to `logFile` (stdout kept instead with `stdout: 'pipe'`); { code, signal, out, child }. */
 export function runLogged(command, args, logFile, options = {}) {
   const log = openSync(logFile, 'w');
   const child = spawn(command, args, { stdio: ['ignore', options.stdout ?? log, log], ...options.spawn });
   let out = '';
   child.stdout?.setEncoding('utf8').on('data', (s) => (out += s));
   const exited = new Promise((resolve) => {
-    child.on('exit', (code) => {
+    child.on('exit', (code, signal) => {
       closeSync(log);
-      resolve({ code, out });
+      resolve({ code, signal, out });
     });
   });
   return Object.assign(exited, { child });
