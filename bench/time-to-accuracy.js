@@ -26,6 +26,7 @@ import { ROOT, ddpOnShapedHosts, fmt, formatTable, meanInterval, readPeerEpochs,
 import { FASHION_MNIST, resolveSetting, scheduleArgs, workerArgs } from './reproduce-settings.js';
 import { engineClock, evaluationsOnClock, timeToTarget } from '../lib/report/time-to-target.js';
 import { readMetrics } from '../lib/base/metrics.js';
+import { describeLevel } from '../lib/config/compression.js';
 import { parseBandwidth } from '../lib/cluster/cluster.js';
 import { missingCapabilities } from '../lib/cluster/netns.js';
 
@@ -163,8 +164,11 @@ function readRun(run) {
     const clock = epochs.map((e) => (total += e.seconds));
     return { evaluations: evaluationsOnClock(epochs, clock), stepSeconds: total / epochs.reduce((a, e) => a + e.steps, 0) };
   }
-  const epochs = readMetrics(path.join(run, 'metrics.jsonl')).filter((e) => e.event === 'epoch');
+  const lines = readMetrics(path.join(run, 'metrics.jsonl'));
+  const epochs = lines.filter((e) => e.event === 'epoch');
+  const plans = readPlans(lines);
   return {
+    ...(plans.length ? { plans } : {}),
     evaluations: evaluationsOnClock(epochs, engineClock(epochs)),
     stepSeconds: epochs.reduce((a, e) => a + e.seconds, 0) / epochs.reduce((a, e) => a + e.steps, 0),
     computePerStep: epochs.reduce((a, e) => a + e.computeSeconds, 0) / epochs.reduce((a, e) => a + e.steps, 0),
@@ -172,6 +176,34 @@ function readRun(run) {
     floats: epochs.at(-1).floatsSentTotal,
   };
 }
+
+/**
+ * An automatic-levels run's plans, at its checks and re-plans: the epoch (and for a re-plan the step
+ * from which it applies), the link it was priced at (Mbit/s), the budget's link factor
+ * (--link-share) and how many matrices took each level.
+ */
+function readPlans(lines) {
+  const compressor = lines.find((e) => e.event === 'start')?.compressor;
+  const plan = (auto, bytesPerSecond, at) => {
+    const levels = {};
+    for (const c of auto.candidates) {
+      const level = describeLevel(compressor, auto.levels[c.index]);
+      levels[level] = (levels[level] ?? 0) + 1;
+    }
+    return { ...at, mbit: bytesPerSecond === undefined ? undefined : (bytesPerSecond * 8) / 1e6, linkFactor: auto.linkFactor, levels };
+  };
+  return lines.flatMap((e) =>
+    e.event === 'epoch' && e.auto ? [plan(e.auto, e.auto.bytesPerSecond, { epoch: e.epoch })]
+      : e.event === 'replan' ? [plan(e.plan, e.toBytesPerSecond, { epoch: e.epoch, runStep: e.runStep })]
+        : [],
+  );
+}
+
+/** A plan as one line: when, the link, the factor and the levels (most matrices first). */
+const showPlan = (p) =>
+  `${p.runStep === undefined ? `end of epoch ${p.epoch}` : `epoch ${p.epoch}, from step ${p.runStep}`}: ` +
+  `${p.mbit === undefined ? 'no link' : `${fmt(p.mbit, 0)} Mbit/s`}${p.linkFactor === undefined ? '' : `, budget × ${fmt(p.linkFactor, 2)}`}; ` +
+  Object.entries(p.levels).sort((a, b) => b[1] - a[1]).map(([level, n]) => `${n} ${level}`).join(', ');
 
 const interval = (xs, digits = 2) => {
   const m = meanInterval(xs);
@@ -315,6 +347,12 @@ function report(o, link) {
       { markdown: true },
     ),
     '',
+    ...rows.filter((row) => row.name === 'follow-auto').flatMap((row) => [
+      `Plans of ${row.title} (levels of the ${Object.values(row.runs[0].plans?.[0]?.levels ?? {}).reduce((a, n) => a + n, 0)} matrices; each check's plan, then each re-plan):`,
+      '',
+      ...row.runs.flatMap((r) => [`- seed ${r.seed}:`, ...(r.plans ?? []).map((p) => `  - ${showPlan(p)}`)]),
+      '',
+    ]),
     `Command: \`node bench/time-to-accuracy.js report ${link}${o.evals !== EVALS ? ` --evals ${o.evals}` : ''}${o.quick ? ' --quick' : ''}\``,
   ];
   return lines.join('\n');
