@@ -217,6 +217,39 @@ describe('accordion cluster (needs root)', function () {
     this.test.title += ` [${notes.join('; ')}]`;
   });
 
+  it('a rate that drops while a stream fills the queue strands no packet: the link keeps moving at the lower rate every time', async function () {
+    // tbf sends a packet only once its bucket holds the packet's length on the wire; a packet queued
+    // under a large bucket that outweighs a smaller one after a change would hold the link until the
+    // rate rose again. A stream keeps the queue full of the largest packets the host sends; each of
+    // 10 drops to 60 Mbit/s (bucket 15,000 bytes) must still move bytes within 0.4 s.
+    const network = await netns.createNetwork({ hosts: 2, subnet: parseSubnet('10.87.0.0/24', 2), shape: { bitsPerSecond: 480e6, delaySeconds: 0, loss: 0 }, laterRates: [60e6] });
+    const inHost = (host, script) => spawn('ip', ['netns', 'exec', network.hosts[host].namespace, process.execPath, '--input-type=module', '-e', script, network.hosts[1].address], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const sentBytes = () => JSON.parse(spawnSync('tc', ['-n', network.hosts[0].namespace, '-j', '-s', 'qdisc', 'show', 'dev', netns.HOST_DEVICE], { encoding: 'utf8' }).stdout)[0].bytes;
+    const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+    const children = [];
+    try {
+      const sink = inHost(1, `import net from 'node:net'; net.createServer((s) => s.resume()).listen(7003, process.argv[1], () => console.error('ready'));`);
+      children.push(sink);
+      await new Promise((resolve) => sink.stderr.once('data', resolve));
+      children.push(inHost(0, `import net from 'node:net'; const s = net.connect(7003, process.argv[1]); const chunk = Buffer.alloc(1 << 20); const go = () => { while (s.write(chunk)); s.once('drain', go); }; s.on('connect', go);`));
+      await sleep(500);
+      const shape = { delaySeconds: 0 };
+      const stalled = [];
+      for (let i = 0; i < 10; i++) {
+        await netns.setEgressRate(network.hosts[0], 60e6, shape);
+        const before = sentBytes();
+        await sleep(400);
+        if (sentBytes() === before) stalled.push(i);
+        await netns.setEgressRate(network.hosts[0], 480e6, shape);
+        await sleep(200);
+      }
+      expect(stalled, 'drops after which the link stood still').to.deep.equal([]);
+    } finally {
+      for (const c of children) c.kill('SIGKILL');
+      await netns.removeNetwork(network.id);
+    }
+  });
+
   it('a bandwidth schedule changes every host\'s rate at its times: tc reports each scheduled rate once its change is logged, in schedule order; a host with a rate of its own keeps it', async function () {
     const dir = runDir('schedule');
     // Changes 3 s apart, the first after the job has started (its start record opens network.jsonl).
@@ -227,11 +260,15 @@ describe('accordion cluster (needs root)', function () {
       const n = await netns.findNetwork(c.child.pid);
       return n?.hosts.length === 3 ? n : undefined;
     }, 30000);
-    // Hosts whose rate changes send packets no longer than their smallest bucket (tbf's 2 ms at
-    // 50 Mbit/s: 12,500 bytes), so that none queued before a change outgrows the bucket after it; the
-    // host with a rate of its own keeps Linux's 65,536.
+    // Hosts whose rate changes send packets that fit their smallest bucket (tbf's 2 ms at 50 Mbit/s:
+    // 12,500 bytes), so that none queued before a change outgrows the bucket after it. tbf weighs a
+    // GSO packet as its segments on the wire: payload in segments of at most 1,448 bytes (a 1,500-byte
+    // MTU less 52 bytes of IPv4 and TCP headers with timestamps), each with 66 bytes of headers
+    // (Ethernet's 14 besides); even counted as all payload, a packet of gso_max_size bytes must weigh
+    // no more than the bucket. The host with a rate of its own keeps Linux's 65,536.
     const gso = network.hosts.map((h) => JSON.parse(spawnSync('ip', ['-n', h.namespace, '-j', '-d', 'link', 'show', 'dev', netns.HOST_DEVICE], { encoding: 'utf8' }).stdout)[0].gso_max_size);
-    expect(gso).to.deep.equal([12500, 12500, 65536]);
+    expect(gso).to.deep.equal([11250, 11250, 65536]);
+    for (const size of gso.slice(0, 2)) expect(size + Math.ceil(size / 1448) * 66, `a ${size}-byte packet on the wire`).to.be.at.most(12500);
     const seen = [];
     await waitFor('both changes of rate', async () => {
       if (c.done) throw new Error(`the job ended before the schedule did; stderr:\n${c.stderr}`);

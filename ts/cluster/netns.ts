@@ -41,8 +41,9 @@ export interface Host {
   /** The switch's end of the host's veth pair, in the switch namespace. */
   port: string;
   /**
-   * Where the host's rate changes while it runs: the largest packet it sends (its interface's
-   * gso_max_size), which every bucket it gets holds (createNetwork).
+   * Where the host's rate changes while it runs: the largest length a qdisc counts for a packet it
+   * sends (its interface's gso_max_size over GSO_SHARE), which every bucket it gets holds
+   * (createNetwork).
    */
   packetBytes?: number;
 }
@@ -156,12 +157,14 @@ export function formatAddress(value: number): string {
  * (setEgressRate). On any failure what was already made is removed before the error is thrown.
  *
  * A host whose rate will change sends packets no larger than the smallest token bucket it will
- * have, but at least MIN_PACKET_BYTES (its interface's gso_max_size), and every bucket it gets
- * holds at least such a packet: tbf sends a packet only once the bucket holds its length, so a
- * packet queued under a larger bucket and longer than the new one would hold the queue, and the
- * link, forever. (A packet longer than the bucket in force is cut into segments as it is queued;
- * only a change of rate can strand one.) The floor keeps the fast phases fast: packets of a few
- * frames cost the veth pair more per byte than a 1 Gbit/s link allows on a busy machine.
+ * have, but at least MIN_PACKET_BYTES (`packetBytes`), and every bucket it gets holds at least such
+ * a packet: tbf sends a packet only once the bucket holds its length, so a packet queued under a
+ * larger bucket and longer than the new one would hold the queue, and the link, until the rate
+ * rises again. (A packet longer than the bucket in force is cut into segments as it is queued;
+ * only a change of rate can strand one.) The length tbf weighs is that of the packet's segments on
+ * the wire, each with its own headers, so the interface's gso_max_size is GSO_SHARE of it. The
+ * floor keeps the fast phases fast: packets of a few frames cost the veth pair more per byte than a
+ * 1 Gbit/s link allows on a busy machine.
  */
 export async function createNetwork(options: {
   hosts: number;
@@ -202,7 +205,7 @@ export async function createNetwork(options: {
       if (ownRate === undefined && options.laterRates?.length) {
         const smallest = bucketBytes(Math.min(shape.bitsPerSecond, ...options.laterRates), shape.burstSeconds);
         host.packetBytes = Math.min(Math.max(smallest, MIN_PACKET_BYTES), DEFAULT_GSO_MAX_SIZE);
-        await ip('-n', ns, 'link', 'set', 'dev', HOST_DEVICE, 'gso_max_size', String(host.packetBytes));
+        await ip('-n', ns, 'link', 'set', 'dev', HOST_DEVICE, 'gso_max_size', String(Math.floor(host.packetBytes * GSO_SHARE)));
       }
       await ip('-n', ns, 'addr', 'add', `${host.address}/${subnet.prefixLength}`, 'dev', HOST_DEVICE);
       await ip('-n', ns, 'link', 'set', 'lo', 'up');
@@ -260,6 +263,12 @@ export function bucketBytes(bitsPerSecond: number, burstSeconds = DEFAULT_BURST_
 const DEFAULT_GSO_MAX_SIZE = 65536;
 /** The smallest packet cap of a host whose rate changes (createNetwork). */
 const MIN_PACKET_BYTES = 8192;
+/**
+ * A GSO packet's share of the length a qdisc counts for it: the qdisc adds the headers of every
+ * segment after the first (14 + 20 + 32 bytes for TCP over IPv4 with timestamps, beside 1,448 bytes
+ * of payload, 4.6%; over IPv6 6.0%), so a packet of gso_max_size bytes weighs up to 1.06 times it.
+ */
+const GSO_SHARE = 0.9;
 
 /** tbf's arguments for a rate: a bucket of bucketBytes (at least `packetBytes`), and 50 ms of queue beyond it. */
 function tokenBucket(bitsPerSecond: number, packetBytes = 0, burstSeconds?: number): string[] {
