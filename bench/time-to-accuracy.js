@@ -29,6 +29,7 @@ import { readMetrics } from '../lib/base/metrics.js';
 import { describeLevel } from '../lib/config/compression.js';
 import { parseBandwidth } from '../lib/cluster/cluster.js';
 import { missingCapabilities } from '../lib/cluster/netns.js';
+import { buildInfo } from '../lib/index.js';
 
 const HOSTS = 4;
 /** The target: dense's mean final accuracy on the link less this many points (fixed before the runs). */
@@ -118,17 +119,29 @@ const runDir = (o, link, s, group, config, seed) => path.join(o.dir, link, s.tag
 const finished = (run) => fs.existsSync(path.join(run, 'summary.json')) || fs.existsSync(path.join(run, 'finished'));
 /**
  * This machine, as a record names it: a report reads one machine's runs, since both the times and,
- * through the kernels oneDNN picks for the CPU, the trajectories differ by machine.
+ * through the kernels oneDNN picks for the CPU, the trajectories differ by machine. The model name
+ * alone does not tell them apart (a virtual machine's may read just 'Intel(R) Xeon(R) Processor',
+ * with or without bf16 instructions), so oneDNN's instruction set is part of it.
  */
-const MACHINE = `${os.cpus()[0]?.model.trim() ?? 'unknown CPU'}, ${os.cpus().length} cores`;
-/** A machine in a report's file name: 'AMD EPYC, 2 cores' → 'amd-epyc', 'Intel(R) Xeon(R) Platinum 8488C CPU @ …' → 'intel-xeon-platinum-8488c'. */
-const machineSlug = (machine) => machine.split(',')[0].toLowerCase().replace(/\((r|tm)\)/g, '').replace(/\s(cpu|processor)\b.*$/, '').replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '');
+const MACHINE = `${os.cpus()[0]?.model.trim() ?? 'unknown CPU'}, ${os.cpus().length} cores, ${buildInfo().cpu.isa}`;
+/**
+ * A machine in file names: its model and instruction set.
+ * 'AMD EPYC, 2 cores, avx512_core_bf16' → 'amd-epyc-avx512-core-bf16',
+ * 'Intel(R) Xeon(R) Platinum 8488C CPU @ 2.40GHz, 2 cores, avx512_core_amx' → 'intel-xeon-platinum-8488c-avx512-core-amx'.
+ */
+const machineSlug = (machine) => {
+  const [model, , isa = ''] = machine.split(',').map((part) => part.trim());
+  const name = model.toLowerCase().replace(/\((r|tm)\)/g, '').replace(/\s(cpu|processor)\b.*$/, '');
+  return `${name} ${isa}`.replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '');
+};
 /**
  * A finished run as the report reads it (readRun), with the machine that ran it (the one that holds
  * its folder), kept beside the reports so that a report can be made again, and a link's groups
- * completed, where the runs' folders are gone.
+ * completed, where the runs' folders are gone. Each machine's records have a folder of their own, so
+ * that a run on one machine never replaces another's.
  */
-const recordFile = (o, link, s, group, config, seed) => path.join(o.results, 'time-to-accuracy', link, s.tag, `${runName(group, config)}-seed${seed}.json`);
+const recordFile = (o, link, s, group, config, seed) =>
+  path.join(o.results, 'time-to-accuracy', machineSlug(o.machine), link, s.tag, `${runName(group, config)}-seed${seed}.json`);
 
 /** One run on the shaped hosts, from scratch unless it finished. */
 async function runOne(o, link, s, group, config, seed) {
