@@ -1,5 +1,8 @@
 #include "ops/cpu_bf16.h"
 
+#include <cfloat>
+#include <cmath>
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/precision.h"
@@ -27,7 +30,7 @@ const char* cpuIsaName() {
 
 void roundToBf16(const float* x, float* y, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) y[i] = fromBf16(toBf16(x[i]));
+  for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(x[i]) < FLT_MIN ? std::copysign(0.0f, x[i]) : fromBf16(toBf16(x[i]));
 }
 
 void encodeBf16(const float* x, uint16_t* y, int64_t n) {

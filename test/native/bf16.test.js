@@ -121,7 +121,7 @@ describe('bf16 compute (--precision bf16)', function () {
       }
   });
 
-  it('on a CPU without bf16 instructions (oneDNN held to AVX2) rounds the same inputs and says so', function () {
+  it('on a CPU without bf16 instructions (oneDNN held to AVX2) rounds the same inputs, subnormals to zero as bf16 instructions read them, and says so', function () {
     const script = `
       import { LayerProbe } from ${JSON.stringify(path.join(ROOT, 'lib/testing.js'))};
       import { buildInfo } from ${JSON.stringify(path.join(ROOT, 'lib/index.js'))};
@@ -132,13 +132,14 @@ describe('bf16 compute (--precision bf16)', function () {
       linear.setValue('weight', Float32Array.of(1));
       linear.setValue('bias', Float32Array.of(0));
       console.log(JSON.stringify({ cpu: buildInfo().cpu, conv: Array.from(conv.forward(x, [1, 1, 1, x.length]).data), linear: Array.from(linear.forward(x, [x.length, 1]).data) }));`;
-    const values = [1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, -2.5, 0.1, 12345.678];
+    const values = [1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, -2.5, 0.1, 12345.678, 1e-40, -3e-39];
     const r = spawnSync(process.execPath, ['--input-type=module', '-e', script, JSON.stringify(values)], { encoding: 'utf8', env: { ...process.env, DNNL_MAX_CPU_ISA: 'AVX2' } });
     expect(r.status, r.stderr).to.equal(0);
     const out = JSON.parse(r.stdout);
     expect(out.cpu).to.deep.equal({ isa: 'avx2', bf16: 'rounded' });
-    expect(out.conv).to.deep.equal(Array.from(bf16(values)));
-    expect(out.linear).to.deep.equal(Array.from(bf16(values)));
+    const expected = [...Array.from(bf16(values.slice(0, -2))), 0, 0];
+    expect(out.conv.map((v, i) => (i < values.length - 2 ? v : Math.abs(v)))).to.deep.equal(expected);
+    expect(out.linear.map((v, i) => (i < values.length - 2 ? v : Math.abs(v)))).to.deep.equal(expected);
   });
 
   describe('a training step beside PyTorch (Debian python3-torch 1.13)', function () {
