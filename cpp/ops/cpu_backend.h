@@ -34,13 +34,17 @@ class CpuBackend : public Backend {
   void endCastScope() override;
 
  private:
-  // The bf16 encoding of `b` (k·n values) for a product: the scope's kept copy when b is a parameter.
-  const uint16_t* encodedOperand(const float* b, int64_t count);
+  // `b` (k·n values) as a bf16 product takes it: its bf16 encoding (T = uint16_t) where the CPU
+  // multiplies bf16, else its values rounded to bf16 (T = float); the scope's kept copy when b is a
+  // parameter.
+  template <class T>
+  const T* castOperand(const float* b, int64_t count);
   std::unique_ptr<CompressionKernels> compression_;
   BlockCache blocks_;
   struct Cast {
     int64_t count = 0;
-    std::vector<uint16_t> bf16;
+    std::vector<uint16_t> bf16;  // natively
+    std::vector<float> rounded;  // elsewhere
     bool valid = false;
   };
   std::map<const float*, Cast> casts_;  // one per parameter, by its values' address

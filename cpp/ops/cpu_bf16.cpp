@@ -1,7 +1,6 @@
 #include "ops/cpu_bf16.h"
 
-#include <cfloat>
-#include <cmath>
+#include <cstring>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -14,6 +13,20 @@ namespace {
 bool hasIsa(dnnl::cpu_isa isa) {
   const auto effective = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   return (effective & static_cast<unsigned>(isa)) == static_cast<unsigned>(isa);
+}
+
+// x rounded to bf16 as a float, in bit operations without branches, which the compiler turns into
+// vector code: toBf16's rounding and NaN, and a subnormal read as zero of its sign.
+float roundedToBf16(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof(b));
+  const uint32_t magnitude = b & 0x7FFFFFFFu;
+  uint32_t r = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
+  r = magnitude > 0x7F800000u ? (b | 0x00400000u) & 0xFFFF0000u : r;
+  r = magnitude < 0x00800000u ? b & 0x80000000u : r;
+  float y;
+  std::memcpy(&y, &r, sizeof(y));
+  return y;
 }
 
 }  // namespace
@@ -30,7 +43,7 @@ const char* cpuIsaName() {
 
 void roundToBf16(const float* x, float* y, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(x[i]) < FLT_MIN ? std::copysign(0.0f, x[i]) : fromBf16(toBf16(x[i]));
+  for (int64_t i = 0; i < n; ++i) y[i] = roundedToBf16(x[i]);
 }
 
 void encodeBf16(const float* x, uint16_t* y, int64_t n) {

@@ -1,12 +1,13 @@
 // General row-major GEMM: C (m, n) = op(A)·op(B) (+ C), on OpenBLAS in fp32. In bf16
 // (BackendOptions::compute) A and B are rounded to bf16 and the products summed in fp32: oneDNN's
 // bf16 matmul where the CPU multiplies bf16 itself, else sgemm over the rounded values
-// (ops/cpu_bf16.h). Inside a cast scope a parameter B is rounded once and its bf16 copy kept
+// (ops/cpu_bf16.h). Inside a cast scope a parameter B is cast once and its copy kept
 // (Backend::beginCastScope).
 #include <cblas.h>
 
 #include <map>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "ops/cpu_backend.h"
@@ -55,21 +56,30 @@ void CpuBackend::endCastScope() {
   for (auto& [address, cast] : casts_) cast.valid = false;
 }
 
-const uint16_t* CpuBackend::encodedOperand(const float* b, int64_t count) {
+template <class T>
+const T* CpuBackend::castOperand(const float* b, int64_t count) {
+  const auto cast = [](const float* x, T* y, int64_t n) {
+    if constexpr (std::is_same_v<T, uint16_t>) encodeBf16(x, y, n);
+    else roundToBf16(x, y, n);
+  };
   const auto kept = inScope_ ? casts_.find(b) : casts_.end();
   if (kept != casts_.end() && kept->second.count == count) {
-    Cast& cast = kept->second;
-    if (!cast.valid) {
-      cast.bf16.resize(static_cast<size_t>(count));
-      encodeBf16(b, cast.bf16.data(), count);
-      cast.valid = true;
+    Cast& c = kept->second;
+    std::vector<T>& copy = [&c]() -> std::vector<T>& {
+      if constexpr (std::is_same_v<T, uint16_t>) return c.bf16;
+      else return c.rounded;
+    }();
+    if (!c.valid) {
+      copy.resize(static_cast<size_t>(count));
+      cast(b, copy.data(), count);
+      c.valid = true;
     }
-    return cast.bf16.data();
+    return copy.data();
   }
-  thread_local std::vector<uint16_t> b16;
-  b16.resize(static_cast<size_t>(count));
-  encodeBf16(b, b16.data(), count);
-  return b16.data();
+  thread_local std::vector<T> scratch;
+  scratch.resize(static_cast<size_t>(count));
+  cast(b, scratch.data(), count);
+  return scratch.data();
 }
 
 void CpuBackend::gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
@@ -85,19 +95,17 @@ void CpuBackend::gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
     thread_local std::vector<uint16_t> a16;
     a16.resize(static_cast<size_t>(m * k));
     encodeBf16(a, a16.data(), m * k);
-    const uint16_t* b16 = encodedOperand(b, k * n);
+    const uint16_t* b16 = castOperand<uint16_t>(b, k * n);
     Bf16Matmul& product = bf16Matmul(transA, transB, m, n, k, accumulate);
     product.primitive.execute(cpuStream(), {{DNNL_ARG_SRC, memory(product.desc.src_desc(), cpuEngine(), a16.data())},
                                             {DNNL_ARG_WEIGHTS, memory(product.desc.weights_desc(), cpuEngine(), const_cast<uint16_t*>(b16))},
                                             {DNNL_ARG_DST, memory(product.desc.dst_desc(), cpuEngine(), c)}});
     return;
   }
-  thread_local std::vector<float> a32, b32;
+  thread_local std::vector<float> a32;
   a32.resize(static_cast<size_t>(m * k));
-  b32.resize(static_cast<size_t>(k * n));
   roundToBf16(a, a32.data(), m * k);
-  roundToBf16(b, b32.data(), k * n);
-  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a32.data(), lda, b32.data(), ldb, beta, c, n);
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a32.data(), lda, castOperand<float>(b, k * n), ldb, beta, c, n);
 }
 
 }  // namespace accordion
