@@ -1,7 +1,7 @@
 // bf16 compute on the CPU (--precision bf16). Convolutions and matrix products run oneDNN's bf16
 // primitives where the CPU multiplies bf16 itself (AVX512-BF16, AMX); elsewhere the
 // engine rounds the products' inputs to bf16 and multiplies them in fp32, which gives the same
-// products (a bf16 product is exact in fp32) summed in another order, at fp32's speed.
+// products (a bf16 product is exact in fp32) summed in another order, at about fp32's speed.
 #pragma once
 #include <cstdint>
 

@@ -85,7 +85,7 @@ export async function train(argv: string[]): Promise<number> {
   const reporting = trainer.rank === 0;
   if (reporting && config.precision === 'bf16' && config.device === 'cpu' && binding.buildInfo().cpu.bf16 === 'rounded')
     process.stderr.write(
-      `accordion: this CPU (${binding.buildInfo().cpu.isa}) has no bf16 instructions (AVX512-BF16 or AMX): --precision bf16 rounds each product's inputs to bf16 and multiplies in fp32, bf16's numerics at fp32's speed\n`,
+      `accordion: this CPU (${binding.buildInfo().cpu.isa}) has no bf16 instructions (AVX512-BF16 or AMX): --precision bf16 rounds each product's inputs to bf16 and multiplies in fp32, bf16's numerics at about fp32's speed\n`,
     );
   if (reporting) process.stderr.write(
     `accordion: ${config.model} (${trainer.model.parameterCount().toLocaleString('en-US')} parameters) on ${config.dataset}` +
