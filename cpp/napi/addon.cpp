@@ -7,6 +7,7 @@
 #include "compress/traffic.h"
 #include "core/cuda.h"
 #include "ops/cpu_bf16.h"
+#include "ops/cpu_sgemm.h"
 #include "ops/cpu_compression_kernels.h"
 #include "napi/classes.h"
 
@@ -43,6 +44,7 @@ Napi::Value buildInfo(const Napi::CallbackInfo& info) {
   Napi::Object cpu = Napi::Object::New(env);
   cpu.Set("isa", cpuIsaName());
   cpu.Set("bf16", cpuBf16Compute() == Bf16Compute::Native ? "native" : "rounded");
+  cpu.Set("sgemm", sgemmLibraryName(cpuSgemmLibrary()));
   o.Set("cpu", cpu);
   Napi::Object cuda = Napi::Object::New(env);
   cuda.Set("built", cuda::built());

@@ -1,5 +1,5 @@
-// The CPU implementation of every op: oneDNN for convolution and max pooling, OpenBLAS
-// for the linear layers, OpenMP loops for the rest. Activations are channels-last (NHWC), the
+// The CPU implementation of every op: oneDNN for convolution and max pooling, OpenBLAS (or
+// oneDNN, ops/cpu_sgemm.h) for the linear layers, OpenMP loops for the rest. Activations are channels-last (NHWC), the
 // layout oneDNN's convolutions consume without reorders. Work runs synchronously on the calling
 // thread (and OpenMP's), so synchronize() has nothing to wait for.
 #pragma once

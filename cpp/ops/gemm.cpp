@@ -1,10 +1,8 @@
-// General row-major GEMM: C (m, n) = op(A)·op(B) (+ C), on OpenBLAS in fp32. In bf16
+// General row-major GEMM: C (m, n) = op(A)·op(B) (+ C), in fp32 (ops/cpu_sgemm.h). In bf16
 // (BackendOptions::compute) A and B are rounded to bf16 and the products summed in fp32: oneDNN's
 // bf16 matmul where the CPU multiplies bf16 itself, else sgemm over the rounded values
 // (ops/cpu_bf16.h). Inside a cast scope a parameter B is cast once and its copy kept
 // (Backend::beginCastScope).
-#include <cblas.h>
-
 #include <map>
 #include <tuple>
 #include <type_traits>
@@ -12,6 +10,7 @@
 
 #include "ops/cpu_backend.h"
 #include "ops/cpu_bf16.h"
+#include "ops/cpu_sgemm.h"
 #include "ops/dnnl_context.h"
 
 namespace accordion {
@@ -84,11 +83,10 @@ const T* CpuBackend::castOperand(const float* b, int64_t count) {
 
 void CpuBackend::gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
                       bool accumulate) {
-  const auto ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
-  const blasint lda = transA ? m : k, ldb = transB ? k : n;
+  const int64_t lda = transA ? m : k, ldb = transB ? k : n;
   const float beta = accumulate ? 1.0f : 0.0f;
   if (options.compute != Precision::Bf16) {
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, n);
+    sgemm(transA, transB, m, n, k, a, lda, b, ldb, beta, c);
     return;
   }
   if (cpuBf16Compute() == Bf16Compute::Native) {
@@ -105,7 +103,7 @@ void CpuBackend::gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
   thread_local std::vector<float> a32;
   a32.resize(static_cast<size_t>(m * k));
   roundToBf16(a, a32.data(), m * k);
-  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a32.data(), lda, castOperand<float>(b, k * n), ldb, beta, c, n);
+  sgemm(transA, transB, m, n, k, a32.data(), lda, castOperand<float>(b, k * n), ldb, beta, c);
 }
 
 }  // namespace accordion

@@ -136,7 +136,7 @@ describe('bf16 compute (--precision bf16)', function () {
     const r = spawnSync(process.execPath, ['--input-type=module', '-e', script, JSON.stringify(values)], { encoding: 'utf8', env: { ...process.env, DNNL_MAX_CPU_ISA: 'AVX2' } });
     expect(r.status, r.stderr).to.equal(0);
     const out = JSON.parse(r.stdout);
-    expect(out.cpu).to.deep.equal({ isa: 'avx2', bf16: 'rounded' });
+    expect(out.cpu).to.include({ isa: 'avx2', bf16: 'rounded' });
     const expected = [...Array.from(bf16(values.slice(0, -2))), 0, 0];
     expect(out.conv.map((v, i) => (i < values.length - 2 ? v : Math.abs(v)))).to.deep.equal(expected);
     expect(out.linear.map((v, i) => (i < values.length - 2 ? v : Math.abs(v)))).to.deep.equal(expected);

@@ -24,8 +24,11 @@ export interface BuildInfo {
   dnnl: string;
   openblas: string;
   threads: number;
-  /** oneDNN's view of the CPU; bf16 products 'native' (AVX512-BF16, AMX) or 'rounded' (rounded inputs, fp32 products). */
-  cpu: { isa: string; bf16: 'native' | 'rounded' };
+  /**
+   * oneDNN's view of the CPU; bf16 products 'native' (AVX512-BF16, AMX) or 'rounded' (rounded inputs,
+   * fp32 products); fp32 products on OpenBLAS, or on oneDNN where OpenBLAS fell back to its generic kernels.
+   */
+  cpu: { isa: string; bf16: 'native' | 'rounded'; sgemm: 'openblas' | 'onednn' };
   /** `nccl`: true when libnccl.so.2 loads, else the reason it does not. */
   cuda: { built: boolean; architectures: string; runtimeVersion: number; nccl: true | string };
   models: string[];
