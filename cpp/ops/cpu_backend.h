@@ -1,7 +1,7 @@
 // The CPU implementation of every op: oneDNN for convolution and max pooling, OpenBLAS (or
-// oneDNN, ops/cpu_sgemm.h) for the linear layers, OpenMP loops for the rest. Activations are channels-last (NHWC), the
-// layout oneDNN's convolutions consume without reorders. Work runs synchronously on the calling
-// thread (and OpenMP's), so synchronize() has nothing to wait for.
+// oneDNN, ops/cpu_sgemm.h) for the linear layers, OpenMP loops for the rest. Activations are
+// channels-last (NHWC), the layout oneDNN's convolutions consume without reorders. Work runs
+// synchronously on the calling thread (and OpenMP's), so synchronize() has nothing to wait for.
 #pragma once
 #include <map>
 #include <vector>

@@ -13,9 +13,10 @@
 namespace accordion {
 
 SgemmLibrary cpuSgemmLibrary() {
-  static const SgemmLibrary library = std::strcmp(openblas_get_corename(), "Prescott") == 0 && std::strcmp(cpuIsaName(), "sse4.1 or older") != 0
-                                          ? SgemmLibrary::OneDnn
-                                          : SgemmLibrary::OpenBlas;
+  // "Prescott" is the generic x86-64 core OpenBLAS falls back to on a CPU it does not know.
+  static const bool openBlasGeneric = std::strcmp(openblas_get_corename(), "Prescott") == 0;
+  static const bool oneDnnVectors = std::strcmp(cpuIsaName(), "sse4.1 or older") != 0;
+  static const SgemmLibrary library = openBlasGeneric && oneDnnVectors ? SgemmLibrary::OneDnn : SgemmLibrary::OpenBlas;
   return library;
 }
 
@@ -25,7 +26,9 @@ void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const floa
            float* c) {
   if (cpuSgemmLibrary() == SgemmLibrary::OneDnn) {
     const dnnl_status_t status = dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, n);
-    if (status != dnnl_success) throw invalidArgument("oneDNN's sgemm refused a " + std::to_string(m) + " x " + std::to_string(k) + " x " + std::to_string(n) + " product (status " + std::to_string(status) + ")");
+    if (status != dnnl_success)
+      throw invalidArgument("oneDNN's sgemm refused a " + std::to_string(m) + " x " + std::to_string(k) + " x " + std::to_string(n) +
+                            " product (status " + std::to_string(status) + ")");
     return;
   }
   cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
