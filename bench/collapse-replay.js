@@ -42,11 +42,11 @@ function options() {
 /** The engine's workers in this process take epoch `from`+1 from the checkpoint; its batches, per-step losses and final state. */
 async function engineEpoch(o, tmp) {
   const { Batcher, Model, ProcessGroup, learningRateForEpoch, loadCheckpoint, loadImageDataset, setThreads, writeSafetensors } = await import('../lib/index.js');
-  const { firstTrainImages } = await import('../lib/data/datasets.js');
+  const { firstImages } = await import('../lib/data/datasets.js');
   const c = o.config;
   const W = c.workers;
   const loaded = loadImageDataset(c.dataset, c.dataDir, { train: c.syntheticTrain, test: c.syntheticTest, seed: c.seed });
-  const data = c.trainImages === undefined ? loaded : firstTrainImages(loaded, c.trainImages);
+  const data = firstImages(loaded, { train: c.trainImages, test: c.testImages });
   const lr = learningRateForEpoch(o.from, { base: c.lr, workers: W, warmupEpochs: c.warmupEpochs, milestones: c.milestones, decay: c.lrDecay });
   // The process's threads as `accordion train --threads 1` sets them: OpenBLAS's count is the
   // process's, not a model's, and another count rounds its products differently.

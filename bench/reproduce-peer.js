@@ -29,9 +29,9 @@ function recipe(s) {
 /** 1: the first STEPS losses from the same weights and batches, at the rate `lr`. */
 async function firstLosses(s, o, tmp, seed, lr) {
   const { Batcher, Model, loadImageDataset, writeSafetensors, readSafetensors } = await import('../lib/index.js');
-  const { firstTrainImages } = await import('../lib/data/datasets.js');
+  const { firstImages } = await import('../lib/data/datasets.js');
   const { batch } = recipe(s);
-  const data = firstTrainImages(loadImageDataset('fashion-mnist', o.data, {}), s.trainImages);
+  const data = firstImages(loadImageDataset('fashion-mnist', o.data, {}), { train: s.trainImages });
   // VGG's dropout draws differ between the two: off on both sides for this comparison.
   const model = await Model.create({ architecture: s.model, width: s.width, classes: 10, seed, learningRate: lr, threads: THREADS, dropout: 0 });
   const initial = path.join(tmp, 'initial.safetensors');

@@ -125,7 +125,7 @@ export async function writeSettingReport(s, o) {
     `\`${path.relative(process.cwd(), path.join(o.dir, s.name, s.tag))}\` (${os.cpus()[0]?.model ?? 'unknown CPU'}, ${os.cpus().length} cores, shared: minutes are indicative).`, '');
   const data = s.kind === 'language'
     ? `the LSTM (hidden ${s.hidden}) on ${path.basename(s.text)} split 90/5/5, ${WORKERS} workers × ${s.batchSize} columns`
-    : `width ${s.width}, the first ${s.trainImages.toLocaleString('en-US')} Fashion-MNIST training images, the whole 10,000-image test set, ${WORKERS} workers × batch ${s.batchSize}`;
+    : `width ${s.width}, the first ${s.trainImages.toLocaleString('en-US')} Fashion-MNIST training images, ${s.testImages ? `the first ${s.testImages.toLocaleString('en-US')} test images` : 'the whole 10,000-image test set'}, ${WORKERS} workers × batch ${s.batchSize}`;
   say(`Setting: ${data}, ${s.epochs} epochs; schedule arguments \`${scheduleArgs(s).join(' ')}\`. Paper: ${s.paper.source}.`, '');
 
   say(`## Final ${metric.name}`, '');

@@ -62,7 +62,7 @@ export const SETTINGS = {
 };
 
 /** The smoke mode: the same commands on a sliver of the data, whose figures are not quoted. */
-export const QUICK = { trainImages: 512, epochs: 3, batchSize: 16 };
+export const QUICK = { trainImages: 512, testImages: 1000, epochs: 3, batchSize: 16 };
 
 const LEVEL_FLAGS = { powersgd: ['--rank', '--low-rank', '--high-rank'], topk: ['--topk-ratio', '--low-ratio', '--high-ratio'] };
 
@@ -159,7 +159,8 @@ export const trainArgs = (s, config, seed, dataDir) => [...workerArgs(s, config,
 export function workerArgs(s, config, seed, dataDir) {
   const data = s.kind === 'language'
     ? ['--model', 'lstm', '--text', s.text, '--hidden', String(s.hidden)]
-    : ['--model', s.model, '--width', String(s.width), '--dataset', 'fashion-mnist', '--data', dataDir, '--train-images', String(s.trainImages)];
+    : ['--model', s.model, '--width', String(s.width), '--dataset', 'fashion-mnist', '--data', dataDir, '--train-images', String(s.trainImages),
+      ...(s.testImages ? ['--test-images', String(s.testImages)] : [])];
   const own = configsOf(s)[config](s);
   const schedule = scheduleArgs(s).filter((_, i, all) => !own.includes(all[i - (i % 2)]));
   const device = s.device && s.device !== 'cpu' ? ['--device', s.device, '--dist-backend', 'gloo'] : [];

@@ -54,22 +54,29 @@ async function runSetting(s, o) {
 
 /**
  * `data`: the Fashion-MNIST files of an image setting as it reads them: the first s.trainImages
- * training images and labels (IDX headers with the count replaced) and the test files as they are.
+ * training images and labels and the first s.testImages test ones (IDX headers with the count
+ * replaced), or the test files as they are where the setting tests on all of them.
  */
 function writeSettingData(s, from, to) {
   if (!to) throw new Error('data: --to DIR is required');
   if (s.kind === 'language') throw new Error(`data: ${s.name} reads ${s.text}, a file of the repository`);
   fs.mkdirSync(to, { recursive: true });
-  for (const [file, header] of [['train-images-idx3-ubyte.gz', 16], ['train-labels-idx1-ubyte.gz', 8]]) {
-    const idx = zlib.gunzipSync(fs.readFileSync(path.join(from, file)));
-    const each = header === 16 ? idx.readUInt32BE(8) * idx.readUInt32BE(12) : 1;
-    if (idx.readUInt32BE(4) < s.trainImages) throw new Error(`data: ${path.join(from, file)} holds ${idx.readUInt32BE(4)} items, fewer than ${s.trainImages}`);
-    const kept = Buffer.from(idx.subarray(0, header + s.trainImages * each));
-    kept.writeUInt32BE(s.trainImages, 4);
-    fs.writeFileSync(path.join(to, file), zlib.gzipSync(kept));
-  }
-  for (const file of ['t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz']) fs.copyFileSync(path.join(from, file), path.join(to, file));
-  console.log(`${s.name}: the first ${s.trainImages.toLocaleString('en-US')} training images of ${from} and its test set in ${to}`);
+  const splits = [['train', s.trainImages], ['t10k', s.testImages]];
+  for (const [split, count] of splits)
+    for (const [file, header] of [[`${split}-images-idx3-ubyte.gz`, 16], [`${split}-labels-idx1-ubyte.gz`, 8]]) {
+      if (count === undefined) {
+        fs.copyFileSync(path.join(from, file), path.join(to, file));
+        continue;
+      }
+      const idx = zlib.gunzipSync(fs.readFileSync(path.join(from, file)));
+      const each = header === 16 ? idx.readUInt32BE(8) * idx.readUInt32BE(12) : 1;
+      if (idx.readUInt32BE(4) < count) throw new Error(`data: ${path.join(from, file)} holds ${idx.readUInt32BE(4)} items, fewer than ${count}`);
+      const kept = Buffer.from(idx.subarray(0, header + count * each));
+      kept.writeUInt32BE(count, 4);
+      fs.writeFileSync(path.join(to, file), zlib.gzipSync(kept));
+    }
+  const test = s.testImages === undefined ? 'its test set' : `its first ${s.testImages.toLocaleString('en-US')} test images`;
+  console.log(`${s.name}: the first ${s.trainImages.toLocaleString('en-US')} training images of ${from} and ${test} in ${to}`);
 }
 
 /** `check`: Accordion with both levels at static low's must train exactly as static low does. */
@@ -106,7 +113,7 @@ const USAGE = `Usage: node bench/reproduce.js run|report|check|peer SETTING [opt
   report   the setting's figures beside the paper's: RESULTS/reproduce-SETTING.md and .png
   check    Accordion with both levels low against static low, bit for bit (seed: the first of --seeds)
   data     the setting's Fashion-MNIST files as it reads them into --to DIR: its first --train-images
-           training images and the whole test set (to carry them to a machine without the dataset)
+           training images and its test images (to carry them to a machine without the dataset)
   peer     the dense setting on one worker beside PyTorch: the first 10 losses from the same weights
            and batches, then full runs over --seeds
 
@@ -114,7 +121,7 @@ Options:
   --configs LIST   run: of the setting's runs (low, high, accordion, equal, …; default low,high,accordion, or
                    every run of a setting without them, as resnet18-precision)
   --seeds LIST     default 1,2,3
-  --quick          a smoke run on ${QUICK.trainImages} images for ${QUICK.epochs} epochs; its figures are not quoted
+  --quick          a smoke run on ${QUICK.trainImages} images for ${QUICK.epochs} epochs, tested on ${QUICK.testImages}; its figures are not quoted
   --width W, --train-images N, --epochs E, --batch-size B   replace the setting's values (to choose them)
   --device D       where every worker trains (default cpu); on a GPU the 4 workers share it over Gloo
   --dir DIR        run directories (default runs/reproduce)

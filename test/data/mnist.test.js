@@ -9,7 +9,7 @@ import zlib from 'node:zlib';
 
 import { readIdx } from '../../lib/data/idx.js';
 import { readMnist } from '../../lib/data/mnist.js';
-import { firstTrainImages, loadImageDataset } from '../../lib/data/datasets.js';
+import { firstImages, loadImageDataset } from '../../lib/data/datasets.js';
 import { DataError } from '../../lib/base/errors.js';
 import { engineError, thrownBy } from '../helpers/throws.js';
 import { makeRng } from '../helpers/gradcheck.js';
@@ -82,14 +82,20 @@ describe('MNIST-format readers', () => {
     }
   });
 
-  it('takes the first N training images, the test set whole', () => {
+  it('takes the first N training images and the first M test images, each split whole where not given', () => {
     const ds = loadImageDataset('fashion-mnist', dir, {});
-    const cut = firstTrainImages(ds, 3);
+    const cut = firstImages(ds, { train: 3 });
     expect(cut.train.count).to.equal(3);
     expect([...cut.train.labels]).to.deep.equal([3, 0, 9]);
     expect(Buffer.compare(cut.train.images, ds.train.images.subarray(0, 3 * 3072))).to.equal(0);
     expect(cut.test).to.equal(ds.test);
-    expect(firstTrainImages(ds, 99)).to.equal(ds);
+    const tested = firstImages(ds, { test: 1 });
+    expect(tested.train).to.equal(ds.train);
+    expect(tested.test.count).to.equal(1);
+    expect([...tested.test.labels]).to.deep.equal([ds.test.labels[0]]);
+    expect(Buffer.compare(tested.test.images, ds.test.images.subarray(0, 3072))).to.equal(0);
+    const whole = firstImages(ds, { train: 99, test: 99 });
+    expect([whole.train, whole.test]).to.deep.equal([ds.train, ds.test]);
   });
 
   it('names a missing directory, a missing file and a file that is a directory', () => {
@@ -205,7 +211,7 @@ describe('training on MNIST-format files', function () {
     progress: false, seed: 3, ...extra,
   });
 
-  it('trains a narrow model on the first N images; a resume keeps width and data size, and reads a checkpoint older than both options', async function () {
+  it('trains a narrow model on the first N images; a resume keeps width and data size, and reads a checkpoint older than both options; --test-images evaluates on the first M, which a resume may change', async function () {
     const { Trainer, readSafetensors, writeSafetensors } = await import('../../lib/index.js');
     const out = path.join(dir, 'run');
     const trainer = await Trainer.create(options({ outDir: out }));
@@ -221,6 +227,19 @@ describe('training on MNIST-format files', function () {
       expect(err?.code, JSON.stringify(changed)).to.equal('ERR_USAGE');
       expect(err.message).to.include(words);
     }
+
+    // --test-images: the same training (every training figure equal), evaluated on the first 8 test
+    // images; a resume may change it, as it may change the evaluations.
+    const tested = path.join(dir, 'run-tested');
+    const t = await Trainer.create(options({ outDir: tested, testImages: 8 }));
+    const testedSummary = await t.fit();
+    await t.dispose();
+    const start = fs.readFileSync(path.join(tested, 'metrics.jsonl'), 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)).find((e) => e.event === 'start');
+    expect([start.trainSamples, start.testSamples]).to.deep.equal([48, 8]);
+    expect([testedSummary.epochs[0].trainLoss, testedSummary.epochs[0].trainAccuracy]).to.deep.equal([summary.epochs[0].trainLoss, summary.epochs[0].trainAccuracy]);
+    expect(testedSummary.epochs[0].testLoss).to.not.equal(summary.epochs[0].testLoss);
+    const resumedTested = await Trainer.create(options({ resume: tested, epochs: 2, testImages: 16 }));
+    await resumedTested.dispose();
 
     // A checkpoint written before --width and --train-images existed holds neither: width 1 and all images.
     const checkpoint = path.join(out, 'checkpoints', fs.readFileSync(path.join(out, 'checkpoints', 'latest'), 'utf8').trim(), 'trainer.safetensors');

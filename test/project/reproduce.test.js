@@ -42,20 +42,20 @@ describe('the reproduction of the paper (bench/reproduce.js --quick)', function 
     expect(fs.statSync(path.join(tmp, 'reproduce-resnet18-powersgd-quick.png')).size).to.be.above(10000);
   });
 
-  it("writes the setting's data as it reads it: its first training images and the whole test set", async () => {
+  it("writes the setting's data as it reads it: its first training images and its first test images", async () => {
     const { loadImageDataset } = await import('../../lib/index.js');
-    const { firstTrainImages } = await import('../../lib/data/datasets.js');
+    const { firstImages } = await import('../../lib/data/datasets.js');
     const to = path.join(tmp, 'data');
     const r = reproduce('data', '--to', to);
     expect(r.status, r.stderr).to.equal(0);
-    const [sliced, whole] = [loadImageDataset('fashion-mnist', to), firstTrainImages(loadImageDataset('fashion-mnist', FASHION_MNIST), 512)];
+    const [sliced, whole] = [loadImageDataset('fashion-mnist', to), firstImages(loadImageDataset('fashion-mnist', FASHION_MNIST), { train: 512, test: 1000 })];
     for (const split of ['train', 'test'])
       for (const key of ['images', 'labels']) {
         expect(sliced[split].count, split).to.equal(whole[split].count);
         const bytes = (a) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
         expect(bytes(sliced[split][key]).equals(bytes(whole[split][key])), `${split} ${key}`).to.equal(true);
       }
-    expect(sliced.train.count).to.equal(512);
+    expect([sliced.train.count, sliced.test.count]).to.deep.equal([512, 1000]);
   });
 
   it('refuses an unknown setting or config, naming it', () => {

@@ -29,6 +29,7 @@ export interface TrainConfig {
   dataset: DatasetName;
   dataDir?: string;
   trainImages?: number;
+  testImages?: number;
   epochs: number;
   batchSize: number;
   evalBatchSize: number;
@@ -156,7 +157,8 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
     flag: '--data', type: 'string',
     help: 'directory of the CIFAR binary files, of the MNIST-format *-ubyte.gz files (Debian: /usr/share/datasets/fashion-mnist), or of wiki.{train,valid,test}.tokens for lstm',
   },
-  trainImages: { flag: '--train-images', type: 'int', ...positive, help: 'image datasets: train on the first N training images only (default: all); the test set stays whole' },
+  trainImages: { flag: '--train-images', type: 'int', ...positive, help: 'image datasets: train on the first N training images only (all by default)' },
+  testImages: { flag: '--test-images', type: 'int', ...positive, help: 'image datasets: evaluate on the first N test images only (all by default)' },
   epochs: { flag: '--epochs', type: 'int', default: 300, presets: { synthetic: 6, lstm: 90 }, ...positive, help: 'epochs to train' },
   batchSize: { flag: '--batch-size', type: 'int', default: 64, presets: { lstm: 20 }, ...positive, help: 'batch size per worker' },
   evalBatchSize: { flag: '--eval-batch-size', type: 'int', default: 256, presets: { lstm: 10 }, ...positive, help: 'batch size for evaluation' },

@@ -62,10 +62,15 @@ export function loadImageDataset(name: ImageDatasetName, dir: string | undefined
   };
 }
 
-/** The first `count` training images of a dataset (all of them when it holds no more). */
-export function firstTrainImages(dataset: ImageDataset, count: number): ImageDataset {
-  const train = dataset.train;
-  if (count >= train.count) return dataset;
-  const bytes = train.images.length / train.count;
-  return { ...dataset, train: { ...train, count, images: train.images.subarray(0, count * bytes), labels: train.labels.subarray(0, count) } };
+/**
+ * A dataset cut to the first `counts.train` training images and the first `counts.test` test images
+ * (a split whose count is undefined, or not below its size, stays whole).
+ */
+export function firstImages(dataset: ImageDataset, counts: { train?: number; test?: number }): ImageDataset {
+  const first = (split: ImageDataset['train'], count: number | undefined): ImageDataset['train'] => {
+    if (count === undefined || count >= split.count) return split;
+    const bytes = split.images.length / split.count;
+    return { ...split, count, images: split.images.subarray(0, count * bytes), labels: split.labels.subarray(0, count) };
+  };
+  return { ...dataset, train: first(dataset.train, counts.train), test: first(dataset.test, counts.test) };
 }

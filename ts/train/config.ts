@@ -21,7 +21,7 @@ export type TrainOptions = Partial<TrainConfig> & ({ model: TrainConfig['model']
  * Every other option is the run's own; given again, it must have the run's value.
  */
 export const RESUME_MAY_CHANGE: readonly (keyof TrainConfig)[] = [
-  'epochs', 'workers', 'threads', 'timeoutMs', 'progress', 'outDir', 'resume', 'overwrite', 'checkpointEvery', 'evalsPerEpoch', 'dataDir', 'device',
+  'epochs', 'workers', 'threads', 'timeoutMs', 'progress', 'outDir', 'resume', 'overwrite', 'checkpointEvery', 'evalsPerEpoch', 'testImages', 'dataDir', 'device',
 ];
 
 /** Options that belong to one invocation, never taken from the run being resumed (the job sets the workers). */
@@ -105,7 +105,8 @@ function checkAgreement(config: TrainConfig, options: Partial<TrainConfig>): voi
   if ((config.model === 'lstm') !== (config.dataset === 'wikitext2'))
     throw new UsageError(config.model === 'lstm' ? `the lstm model trains on --dataset wikitext2, not ${config.dataset}` : `--dataset wikitext2 is for --model lstm`);
   if (config.model === 'lstm' && config.width !== 1) throw new UsageError(`option --width: ${config.width} scales the channels of resnet18 and vgg19bn; the lstm's size is --hidden`);
-  if (config.model === 'lstm' && config.trainImages !== undefined) throw new UsageError('option --train-images is for the image datasets, not the lstm');
+  for (const [key, flag] of [['trainImages', '--train-images'], ['testImages', '--test-images']] as const)
+    if (config.model === 'lstm' && config[key] !== undefined) throw new UsageError(`option ${flag} is for the image datasets, not the lstm`);
   if (config.model === 'lstm' && config.evalsPerEpoch > 1)
     throw new UsageError(`option --evals-per-epoch: the lstm evaluates once an epoch (an evaluation resets the hidden state its training carries), got ${config.evalsPerEpoch}`);
   if (config.model === 'lstm' && config.adapt !== 'compression' && config.adapt !== 'auto')

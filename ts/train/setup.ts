@@ -10,7 +10,7 @@ import { compressionSpec, type CompressionSpec } from '../config/compression.js'
 import { binding } from '../native/binding.js';
 import { requireDevice, workerDevice } from '../native/device.js';
 import { ProcessGroup, distributedEnv } from '../comm/group.js';
-import { firstTrainImages, loadImageDataset, type ImageDataset } from '../data/datasets.js';
+import { firstImages, loadImageDataset, type ImageDataset } from '../data/datasets.js';
 import { readWikiText } from '../data/wikitext.js';
 import { Model } from '../engine/model.js';
 import { loadCheckpoint } from './checkpoint.js';
@@ -133,10 +133,10 @@ export async function setUp(given: TrainOptions, context: TrainerContext): Promi
   }
 }
 
-/** The run's image dataset: its first --train-images training images when that is given. */
+/** The run's image dataset: its first --train-images training images and --test-images test images when given. */
 function imageDataset(config: TrainConfig): ImageDataset {
   const dataset = loadImageDataset(config.dataset as ImageDataset['name'], config.dataDir, { train: config.syntheticTrain, test: config.syntheticTest, seed: config.seed });
-  return config.trainImages === undefined ? dataset : firstTrainImages(dataset, config.trainImages);
+  return firstImages(dataset, { train: config.trainImages, test: config.testImages });
 }
 
 /** The checkpoint's state into the model, and the trainer's position from its metadata. */
