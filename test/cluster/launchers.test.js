@@ -92,7 +92,7 @@ describe('launchers: 2 ranks started by other launchers train as under accordion
   let reference;
   afterEach(killLeftovers);
   // One short epoch of the synthetic preset on each of 2 ranks.
-  const trainArgs = ['--model', 'resnet18', '--dataset', 'synthetic', '--synthetic-train', '64', '--synthetic-test', '32', '--batch-size', '16',
+  const trainArgs = ['--model', 'resnet18', '--width', '0.25', '--dataset', 'synthetic', '--synthetic-train', '64', '--synthetic-test', '32', '--batch-size', '16',
     '--eval-batch-size', '16', '--epochs', '1', '--quiet'];
 
   before(async function () {
@@ -254,7 +254,7 @@ describe('launchers: workers of accordion launch when the launcher is killed', f
     const job = `lifeline-${randomBytes(4).toString('hex')}`;
     const launcher = start(
       process.execPath,
-      [CLI, 'train', '--model', 'resnet18', '--dataset', 'synthetic', '--synthetic-train', '256', '--synthetic-test', '64', '--batch-size', '16',
+      [CLI, 'train', '--model', 'resnet18', '--width', '0.25', '--dataset', 'synthetic', '--synthetic-train', '256', '--synthetic-test', '64', '--batch-size', '16',
         '--eval-batch-size', '64', '--epochs', '50', '--checkpoint-every', '1', '--quiet', '--workers', '2', '--out', dir],
       cleanEnv({ XDG_CACHE_HOME: path.join(root, 'cache'), LIFELINE_JOB: job }),
     );

@@ -27,7 +27,7 @@ describe('data parallel: a launched job that is stopped', function () {
     for (const dir of [cacheDir, ...runDirs]) fs.rmSync(dir, { recursive: true, force: true });
   });
 
-  const common = ['--model', 'resnet18', '--synthetic-train', '256', '--synthetic-test', '64', '--batch-size', '16', '--eval-batch-size', '64', '--checkpoint-every', '1', '--quiet'];
+  const common = ['--model', 'resnet18', '--width', '0.25', '--synthetic-train', '256', '--synthetic-test', '64', '--batch-size', '16', '--eval-batch-size', '64', '--checkpoint-every', '1', '--quiet'];
 
   function launchJob(extra, token) {
     return start([CLI, 'train', ...common, '--workers', '2', ...extra], { ACCORDION_JOB_TOKEN: token, XDG_CACHE_HOME: cacheDir }, { detached: true });
@@ -222,7 +222,7 @@ describe('data parallel: resuming a launched job', function () {
   });
 
   // Batch norm in training mode: each step starts from rank 0's running statistics.
-  const common = ['--model', 'resnet18', '--synthetic-train', '64', '--synthetic-test', '32', '--batch-size', '16', '--eval-batch-size', '16', '--compressor', 'powersgd', '--accordion-interval', '1', '--checkpoint-every', '1', '--workers', '2', '--quiet'];
+  const common = ['--model', 'resnet18', '--width', '0.25', '--synthetic-train', '64', '--synthetic-test', '32', '--batch-size', '16', '--eval-batch-size', '16', '--compressor', 'powersgd', '--accordion-interval', '1', '--checkpoint-every', '1', '--workers', '2', '--quiet'];
 
   async function trainTo(dir, extra) {
     const job = start([CLI, 'train', ...common, ...extra], { ACCORDION_JOB_TOKEN: newToken(), XDG_CACHE_HOME: cacheDir });
@@ -249,10 +249,11 @@ describe('data parallel: resuming a launched job', function () {
     const pick = (summary) => summary.epochs.map((e) => Object.fromEntries(fields.map((f) => [f, e[f]])));
     expect(pick(resumed)).to.deep.equal(pick(straight));
     // 64 images over 2 workers at batch 16: 2 steps an epoch, each agreeing on finiteness with 2
-    // floats after rank 0's 9,600 running statistics were broadcast.
-    expect(straight.epochs.map((e) => e.overheadFloats)).to.deep.equal([2 * 9602, 2 * 9602]);
+    // floats after rank 0's 2,400 running statistics were broadcast (a mean and a variance for each of
+    // the 1,200 batch-norm channels of ResNet-18 at a quarter of its width).
+    expect(straight.epochs.map((e) => e.overheadFloats)).to.deep.equal([2 * 2402, 2 * 2402]);
     // Rank 0's statistics broadcast before each step and once more before evaluation.
-    expect(straight.epochs.map((e) => e.broadcastFloats)).to.deep.equal([3 * 9600, 3 * 9600]);
+    expect(straight.epochs.map((e) => e.broadcastFloats)).to.deep.equal([3 * 2400, 3 * 2400]);
     // Every rank's final state, buffers included, is the uninterrupted run's.
     for (const rank of [0, 1]) {
       const a = loadCheckpoint(straightDir, rank);

@@ -10,7 +10,8 @@ import { float32Of as floatsOf } from './outside.js';
 /**
  * In a suite's body: a temporary root, removed after the suite, with a tiny synthetic CIFAR-10 made in
  * it before the suite. Returns runDir(name), a directory under the root, and base(), the options of a
- * small ResNet-18 run on that data.
+ * small ResNet-18 run on that data (a quarter of the width: what these suites check does not depend
+ * on it).
  */
 export function trainingRuns() {
   let root;
@@ -30,6 +31,7 @@ export function trainingRuns() {
   const runDir = (name) => path.join(root, name);
   const base = () => ({
     model: 'resnet18',
+    width: 0.25,
     dataset: 'synthetic',
     dataDir,
     syntheticTrain: tiny.train,

@@ -11,10 +11,11 @@ import { ROOT } from '../helpers/paths.js';
 
 const CLI = path.join(ROOT, 'lib', 'cli.js');
 
-/** A run of a few seconds: ResNet-18 on a handful of synthetic images. */
+/** A run of a few seconds: ResNet-18 at a quarter of its width on a handful of synthetic images. */
 function tiny(tmp, extra = {}) {
   return {
     model: 'resnet18',
+    width: 0.25,
     dataset: 'synthetic',
     dataDir: path.join(tmp, 'data'),
     syntheticTrain: 32,
@@ -32,7 +33,7 @@ function cli(args, timeout = 120000) {
 }
 
 function cliTrain(tmp, extra) {
-  return cli(['train', '--model', 'resnet18', '--dataset', 'synthetic', '--data', path.join(tmp, 'data'), '--synthetic-train', '32',
+  return cli(['train', '--model', 'resnet18', '--width', '0.25', '--dataset', 'synthetic', '--data', path.join(tmp, 'data'), '--synthetic-train', '32',
     '--synthetic-test', '16', '--batch-size', '16', '--eval-batch-size', '16', '--quiet', ...extra]);
 }
 
@@ -156,7 +157,7 @@ describe('a library that behaves inside a Node service', function () {
     // native thread so that the loop keeps a core (idle processes there saw up to ~50 ms); the
     // synchronous checkpoint writes this replaces held the loop for 450-720 ms in this same run.
     const threads = buildInfo().threads; // the thread count is the process's: restored for the tests after this one
-    const options = tiny(tmp, { model: 'vgg19bn', outDir: path.join(tmp, 'delay'), epochs: 3, checkpointEvery: 1, threads: 1 });
+    const options = tiny(tmp, { model: 'vgg19bn', width: 1, outDir: path.join(tmp, 'delay'), epochs: 3, checkpointEvery: 1, threads: 1 });
     const trainer = await Trainer.create(options);
     let checkpoints = 0;
     trainer.on('checkpoint', () => checkpoints++);
