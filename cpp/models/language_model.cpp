@@ -85,10 +85,8 @@ void LanguageModel::setHiddenState(const std::vector<Tensor>& hostStates) {
 }
 
 void LanguageModel::drawMask(int64_t n, Array<uint8_t>& mask) {
-  hostMask_.resize(n);
-  for (int64_t i = 0; i < n; ++i) hostMask_[i] = dropoutRng_.uniform() >= spec_.dropout;
   ensureSize(mask, n, ops_);
-  ops_.upload(mask.data(), hostMask_.data(), n);
+  ops_.dropoutMask(dropoutRng_.next(), spec_.dropout, mask.data(), n);
 }
 
 void LanguageModel::forwardLoss(const ModelInput& input, double* status) {

@@ -56,7 +56,7 @@ class LanguageModel : public Network {
     // states the window started from.
     Tensor input, gates, cells, tanhCells, output, dropped, h0, c0;
   };
-  // Draws a keep mask for n elements from dropoutRng_ and puts it on the device in `mask`.
+  // A keep mask for n elements, drawn on the device from a key of dropoutRng_'s (ops/dropout_mask.h).
   void drawMask(int64_t n, Array<uint8_t>& mask);
 
   LanguageModelSpec spec_;
@@ -70,7 +70,6 @@ class LanguageModel : public Network {
   Array<int32_t> inputIds_;                  // and on the device
   int64_t steps_ = 0, batch_ = 0;            // of the last forward
   bool dropped_ = false;                     // whether it drew dropout masks
-  std::vector<uint8_t> hostMask_;
   std::vector<Array<uint8_t>> masks_;        // embedding output, between layers, last output
   Tensor embedded_, gateBias_, logits_, gradLogits_;
   Tensor dx_, dGates_, dhNext_, dcNext_, hPrev_;

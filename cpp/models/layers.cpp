@@ -319,10 +319,8 @@ Tensor Dropout::forward(const Tensor& input) {
   if (!training_ || p_ == 0.0f) return input;
   const int64_t n = input.numel();
   ensureShape(output_, input.shape(), ops_);
-  ensureSize(hostKeep_, n);
-  for (int64_t i = 0; i < n; ++i) hostKeep_[i] = rng_.uniform() >= p_;
   ensureSize(keep_, n, ops_);
-  ops_.upload(keep_.data(), hostKeep_.data(), hostKeep_.bytes());
+  ops_.dropoutMask(rng_.next(), p_, keep_.data(), n);
   ops_.dropoutForward(input.data(), keep_.data(), output_.data(), n, 1.0f / (1.0f - p_));
   return output_;
 }

@@ -200,8 +200,9 @@ class Linear : public Module {
   Tensor input_, output_;
 };
 
-// The mask is drawn on the host from the layer's own stream, whatever the device, so a model
-// trains alike on every device and its checkpoints carry one stream state.
+// The mask is drawn on the device from a key of the layer's own stream (ops/dropout_mask.h), the
+// same mask on every device, so a model trains alike on each and its checkpoints carry one stream
+// state.
 class Dropout : public Module {
  public:
   Dropout(Backend& ops, float p, uint64_t seed);
@@ -212,7 +213,7 @@ class Dropout : public Module {
  private:
   float p_;
   Random rng_;
-  Array<uint8_t> hostKeep_, keep_;  // the mask drawn, and its copy on the device
+  Array<uint8_t> keep_;  // the mask, on the device
   Tensor output_;
 };
 

@@ -45,12 +45,15 @@ std::vector<double> CpuBackend::sumsOfSquares(const std::vector<ConstSpan>& tens
   return out;
 }
 
-// One sequential sum over every element, tensor after tensor.
-double CpuBackend::totalSumOfSquares(const std::vector<ConstSpan>& tensors) {
+// The norm from one sequential sum over every element, tensor after tensor.
+void CpuBackend::clipTotalNorm(const std::vector<Span>& tensors, double maxNorm) {
   double total = 0;
-  for (const ConstSpan& t : tensors)
+  for (const Span& t : tensors)
     for (int64_t i = 0; i < t.size; ++i) total += static_cast<double>(t.data[i]) * t.data[i];
-  return total;
+  const double norm = std::sqrt(total);
+  if (!(norm > maxNorm)) return;
+  const float factor = static_cast<float>(maxNorm / (norm + 1e-6));
+  for (const Span& t : tensors) scale(t.data, t.data, t.size, factor);
 }
 
 }  // namespace accordion

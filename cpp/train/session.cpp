@@ -234,14 +234,10 @@ std::optional<StepResult> Session::step(const std::function<bool(Batch&)>& next,
 }
 
 void Session::clipGradients() {
-  // clip_grad_norm_: one norm over every local gradient, all scaled alike. A non-finite norm leaves
-  // them to the finite check.
-  std::vector<ConstSpan> grads;
+  // clip_grad_norm_: one norm over every local gradient, all scaled alike, on the device.
+  std::vector<Span> grads;
   for (Parameter* p : model_.parameters()) grads.push_back({p->grad.data(), p->grad.numel()});
-  const double norm = std::sqrt(backend_->totalSumOfSquares(grads));
-  if (!(norm > clipNorm_)) return;
-  const float scale = static_cast<float>(clipNorm_ / (norm + 1e-6));
-  for (Parameter* p : model_.parameters()) backend_->scale(p->grad.data(), p->grad.data(), p->grad.numel(), scale);
+  backend_->clipTotalNorm(grads, clipNorm_);
 }
 
 void Session::exchangeAndUpdate(StepResult& result, double computeSecondsSoFar, int64_t firstBad, bool overlapped) {

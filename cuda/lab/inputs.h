@@ -58,6 +58,8 @@ class RandomInputs {
   }
   int64_t index(int64_t n) { return draw<int64_t>(1, std::uniform_int_distribution<int64_t>(0, n - 1))[0]; }
   float scalar() { return normal(1)[0]; }
+  // A 64-bit key (a dropout mask's).
+  uint64_t key() { return mix(seed_ ^ mix(++draws_)); }
 
  private:
   static constexpr int64_t kChunk = int64_t{1} << 20;

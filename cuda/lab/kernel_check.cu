@@ -136,7 +136,7 @@ const Family kFamilies[] = {
     {"findNonFinite", checkFindNonFinite},
     {"accumulate", checkAccumulate},
     {"sumsOfSquares", checkSumsOfSquares},
-    {"totalSumOfSquares", checkTotalSumOfSquares},
+    {"clipTotalNorm", checkClipTotalNorm},
     {"conv2d", checkConv2d},
     {"batchNorm2d", checkBatchNorm2d},
     {"maxPool2d", checkMaxPool2d},

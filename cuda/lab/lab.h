@@ -392,7 +392,7 @@ void checkSgdUpdate(Lab& lab);
 void checkFindNonFinite(Lab& lab);
 void checkAccumulate(Lab& lab);
 void checkSumsOfSquares(Lab& lab);
-void checkTotalSumOfSquares(Lab& lab);
+void checkClipTotalNorm(Lab& lab);
 void checkConv2d(Lab& lab);
 void checkBatchNorm2d(Lab& lab);
 void checkMaxPool2d(Lab& lab);

@@ -6,7 +6,8 @@
 //   accumulate     sums[i] += values[i] in place.
 //   sumsOfSquares  Σ x² per chunk in double into scratch, then one block per tensor adds its chunks'
 //                  partials in a fixed order (deterministic); the host waits for the result.
-//   totalSumOfSquares  sumsOfSquares, then the tensors' sums added on the host in list order.
+//   clipTotalNorm  the same sums, added in list order by one thread that finds the clip factor,
+//                  then every tensor scaled by it: no wait.
 #include <climits>
 
 #include "ops/kernels.cuh"
@@ -26,6 +27,12 @@ struct ReadTensorWithPartials {
   int64_t size;
   int64_t packed;
   int64_t firstChunk;  // its chunks' partial sums start here
+};
+
+struct ScaledTensor {
+  float* data;
+  int64_t size;
+  int64_t packed;
 };
 
 struct SumTensor {
@@ -107,6 +114,51 @@ __global__ void __launch_bounds__(kThreads) tensorSquares(const ReadTensorWithPa
   if (threadIdx.x == 0) sums[blockIdx.x] = sum;
 }
 
+// clip_grad_norm_'s factor: maxNorm / (norm + 1e-6) where the norm (√ of the tensors' sums, added
+// in list order) is above maxNorm, else 1 (a NaN norm included).
+__global__ void clipFactor(const double* sums, int64_t count, double maxNorm, float* factor) {
+  double total = 0.0;
+  for (int64_t k = 0; k < count; ++k) total += sums[k];
+  const double norm = sqrt(total);
+  *factor = norm > maxNorm ? static_cast<float>(maxNorm / (norm + 1e-6)) : 1.0f;
+}
+
+__global__ void __launch_bounds__(kThreads) scaleByFactor(const ScaledTensor* tensors, const TensorChunk* chunks, const float* factor) {
+  const float f = *factor;
+  if (f == 1.0f) return;
+  const TensorChunk chunk = chunks[blockIdx.x];
+  const ScaledTensor t = tensors[chunk.tensor];
+  forEachInChunk(
+      t.size, chunk.chunk, t.packed,
+      [&](int64_t i) {
+        Pack<float, 4> v = loadPack<4>(t.data, i);
+#pragma unroll
+        for (int l = 0; l < 4; ++l) v.v[l] *= f;
+        storePack<4>(t.data, i, v);
+      },
+      [&](int64_t i) { t.data[i] *= f; });
+}
+
+// Enqueues Σ x² of each tensor into device doubles, returned (nullptr when the tensors hold no
+// element), with one spare double after them; `scratch` holds them and the chunks' partials.
+double* squaresOnDevice(CudaBackend& backend, const std::vector<ConstSpan>& tensors, std::shared_ptr<void>& scratch) {
+  std::vector<ReadTensorWithPartials> table;
+  table.reserve(tensors.size());
+  int64_t chunks = 0;
+  for (const ConstSpan& t : tensors) {
+    table.push_back({t.data, t.size, packable(t.data), chunks});
+    chunks += (t.size + kChunkElements - 1) / kChunkElements;
+  }
+  if (chunks == 0) return nullptr;
+  scratch = backend.allocate(static_cast<size_t>(chunks + static_cast<int64_t>(tensors.size()) + 1) * sizeof(double));
+  auto* partials = static_cast<double*>(scratch.get());
+  double* sums = partials + chunks;
+  const ReadTensorWithPartials* deviceTensors = launchMultiTensor(backend, "sumsOfSquares", chunkSquares, table, partials);
+  tensorSquares<<<static_cast<unsigned>(tensors.size()), kThreads, 0, backend.stream()>>>(deviceTensors, partials, sums);
+  checkLaunch("sumsOfSquares");
+  return sums;
+}
+
 }  // namespace
 
 void CudaBackend::findNonFinite(const std::vector<ConstSpan>& tensors, double* firstBad) {
@@ -135,29 +187,28 @@ void CudaBackend::accumulate(const std::vector<Span>& sums, const std::vector<Co
 
 std::vector<double> CudaBackend::sumsOfSquares(const std::vector<ConstSpan>& tensors) {
   std::vector<double> result(tensors.size(), 0.0);
-  std::vector<ReadTensorWithPartials> table;
-  table.reserve(tensors.size());
-  int64_t chunks = 0;
-  for (const ConstSpan& t : tensors) {
-    table.push_back({t.data, t.size, packable(t.data), chunks});
-    chunks += (t.size + kChunkElements - 1) / kChunkElements;
-  }
-  if (chunks == 0) return result;
-  std::shared_ptr<void> scratch = allocate(static_cast<size_t>(chunks + static_cast<int64_t>(tensors.size())) * sizeof(double));
-  auto* partials = static_cast<double*>(scratch.get());
-  double* sums = partials + chunks;
-  const ReadTensorWithPartials* deviceTensors = launchMultiTensor(*this, "sumsOfSquares", chunkSquares, table, partials);
-  tensorSquares<<<static_cast<unsigned>(tensors.size()), kThreads, 0, stream()>>>(deviceTensors, partials, sums);
-  checkLaunch("sumsOfSquares");
+  std::shared_ptr<void> scratch;
+  const double* sums = squaresOnDevice(*this, tensors, scratch);
+  if (!sums) return result;
   download(result.data(), sums, result.size() * sizeof(double));
   synchronize();
   return result;
 }
 
-double CudaBackend::totalSumOfSquares(const std::vector<ConstSpan>& tensors) {
-  double total = 0;
-  for (double sum : sumsOfSquares(tensors)) total += sum;
-  return total;
+void CudaBackend::clipTotalNorm(const std::vector<Span>& tensors, double maxNorm) {
+  std::vector<ConstSpan> read;
+  std::vector<ScaledTensor> table;
+  for (const Span& t : tensors) {
+    read.push_back({t.data, t.size});
+    table.push_back({t.data, t.size, packable(t.data)});
+  }
+  std::shared_ptr<void> scratch;  // freed in stream order: the kernels below still read it
+  double* sums = squaresOnDevice(*this, read, scratch);
+  if (!sums) return;
+  auto* factor = reinterpret_cast<float*>(sums + tensors.size());
+  clipFactor<<<1, 1, 0, stream()>>>(sums, static_cast<int64_t>(tensors.size()), maxNorm, factor);
+  checkLaunch("clipFactor");
+  launchMultiTensor(*this, "clipTotalNorm", scaleByFactor, table, static_cast<const float*>(factor));
 }
 
 }  // namespace accordion::cuda

@@ -173,6 +173,30 @@ layerSuite('layers (LayerProbe)', function () {
       expect(Array.from(m2)).to.not.deep.equal(Array.from(m1));
     });
 
+    it("draws the mask SplitMix64 gives from the first key of the layer's xoshiro256** stream (ops/dropout_mask.h), in BigInt", () => {
+      const M = (1n << 64n) - 1n;
+      const GOLDEN = 0x9e3779b97f4a7c15n;
+      const finalise = (z) => {
+        z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & M;
+        z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & M;
+        return z ^ (z >> 31n);
+      };
+      // SplitMix64's published first output from state 0.
+      expect(finalise(GOLDEN)).to.equal(0xe220a8397b1dcdafn);
+      // xoshiro256** seeded by SplitMix64 (state word k = finalise(seed + (k + 1)·golden)): its first
+      // output is rotl(s1·5, 7)·9, the key of the first mask.
+      const rotl = (x, k) => ((x << k) | (x >> (64n - k))) & M;
+      const seed = 33n;
+      const key = (rotl((finalise((seed + 2n * GOLDEN) & M) * 5n) & M, 7n) * 9n) & M;
+      const keeps = (i) => Number(finalise((key + BigInt(i + 1) * GOLDEN) & M) >> 40n) * 2 ** -24 >= Math.fround(p);
+      // Rows of features, as VGG's classifier and the LSTM drop them (the mask runs over the elements
+      // in memory order).
+      const rows = [21, 143];
+      const { data } = new LayerProbe('dropout', { p, seed: Number(seed) }).forward(new Float32Array(numel(rows)).fill(1), rows, true);
+      const want = Array.from(data, (_, i) => (keeps(i) ? scale : 0));
+      expect(Array.from(data)).to.deep.equal(want);
+    });
+
     it('is the identity in eval mode, forward and backward', () => {
       const probe = new LayerProbe('dropout', { p, seed: 24 });
       const x = randomNormal(numel(shape), 25);

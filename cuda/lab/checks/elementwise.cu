@@ -80,6 +80,15 @@ void checkDropout(Lab& lab) {
   std::vector<int64_t> counts = kElementCounts;
   counts.push_back(128 * 512);  // VGG's classifier input at batch 128
   for (int64_t n : counts) {
+    // The mask drawn on the device from a key: the CPU's, bit for bit.
+    lab.run("dropout.mask", countLabel(n), kExact, [&](Check& check) {
+      Twin<uint8_t> keep = lab.empty<uint8_t>(n);
+      const uint64_t key = lab.random.key();
+      auto op = [&](Backend& b) { b.dropoutMask(key, static_cast<float>(drop), keep.on(b), n); };
+      lab.both(op, keep);
+      lab.expect(check, "keep", keep);
+      lab.measure(check, op, Work::memory(1.0 * n));  // write the byte mask
+    });
     lab.run("dropout.forward", countLabel(n), kExact, [&](Check& check) {
       Twin<float> x = lab.input(lab.random.normal(n)), y = lab.empty<float>(n);
       Twin<uint8_t> keep = lab.input(lab.random.bernoulli(n, 1.0 - drop));

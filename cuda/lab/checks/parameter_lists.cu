@@ -111,18 +111,28 @@ void checkSumsOfSquares(Lab& lab) {
     });
 }
 
-void checkTotalSumOfSquares(Lab& lab) {
+void checkClipTotalNorm(Lab& lab) {
   std::vector<TensorList> lists = tensorLists();
   // The LSTM 2×650 on WikiText-2's parameters: the tied embedding, two layers, the decoder bias.
   lists.push_back({"LSTM 2x650, V 33278 parameters", {33278 * 650, 2600 * 650, 2600 * 650, 2600, 2600, 2600 * 650, 2600 * 650, 2600, 2600, 33278}});
-  for (const TensorList& list : lists)
-    lab.run("totalSumOfSquares", list.label, kDoubleSum, [&](Check& check) {
+  for (const TensorList& list : lists) {
+    // Normal values: a norm near √(elements), far above 0.25, so every tensor is scaled; the
+    // factor, from double sums added in another order, may round to a float one ulp apart.
+    lab.run("clipTotalNorm", list.label + ", clipped to 0.25", kOneRounding, [&](Check& check) {
       std::vector<Twin<float>> tensors = inputs(lab, normals(lab, list.sizes));
-      compare(check, "total", lab.gpu.totalSumOfSquares(constSpans(tensors, lab.gpu)), lab.cpu.totalSumOfSquares(constSpans(tensors, lab.cpu)),
-              check.tolerance);
-      // Includes reading the total back: the op returns it on the host.
-      lab.measure(check, [&](Backend& b) { b.totalSumOfSquares(constSpans(tensors, b)); }, Work::memory(4.0 * list.total()));
+      lab.both([&](Backend& b) { b.clipTotalNorm(spans(tensors, b), 0.25); });
+      for (size_t k = 0; k < tensors.size(); ++k) lab.expect(check, indexed("tensor", k), tensors[k]);
     });
+    // Under the bound nothing changes; timed here, where every run does the same work (the norm:
+    // every element read once, the factor on the device, no wait).
+    lab.run("clipTotalNorm", list.label + ", under the bound", kExact, [&](Check& check) {
+      std::vector<Twin<float>> tensors = inputs(lab, normals(lab, list.sizes));
+      auto op = [&](Backend& b) { b.clipTotalNorm(spans(tensors, b), 1e30); };
+      lab.both(op);
+      for (size_t k = 0; k < tensors.size(); ++k) lab.expect(check, indexed("tensor", k), tensors[k]);
+      lab.measure(check, op, Work::memory(4.0 * list.total()));
+    });
+  }
 }
 
 }  // namespace accordion::lab
