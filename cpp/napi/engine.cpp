@@ -84,7 +84,7 @@ static cuda::NcclOptions ncclOptions(const GlooGroup& gloo, const Device& device
   return o;
 }
 
-// new Engine({ model, classes, width, precision, hidden, layers, seed, dropout, device, convAlgorithms, learningRate,
+// new Engine({ model, classes, width, precision, hidden, layers, seed, dropout, device, convAlgorithms, tf32, learningRate,
 //              momentum, weightDecay, nesterov, compressor, level (with a compressor),
 //              compressionSeed, minCompressionRate, commDtype, bucketBytes, broadcastBuffers, clipNorm, distBackend, and optionally
 //              accumulateNorms, frozenBatchNorm, keepGradients, threads, group })
@@ -126,6 +126,9 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
   if (convAlgorithms != "fastest" && convAlgorithms != "accurate")
     throw rangeError(env, "option 'convAlgorithms' must be 'fastest' or 'accurate', got '" + convAlgorithms + "'");
   backendOptions.accurateConvolutions = convAlgorithms == "accurate";
+  backendOptions.tf32 = boolOption(o, "tf32");
+  if (backendOptions.tf32 && device.isCpu())
+    throw makeError(env, "ERR_UNSUPPORTED", "tf32 is a GPU's tensor-core format; the CPU computes fp32 in full (leave out --tf32, or train with --device cuda)");
   const std::string precision = stringOption(o, "precision");
   if (precision != "fp32" && precision != "bf16") throw rangeError(env, "option 'precision' must be 'fp32' or 'bf16', got '" + precision + "'");
   if (precision == "bf16" && !device.isCpu())

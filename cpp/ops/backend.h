@@ -48,6 +48,10 @@ struct BackendOptions {
   // Winograd), whose weight gradients stay within 1e-4 of float64 where a transform's came 2e-3
   // away. The CPU has one kind.
   bool accurateConvolutions = false;
+  // GPU convolutions and gemm() in fp32 on TF32 tensor cores (inputs rounded to 10 mantissa bits,
+  // sums in fp32), as PyTorch's allow_tf32; false: FMA math only. The compressors' products stay
+  // fp32 either way. The CPU has no TF32 (the binding refuses it there).
+  bool tf32 = false;
   // The precision of convolutions and matrix products: Fp32, or Bf16 (autocast's semantics: their
   // inputs and weights rounded to bf16, products accumulated and written in fp32; everything else,
   // parameters and gradients included, stays fp32).

@@ -65,6 +65,10 @@ constexpr double kMatmul = 1e-4;
 // cuDNN's transform convolutions (FFT, non-fused Winograd), which the fastest choice may take: a
 // weight gradient 2.2e-3 from float64 was seen (VGG-19bn's first layer at batch 4).
 constexpr double kTransformConvolution = 5e-3;
+// TF32 tensor cores (options.tf32) round each input of a product to 10 mantissa bits (2⁻¹¹
+// relative) and sum in fp32: over products of random signs the error grows like the output itself,
+// about 1e-3 of it, against the CPU's fp32.
+constexpr double kTf32 = 1e-2;
 // Sums of squares are accumulated in double on both devices.
 constexpr double kDoubleSum = 1e-9;
 // Column sums over up to 33,278 rows: one float sum per column on the CPU, float per thread then

@@ -15,6 +15,7 @@ using Status = int;  // cublasStatus_t
 constexpr Status kSuccess = 0;  // CUBLAS_STATUS_SUCCESS
 constexpr int kNoTranspose = 0, kTranspose = 1;  // CUBLAS_OP_N, CUBLAS_OP_T
 constexpr int kDefaultMath = 0;  // CUBLAS_DEFAULT_MATH: fp32 GEMMs in fp32, no TF32 tensor cores
+constexpr int kTf32Math = 3;     // CUBLAS_TF32_TENSOR_OP_MATH: fp32 GEMMs on TF32 tensor cores
 
 // Column-major, as BLAS: C (m, n) = α·op(A)·op(B) + β·C.
 struct Api {

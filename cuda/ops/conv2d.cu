@@ -1,8 +1,9 @@
-// Conv2d on cuDNN: NCHW fp32 with FMA math (no TF32, as PyTorch with allow_tf32=False). Each
-// direction runs the algorithm cuDNN measured fastest for the shape when the op was made among those
-// whose math is FMA (and, for accurate convolutions, that use no transform), its workspace taken
-// from the device's pool for the call: on Ampere and later, cuDNN may list algorithms that use TF32
-// tensor cores even for a descriptor set to FMA math, and those are passed over. What was chosen is kept
+// Conv2d on cuDNN: NCHW fp32 with FMA math (no TF32, as PyTorch with allow_tf32=False), or with
+// options.tf32 cuDNN's default math (TF32 tensor cores, as allow_tf32=True). Each direction runs the
+// algorithm cuDNN measured fastest for the shape when the op was made among those whose math is
+// allowed (and, for accurate convolutions, that use no transform), its workspace taken from the
+// device's pool for the call: on Ampere and later, cuDNN may list algorithms that use TF32 tensor
+// cores even for a descriptor set to FMA math, and without tf32 those are passed over. What was chosen is kept
 // (ConvolutionChoice) for the kernel lab's rows. The bias and its gradient are own
 // kernels; the gradient sums each channel in a fixed order, so it has the same bits on every run.
 #include <algorithm>
@@ -213,7 +214,7 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
     conv_.reset(conv);
     checkCudnn(dnn_.setConvolution2dDescriptor(conv, padding, padding, stride, stride, 1, 1, cudnn::kCrossCorrelation, cudnn::kFloat),
                "cudnnSetConvolution2dDescriptor");
-    checkCudnn(dnn_.setConvolutionMathType(conv, cudnn::kFmaMath), "cudnnSetConvolutionMathType");
+    checkCudnn(dnn_.setConvolutionMathType(conv, backend.options.tf32 ? cudnn::kDefaultMath : cudnn::kFmaMath), "cudnnSetConvolutionMathType");
 
     // The find functions run every algorithm on the handle's stream, on memory of cuDNN's own.
     const cudnn::Handle handle = backend.cudnn();
@@ -303,7 +304,8 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
 
   // cuDNN lists the algorithms it timed fastest first; some may have failed (unsupported for the
   // shape, or out of memory for their scratch), and some may use another math than FMA (TF32 tensor
-  // cores): the first that ran with FMA math is taken, and noted in algorithms_. With accurate
+  // cores): the first that ran with an allowed math (FMA; any with tf32) is taken, and noted in
+  // algorithms_. With accurate
   // convolutions (BackendOptions) the transform algorithms (FFT, FFT_TILING, WINOGRAD_NONFUSED) are
   // passed over too: their rounding grows with the transform, and on an H200 the first convolution
   // of VGG-19bn at batch 4 (3 → 64 channels, 32×32) gave a weight gradient 2e-3 away from float64
@@ -314,16 +316,16 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
     int returned = 0;
     checkCudnn(find(cudnn::kAlgorithmCount, &returned, results), (std::string("finding the ") + direction + " algorithm").c_str());
     std::string others;  // what was passed over, for the error
-    const bool accurate = backend_.options.accurateConvolutions;
+    const bool accurate = backend_.options.accurateConvolutions, tf32 = backend_.options.tf32;
     for (int i = 0; i < returned; ++i) {
       const cudnn::AlgoPerf& r = results[i];
       const std::string name = algorithmName(names, r.algo);
       const bool transform = name.find("FFT") != std::string::npos || name == "WINOGRAD_NONFUSED";
       const bool allowed = !(transform && accurate);
-      if (r.status == cudnn::kSuccess && r.mathType == cudnn::kFmaMath && allowed) {
+      if (r.status == cudnn::kSuccess && (r.mathType == cudnn::kFmaMath || tf32) && allowed) {
         char timing[64];
         std::snprintf(timing, sizeof timing, "%.3f ms, %zu B scratch", static_cast<double>(r.time), r.memory);
-        algorithms_ += (algorithms_.empty() ? "" : "; ") + std::string(direction) + " " + name + " (FMA, " +
+        algorithms_ += (algorithms_.empty() ? "" : "; ") + std::string(direction) + " " + name + " (" + mathName(r.mathType) + ", " +
                        timing + ")";
         return {r.algo, r.memory};
       }
@@ -333,7 +335,7 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
                                              : mathName(r.mathType) + " math") +
                 ")";
     }
-    throw EngineError("ERR_CUDNN", "cuDNN has no " + std::string(direction) + " algorithm with FMA math" +
+    throw EngineError("ERR_CUDNN", "cuDNN has no " + std::string(direction) + " algorithm" + (tf32 ? "" : " with FMA math") +
                                        (accurate ? " and no transform" : "") + " that runs " + describe() + " (" +
                                        std::to_string(returned) + " tried" + (others.empty() ? "" : ": " + others) + ")");
   }

@@ -80,6 +80,15 @@ CudaBackend::CudaBackend(int device) : context_(std::make_shared<StreamContext>(
   }
 }
 
+cublas::Handle CudaBackend::cublas(bool tf32) {
+  const int math = tf32 ? cublas::kTf32Math : cublas::kDefaultMath;
+  if (math != cublasMath_) {
+    cublas::check(cublas::api().setMathMode(cublas_, math), "cublasSetMathMode");
+    cublasMath_ = math;
+  }
+  return cublas_;
+}
+
 CudaBackend::~CudaBackend() {
   const DeviceScope scope(context_->device);
   cudaStreamSynchronize(copyStream_);

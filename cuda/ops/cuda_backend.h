@@ -61,7 +61,9 @@ class CudaBackend : public Backend {
   // ---- For the ops' implementations ----------------------------------------------------------
   cudaStream_t stream() const { return context_->stream; }
   cudnn::Handle cudnn() const { return cudnn_; }
-  cublas::Handle cublas() const { return cublas_; }
+  // The cuBLAS handle with its math mode set to TF32 tensor cores or to fp32 (the handle keeps
+  // the mode: set only when it changes).
+  cublas::Handle cublas(bool tf32);
   // Scratch memory of `bytes` for one call (cuDNN's workspaces, partial sums): the caller holds it
   // while it queues its work; dropped, it goes back to the pool in stream order, after that work,
   // so a workspace counts in the peak only while a call uses it (none for 0 bytes).
@@ -91,6 +93,7 @@ class CudaBackend : public Backend {
   cudaStream_t copyStream_ = nullptr;  // uploads ahead of the compute on context_->stream
   cudnn::Handle cudnn_ = nullptr;
   cublas::Handle cublas_ = nullptr;
+  int cublasMath_ = cublas::kDefaultMath;  // the handle's math mode
   struct Table {
     std::string content;
     std::shared_ptr<void> memory;

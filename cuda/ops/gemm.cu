@@ -1,4 +1,4 @@
-// General row-major GEMM on cuBLAS (fp32, default math: no TF32): C (m, n) = op(A)·op(B) (+ C).
+// General row-major GEMM on cuBLAS (fp32; on TF32 tensor cores with options.tf32): C (m, n) = op(A)·op(B) (+ C).
 //
 // cuBLAS is column-major, and a row-major (r, c) buffer with leading dimension c is, to cuBLAS, its
 // transpose: a column-major (c, r) matrix with the same leading dimension. So C = op(A)·op(B) is
@@ -19,7 +19,7 @@ void CudaBackend::gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k
     return;
   }
   const float one = 1, beta = accumulate ? 1.0f : 0.0f;
-  cublas::check(cublas::api().sgemm(cublas(), transB ? cublas::kTranspose : cublas::kNoTranspose,
+  cublas::check(cublas::api().sgemm(cublas(options.tf32), transB ? cublas::kTranspose : cublas::kNoTranspose,
                                     transA ? cublas::kTranspose : cublas::kNoTranspose, cols, rows, depth, &one, b,
                                     transB ? depth : cols, a, transA ? rows : depth, &beta, c, cols),
                 "cublasSgemm (gemm)");

@@ -49,7 +49,7 @@ void groupedGemms(CudaBackend& backend, const std::vector<PowerSgdMatrix>& matri
     }
     const auto* table = static_cast<const float* const*>(backend.deviceTable(pointers.data(), pointers.size() * sizeof(float*)));
     const GemmShape s = shapeOf(*members.front());
-    cublas::check(cublas::api().sgemmBatched(backend.cublas(), s.transa, s.transb, s.m, s.n, s.k, &one, table, s.lda, table + count,
+    cublas::check(cublas::api().sgemmBatched(backend.cublas(false), s.transa, s.transb, s.m, s.n, s.k, &one, table, s.lda, table + count,
                                              s.ldb, &zero, const_cast<float* const*>(table + 2 * count), s.ldc,
                                              static_cast<int>(count)),
                   what);

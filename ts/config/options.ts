@@ -25,6 +25,7 @@ export interface TrainConfig {
   precision: ComputePrecision;
   device: DeviceName;
   convAlgorithms: 'fastest' | 'accurate';
+  tf32: boolean;
   distBackend: 'nccl' | 'gloo';
   dataset: DatasetName;
   dataDir?: string;
@@ -144,6 +145,10 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   convAlgorithms: {
     flag: '--conv-algorithms', type: 'string', default: 'fastest', choices: ['fastest', 'accurate'], modelKey: 'convAlgorithms',
     help: "GPU convolutions: cuDNN's fastest (as PyTorch's cudnn.benchmark), or none with a transform (FFT, non-fused Winograd): gradients within 1e-4 of float64, about 1.8× slower steps on an H200",
+  },
+  tf32: {
+    flag: '--tf32', type: 'flag', default: false, modelKey: 'tf32',
+    help: "GPU: fp32 convolutions and the model's matrix products on TF32 tensor cores (inputs rounded to 10 mantissa bits, sums in fp32), as PyTorch with allow_tf32 for cuDNN and matmul; the compressors' products stay fp32",
   },
   distBackend: {
     flag: '--dist-backend', type: 'string', default: 'nccl', choices: ['nccl', 'gloo'], modelKey: 'distBackend',

@@ -46,6 +46,12 @@ export interface ModelOptions {
    */
   convAlgorithms?: 'fastest' | 'accurate';
   /**
+   * On a GPU: fp32 convolutions and the model's matrix products on TF32 tensor cores (false by
+   * default, as PyTorch's matmul; its cuDNN default is true). The compressors' products stay fp32;
+   * the CPU has no TF32 and refuses it.
+   */
+  tf32?: boolean;
+  /**
    * On a GPU with a group: how the gradients travel, 'nccl' (default; one worker per GPU) or 'gloo'
    * (through host memory, each collective staged there: several workers may share a GPU). The CPU
    * always uses the group's Gloo.

@@ -69,6 +69,7 @@ export class Model {
       seed: options.seed ?? modelDefault('seed', options),
       device,
       convAlgorithms: options.convAlgorithms ?? modelDefault('convAlgorithms', options),
+      tf32: options.tf32 ?? modelDefault('tf32', options),
       distBackend: options.distBackend ?? modelDefault('distBackend', options),
       learningRate: options.learningRate ?? modelDefault('lr', options),
       momentum: options.momentum ?? modelDefault('momentum', options),

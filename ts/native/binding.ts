@@ -20,6 +20,8 @@ export interface EngineOptions {
   device: string;
   /** GPU convolutions: 'fastest' or 'accurate' (no transform algorithms). */
   convAlgorithms: 'fastest' | 'accurate';
+  /** GPU: convolutions and matrix products on TF32 tensor cores. */
+  tf32: boolean;
   /** GPU workers' exchange: 'nccl', or 'gloo' staged through host memory. */
   distBackend: 'nccl' | 'gloo';
   learningRate: number;

@@ -17,11 +17,11 @@ export type TrainOptions = Partial<TrainConfig> & ({ model: TrainConfig['model']
 /**
  * What a resumed run may set anew: how long it trains (the schedule's end), how many workers and
  * threads it has, its timeouts, its output, checkpoints and evaluations, where the data and the
- * device are.
+ * device are (and whether that GPU uses TF32).
  * Every other option is the run's own; given again, it must have the run's value.
  */
 export const RESUME_MAY_CHANGE: readonly (keyof TrainConfig)[] = [
-  'epochs', 'workers', 'threads', 'timeoutMs', 'progress', 'outDir', 'resume', 'overwrite', 'checkpointEvery', 'evalsPerEpoch', 'testImages', 'dataDir', 'device',
+  'epochs', 'workers', 'threads', 'timeoutMs', 'progress', 'outDir', 'resume', 'overwrite', 'checkpointEvery', 'evalsPerEpoch', 'testImages', 'dataDir', 'device', 'tf32',
 ];
 
 /** Options that belong to one invocation, never taken from the run being resumed (the job sets the workers). */

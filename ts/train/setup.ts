@@ -98,6 +98,7 @@ export async function setUp(given: TrainOptions, context: TrainerContext): Promi
       architecture: config.model,
       device: config.device,
       convAlgorithms: config.convAlgorithms,
+      tf32: config.tf32,
       distBackend: config.distBackend,
       classes: task.classes,
       width: config.width,

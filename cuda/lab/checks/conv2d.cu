@@ -47,17 +47,25 @@ void checkConv2d(Lab& lab) {
       {convolution({3, 2, 6, 6}, 3, 3, 2, 1, false), true},
   };
   // Each case with accurate convolutions (no transform algorithms), then as training chooses by
-  // default (the fastest, transforms included).
-  for (const bool accurate : {true, false})
+  // default (the fastest, transforms included), then the training shapes (batch 128) on TF32
+  // tensor cores (--tf32).
+  struct Mode {
+    bool accurate, tf32;
+    const char* label;
+    double tolerance;
+  };
+  for (const Mode mode : {Mode{true, false, "", kMatmul}, Mode{false, false, ", fastest", kTransformConvolution}, Mode{false, true, ", tf32", kTf32}})
   for (const ConvCase& c : cases) {
-    lab.gpu.options.accurateConvolutions = accurate;
-    const double tolerance = accurate ? kMatmul : kTransformConvolution;
+    if (mode.tf32 && c.spec.batch != 128) continue;
+    lab.gpu.options.accurateConvolutions = mode.accurate;
+    lab.gpu.options.tf32 = mode.tf32;
+    const double tolerance = mode.tolerance;
     const Conv2dSpec& spec = c.spec;
     const Dims in{spec.batch, spec.inChannels, spec.height, spec.width},
         out{spec.batch, spec.outChannels, spec.outHeight(), spec.outWidth()};
     const std::string label = in.label() + " " + std::to_string(spec.inChannels) + "->" + std::to_string(spec.outChannels) + " k" +
                               std::to_string(spec.kernel) + " s" + std::to_string(spec.stride) + " p" + std::to_string(spec.padding) +
-                              (spec.bias ? " +bias" : "") + (accurate ? "" : ", fastest");
+                              (spec.bias ? " +bias" : "") + mode.label;
     const double flops = 2.0 * out.numel() * spec.inChannels * spec.kernel * spec.kernel;  // per pass
     const int64_t weights = numelOf(spec.weightShape());
     // He initialisation keeps the outputs of order one whatever the fan-in.
@@ -87,6 +95,8 @@ void checkConv2d(Lab& lab) {
       lab.measure(check, op, Work::compute(c.inputGradient ? 2 * flops : flops));  // dW, and dx when asked
     });
   }
+  lab.gpu.options.accurateConvolutions = false;
+  lab.gpu.options.tf32 = false;
 }
 
 }  // namespace accordion::lab

@@ -63,10 +63,14 @@ void checkGemm(Lab& lab) {
                            {true, false, 33278, 650, 700, false}, {false, false, 20, 650, 2600, false},
                            {true, false, 2600, 650, 700, false},  {false, false, 700, 650, 2600, false}};
   cases.insert(cases.end(), std::begin(lstm), std::end(lstm));
-  for (const GemmCase& g : cases) {
+  // Every case in fp32, then the LSTM's on TF32 tensor cores (--tf32).
+  const std::vector<GemmCase> tf32Cases(std::begin(lstm), std::end(lstm));
+  for (const bool tf32 : {false, true})
+  for (const GemmCase& g : tf32 ? tf32Cases : cases) {
+    lab.gpu.options.tf32 = tf32;
     const std::string label = std::string(g.transA ? "T" : "N") + (g.transB ? "T" : "N") + " " + dims({g.m, g.n, g.k}) +
-                              (g.accumulate ? " +C" : "");
-    lab.run("gemm", label, kMatmul, [&](Check& check) {
+                              (g.accumulate ? " +C" : "") + (tf32 ? ", tf32" : "");
+    lab.run("gemm", label, tf32 ? kTf32 : kMatmul, [&](Check& check) {
       const float scale = 1.0f / std::sqrt(static_cast<float>(g.k));
       Twin<float> a = lab.input(lab.random.normal(g.m * g.k)), b = lab.input(lab.random.normal(g.k * g.n, 0, scale));
       Twin<float> c = g.accumulate ? lab.input(lab.random.normal(g.m * g.n)) : lab.empty<float>(g.m * g.n);
@@ -81,6 +85,7 @@ void checkGemm(Lab& lab) {
       lab.measure(check, op, Work::compute(2.0 * g.m * g.n * g.k));
     });
   }
+  lab.gpu.options.tf32 = false;
 }
 
 void checkBias(Lab& lab) {
