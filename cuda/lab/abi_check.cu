@@ -96,6 +96,7 @@ static_assert(dnn::kFloat == CUDNN_DATA_FLOAT, "cudnn::kFloat");
 static_assert(dnn::kNchw == CUDNN_TENSOR_NCHW, "cudnn::kNchw");
 static_assert(dnn::kCrossCorrelation == CUDNN_CROSS_CORRELATION, "cudnn::kCrossCorrelation");
 static_assert(dnn::kFmaMath == CUDNN_FMA_MATH, "cudnn::kFmaMath");
+static_assert(dnn::kDefaultMath == CUDNN_DEFAULT_MATH, "cudnn::kDefaultMath");
 static_assert(dnn::kAlgorithmCount >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT && dnn::kAlgorithmCount >= CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT &&
                   dnn::kAlgorithmCount >= CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
               "cudnn::kAlgorithmCount is below an algorithm count, so a find could miss the fastest");
@@ -194,6 +195,7 @@ static_assert(blas::kSuccess == CUBLAS_STATUS_SUCCESS, "cublas::kSuccess");
 static_assert(blas::kNoTranspose == CUBLAS_OP_N, "cublas::kNoTranspose");
 static_assert(blas::kTranspose == CUBLAS_OP_T, "cublas::kTranspose");
 static_assert(blas::kDefaultMath == CUBLAS_DEFAULT_MATH, "cublas::kDefaultMath");
+static_assert(blas::kTf32Math == CUBLAS_TF32_TENSOR_OP_MATH, "cublas::kTf32Math");
 // The property numbers cublas.cu passes to cublasGetProperty.
 static_assert(MAJOR_VERSION == 0 && MINOR_VERSION == 1 && PATCH_LEVEL == 2, "libraryPropertyType");
 
