@@ -131,8 +131,6 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
     throw makeError(env, "ERR_UNSUPPORTED", "tf32 is a GPU's tensor-core format; the CPU computes fp32 in full (leave out --tf32, or train with --device cuda)");
   const std::string precision = stringOption(o, "precision");
   if (precision != "fp32" && precision != "bf16") throw rangeError(env, "option 'precision' must be 'fp32' or 'bf16', got '" + precision + "'");
-  if (precision == "bf16" && !device.isCpu())
-    throw makeError(env, "ERR_UNSUPPORTED", "precision 'bf16' computes on the CPU only; on a GPU train in fp32 (leave out --precision)");
   backendOptions.compute = parsePrecision(precision);
   const std::string distBackend = stringOption(o, "distBackend");
   if (distBackend != "nccl" && distBackend != "gloo") throw rangeError(env, "option 'distBackend' must be 'nccl' or 'gloo', got '" + distBackend + "'");

@@ -5,6 +5,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/precision.h"
+#include "ops/bf16_rounding.h"
 
 namespace accordion {
 
@@ -15,15 +16,11 @@ bool hasIsa(dnnl::cpu_isa isa) {
   return (effective & static_cast<unsigned>(isa)) == static_cast<unsigned>(isa);
 }
 
-// x rounded to bf16 as a float, in bit operations without branches, which the compiler turns into
-// vector code: toBf16's rounding and NaN, and a subnormal read as zero of its sign.
+// x rounded to bf16 as a float (ops/bf16_rounding.h).
 float roundedToBf16(float x) {
   uint32_t b;
   std::memcpy(&b, &x, sizeof(b));
-  const uint32_t magnitude = b & 0x7FFFFFFFu;
-  uint32_t r = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
-  r = magnitude > 0x7F800000u ? (b | 0x00400000u) & 0xFFFF0000u : r;
-  r = magnitude < 0x00800000u ? b & 0x80000000u : r;
+  const uint32_t r = bf16RoundedBits(b);
   float y;
   std::memcpy(&y, &r, sizeof(y));
   return y;

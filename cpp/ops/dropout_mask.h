@@ -6,13 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/host_device.h"
 #include "core/random.h"
-
-#ifdef __CUDACC__
-#define ACCORDION_HOST_DEVICE __host__ __device__
-#else
-#define ACCORDION_HOST_DEVICE
-#endif
 
 namespace accordion {
 

@@ -93,6 +93,7 @@ static_assert(sizeof(dnn::Status) == sizeof(cudnnStatus_t), "cudnn::Status");
 
 static_assert(dnn::kSuccess == CUDNN_STATUS_SUCCESS, "cudnn::kSuccess");
 static_assert(dnn::kFloat == CUDNN_DATA_FLOAT, "cudnn::kFloat");
+static_assert(dnn::kBfloat16 == CUDNN_DATA_BFLOAT16, "cudnn::kBfloat16");
 static_assert(dnn::kNchw == CUDNN_TENSOR_NCHW, "cudnn::kNchw");
 static_assert(dnn::kCrossCorrelation == CUDNN_CROSS_CORRELATION, "cudnn::kCrossCorrelation");
 static_assert(dnn::kFmaMath == CUDNN_FMA_MATH, "cudnn::kFmaMath");
@@ -196,6 +197,8 @@ static_assert(blas::kNoTranspose == CUBLAS_OP_N, "cublas::kNoTranspose");
 static_assert(blas::kTranspose == CUBLAS_OP_T, "cublas::kTranspose");
 static_assert(blas::kDefaultMath == CUBLAS_DEFAULT_MATH, "cublas::kDefaultMath");
 static_assert(blas::kTf32Math == CUBLAS_TF32_TENSOR_OP_MATH, "cublas::kTf32Math");
+static_assert(blas::kFloat32 == CUDA_R_32F && blas::kBfloat16 == CUDA_R_16BF, "cublas::kFloat32, kBfloat16");
+static_assert(blas::kCompute32F == CUBLAS_COMPUTE_32F && blas::kGemmDefault == CUBLAS_GEMM_DEFAULT, "cublas::kCompute32F, kGemmDefault");
 // The property numbers cublas.cu passes to cublasGetProperty.
 static_assert(MAJOR_VERSION == 0 && MINOR_VERSION == 1 && PATCH_LEVEL == 2, "libraryPropertyType");
 
@@ -210,7 +213,8 @@ static_assert(sameSignature<decltype(blas::Api::getStatusString), decltype(&cubl
 static_assert(sameSignature<decltype(blas::Api::sgemm), decltype(&cublasSgemm_v2)>, "cublasSgemm_v2");
 static_assert(sameSignature<decltype(blas::Api::sgemmStridedBatched), decltype(&cublasSgemmStridedBatched)>, "cublasSgemmStridedBatched");
 static_assert(sameSignature<decltype(blas::Api::sgemmBatched), decltype(&cublasSgemmBatched)>, "cublasSgemmBatched");
-static_assert(sizeof(blas::Api) == 9 * sizeof(void (*)()), "cublas::Api has a member that is not checked here");
+static_assert(sameSignature<decltype(blas::Api::gemmEx), decltype(&cublasGemmEx)>, "cublasGemmEx");
+static_assert(sizeof(blas::Api) == 10 * sizeof(void (*)()), "cublas::Api has a member that is not checked here");
 
 // ---- NCCL -----------------------------------------------------------------------------------
 

@@ -69,6 +69,9 @@ constexpr double kTransformConvolution = 5e-3;
 // relative) and sum in fp32: over products of random signs the error grows like the output itself,
 // about 1e-3 of it, against the CPU's fp32.
 constexpr double kTf32 = 1e-2;
+// bf16 convolutions on the GPU write bf16 (cuDNN's bf16 configuration) where the CPU writes fp32:
+// each output one bf16 rounding (2⁻⁹ relative) from the CPU's.
+constexpr double kBf16Result = 5e-3;
 // Sums of squares are accumulated in double on both devices.
 constexpr double kDoubleSum = 1e-9;
 // Column sums over up to 33,278 rows: one float sum per column on the CPU, float per thread then

@@ -18,6 +18,7 @@ void bind(void* handle, Api& a, std::string& missing) {
   bindSymbol(handle, a.sgemm, "cublasSgemm_v2", missing);
   bindSymbol(handle, a.sgemmStridedBatched, "cublasSgemmStridedBatched", missing);
   bindSymbol(handle, a.sgemmBatched, "cublasSgemmBatched", missing);
+  bindSymbol(handle, a.gemmEx, "cublasGemmEx", missing);
 }
 
 std::string version(const Api& a) {

@@ -16,6 +16,10 @@ constexpr Status kSuccess = 0;  // CUBLAS_STATUS_SUCCESS
 constexpr int kNoTranspose = 0, kTranspose = 1;  // CUBLAS_OP_N, CUBLAS_OP_T
 constexpr int kDefaultMath = 0;  // CUBLAS_DEFAULT_MATH: fp32 GEMMs in fp32, no TF32 tensor cores
 constexpr int kTf32Math = 3;     // CUBLAS_TF32_TENSOR_OP_MATH: fp32 GEMMs on TF32 tensor cores
+constexpr int kFloat32 = 0;      // CUDA_R_32F (cudaDataType_t)
+constexpr int kBfloat16 = 14;    // CUDA_R_16BF
+constexpr int kCompute32F = 68;  // CUBLAS_COMPUTE_32F: sums in fp32
+constexpr int kGemmDefault = -1; // CUBLAS_GEMM_DEFAULT
 
 // Column-major, as BLAS: C (m, n) = α·op(A)·op(B) + β·C.
 struct Api {
@@ -33,6 +37,9 @@ struct Api {
   // One GEMM per entry of the device arrays of pointers, all of one shape.
   Status (*sgemmBatched)(Handle, int transa, int transb, int m, int n, int k, const float* alpha, const float* const a[], int lda,
                          const float* const b[], int ldb, const float* beta, float* const c[], int ldc, int batchCount);
+  // A GEMM whose operands and result each have a data type (bf16 operands, an fp32 result).
+  Status (*gemmEx)(Handle, int transa, int transb, int m, int n, int k, const void* alpha, const void* a, int aType, int lda,
+                   const void* b, int bType, int ldb, const void* beta, void* c, int cType, int ldc, int computeType, int algo);
 };
 
 // The loaded API; throws EngineError ERR_CUDA_LIBRARY, naming every path tried, when cuBLAS is missing.

@@ -26,6 +26,7 @@ using Status = int;  // cudnnStatus_t
 
 constexpr Status kSuccess = 0;        // CUDNN_STATUS_SUCCESS
 constexpr int kFloat = 0;             // CUDNN_DATA_FLOAT
+constexpr int kBfloat16 = 9;          // CUDNN_DATA_BFLOAT16
 constexpr int kNchw = 0;              // CUDNN_TENSOR_NCHW
 constexpr int kCrossCorrelation = 1;  // CUDNN_CROSS_CORRELATION (what deep learning calls convolution)
 constexpr int kDefaultMath = 0;       // CUDNN_DEFAULT_MATH: fp32 on TF32 tensor cores where the device has them

@@ -3,7 +3,10 @@
 // algorithm cuDNN measured fastest for the shape when the op was made among those whose math is
 // allowed (and, for accurate convolutions, that use no transform), its workspace taken from the
 // device's pool for the call: on Ampere and later, cuDNN may list algorithms that use TF32 tensor
-// cores even for a descriptor set to FMA math, and without tf32 those are passed over. What was chosen is kept
+// cores even for a descriptor set to FMA math, and without tf32 those are passed over. With bf16
+// compute (--precision bf16) the tensors are bf16 copies, rounded as the CPU rounds them, summed in
+// fp32 on the tensor cores (cuDNN's bf16 configuration): each direction writes bf16, widened to the
+// fp32 the layers keep, as PyTorch's autocast writes a convolution's output and gradients in bf16. What was chosen is kept
 // (ConvolutionChoice) for the kernel lab's rows. The bias and its gradient are own
 // kernels; the gradient sums each channel in a fixed order, so it has the same bits on every run.
 #include <algorithm>
@@ -14,6 +17,7 @@
 #include <type_traits>
 
 #include "core/check.h"
+#include "ops/bf16.cuh"
 #include "ops/cuda_backend.h"
 
 namespace accordion::cuda {
@@ -202,19 +206,22 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
     const int outChannels = static_cast<int>(spec.outChannels), kernel = static_cast<int>(spec.kernel);
     const int stride = static_cast<int>(spec.stride), padding = static_cast<int>(spec.padding);
 
+    bf16_ = backend.options.compute == Precision::Bf16;
+    const int type = bf16_ ? cudnn::kBfloat16 : cudnn::kFloat;
     x_ = tensorDescriptor(n, inChannels, static_cast<int>(spec.height), static_cast<int>(spec.width));
     y_ = tensorDescriptor(n, outChannels, static_cast<int>(spec.outHeight()), static_cast<int>(spec.outWidth()));
     cudnn::FilterDescriptor w = nullptr;
     checkCudnn(dnn_.createFilterDescriptor(&w), "cudnnCreateFilterDescriptor");
     w_.reset(w);
-    checkCudnn(dnn_.setFilter4dDescriptor(w, cudnn::kFloat, cudnn::kNchw, outChannels, inChannels, kernel, kernel),
+    checkCudnn(dnn_.setFilter4dDescriptor(w, type, cudnn::kNchw, outChannels, inChannels, kernel, kernel),
                "cudnnSetFilter4dDescriptor");
     cudnn::ConvolutionDescriptor conv = nullptr;
     checkCudnn(dnn_.createConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
     conv_.reset(conv);
     checkCudnn(dnn_.setConvolution2dDescriptor(conv, padding, padding, stride, stride, 1, 1, cudnn::kCrossCorrelation, cudnn::kFloat),
                "cudnnSetConvolution2dDescriptor");
-    checkCudnn(dnn_.setConvolutionMathType(conv, backend.options.tf32 ? cudnn::kDefaultMath : cudnn::kFmaMath), "cudnnSetConvolutionMathType");
+    checkCudnn(dnn_.setConvolutionMathType(conv, backend.options.tf32 || bf16_ ? cudnn::kDefaultMath : cudnn::kFmaMath),
+               "cudnnSetConvolutionMathType");
 
     // The find functions run every algorithm on the handle's stream, on memory of cuDNN's own.
     const cudnn::Handle handle = backend.cudnn();
@@ -249,10 +256,13 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
 
   void forward(const float* x, const float* weight, const float* bias, float* y) override {
     const float one = 1, zero = 0;
+    const Operand x16 = operand(x, spec_.inputShape()), w16 = operand(weight, spec_.weightShape());
+    const Result y16 = result(y, spec_.outputShape());
     const std::shared_ptr<void> workspace = backend_.scratch(forward_.workspaceBytes);
-    checkCudnn(dnn_.convolutionForward(backend_.cudnn(), &one, x_.get(), x, w_.get(), weight, conv_.get(), forward_.algo,
-                                       workspace.get(), forward_.workspaceBytes, &zero, y_.get(), y),
+    checkCudnn(dnn_.convolutionForward(backend_.cudnn(), &one, x_.get(), x16.data, w_.get(), w16.data, conv_.get(), forward_.algo,
+                                       workspace.get(), forward_.workspaceBytes, &zero, y_.get(), y16.data),
                "cudnnConvolutionForward");
+    y16.widen(backend_);
     if (!spec_.bias) return;
     addChannelBias<<<channelGrid(), kThreads, 0, backend_.stream()>>>(y, bias, channels_, plane_, perChannel_, perBlock_);
     checkLaunch("addChannelBias");
@@ -260,16 +270,26 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
 
   void backward(const float* x, const float* weight, const float* dy, float* dx, float* dWeight, float* dBias) override {
     const float one = 1, zero = 0;
+    const Operand dy16 = operand(dy, spec_.outputShape());
     if (dx) {
+      const Operand w16 = operand(weight, spec_.weightShape());
+      const Result dx16 = result(dx, spec_.inputShape());
       const std::shared_ptr<void> workspace = backend_.scratch(backwardData_.workspaceBytes);
-      checkCudnn(dnn_.convolutionBackwardData(backend_.cudnn(), &one, w_.get(), weight, y_.get(), dy, conv_.get(), backwardData_.algo,
-                                              workspace.get(), backwardData_.workspaceBytes, &zero, x_.get(), dx),
+      checkCudnn(dnn_.convolutionBackwardData(backend_.cudnn(), &one, w_.get(), w16.data, y_.get(), dy16.data, conv_.get(),
+                                              backwardData_.algo, workspace.get(), backwardData_.workspaceBytes, &zero, x_.get(), dx16.data),
                  "cudnnConvolutionBackwardData");
+      dx16.widen(backend_);
     }
-    const std::shared_ptr<void> workspace = backend_.scratch(backwardFilter_.workspaceBytes);
-    checkCudnn(dnn_.convolutionBackwardFilter(backend_.cudnn(), &one, x_.get(), x, y_.get(), dy, conv_.get(), backwardFilter_.algo,
-                                              workspace.get(), backwardFilter_.workspaceBytes, &zero, w_.get(), dWeight),
-               "cudnnConvolutionBackwardFilter");
+    {
+      const Operand x16 = operand(x, spec_.inputShape());
+      const Result dw16 = result(dWeight, spec_.weightShape());
+      const std::shared_ptr<void> workspace = backend_.scratch(backwardFilter_.workspaceBytes);
+      checkCudnn(dnn_.convolutionBackwardFilter(backend_.cudnn(), &one, x_.get(), x16.data, y_.get(), dy16.data, conv_.get(),
+                                                backwardFilter_.algo, workspace.get(), backwardFilter_.workspaceBytes, &zero, w_.get(),
+                                                dw16.data),
+                 "cudnnConvolutionBackwardFilter");
+      dw16.widen(backend_);
+    }
     if (!spec_.bias) return;
     double* partials = static_cast<double*>(partials_.get());
     sumChannelSlices<<<channelGrid(), kThreads, 0, backend_.stream()>>>(dy, channels_, plane_, perChannel_, perBlock_, partials,
@@ -283,6 +303,33 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
   const std::string& algorithms() const override { return algorithms_; }
 
  private:
+  // What cuDNN reads: the fp32 tensor itself, or in bf16 compute its bf16 copy.
+  struct Operand {
+    std::shared_ptr<void> copy;
+    const void* data;
+  };
+  Operand operand(const float* x, const Shape& shape) {
+    if (!bf16_) return {nullptr, x};
+    std::shared_ptr<void> copy = bf16Copy(backend_, x, numelOf(shape));
+    return {copy, copy.get()};
+  }
+  // Where cuDNN writes: the fp32 tensor itself, or in bf16 compute bf16 storage widened into it.
+  struct Result {
+    std::shared_ptr<void> storage;
+    void* data;
+    float* target;
+    int64_t n;
+    void widen(CudaBackend& backend) const {
+      if (storage) widenBf16(backend, storage.get(), target, n);
+    }
+  };
+  Result result(float* y, const Shape& shape) {
+    if (!bf16_) return {nullptr, y, y, 0};
+    const int64_t n = numelOf(shape);
+    std::shared_ptr<void> storage = bf16Storage(backend_, n);
+    return {storage, storage.get(), y, n};
+  }
+
   std::string describe() const {
     return "conv2d of x " + shapeString(spec_.inputShape()) + " into y " + shapeString(spec_.outputShape()) + " (kernel " +
            std::to_string(spec_.kernel) + ", stride " + std::to_string(spec_.stride) + ", padding " + std::to_string(spec_.padding) +
@@ -298,7 +345,7 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
     cudnn::TensorDescriptor raw = nullptr;
     checkCudnn(dnn_.createTensorDescriptor(&raw), "cudnnCreateTensorDescriptor");
     Owned<cudnn::TensorDescriptor> owned(raw);
-    checkCudnn(dnn_.setTensor4dDescriptor(raw, cudnn::kNchw, cudnn::kFloat, n, c, h, w), "cudnnSetTensor4dDescriptor");
+    checkCudnn(dnn_.setTensor4dDescriptor(raw, cudnn::kNchw, bf16_ ? cudnn::kBfloat16 : cudnn::kFloat, n, c, h, w), "cudnnSetTensor4dDescriptor");
     return owned;
   }
 
@@ -316,13 +363,13 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
     int returned = 0;
     checkCudnn(find(cudnn::kAlgorithmCount, &returned, results), (std::string("finding the ") + direction + " algorithm").c_str());
     std::string others;  // what was passed over, for the error
-    const bool accurate = backend_.options.accurateConvolutions, tf32 = backend_.options.tf32;
+    const bool accurate = backend_.options.accurateConvolutions, tensorCores = backend_.options.tf32 || bf16_;
     for (int i = 0; i < returned; ++i) {
       const cudnn::AlgoPerf& r = results[i];
       const std::string name = algorithmName(names, r.algo);
       const bool transform = name.find("FFT") != std::string::npos || name == "WINOGRAD_NONFUSED";
       const bool allowed = !(transform && accurate);
-      if (r.status == cudnn::kSuccess && (r.mathType == cudnn::kFmaMath || tf32) && allowed) {
+      if (r.status == cudnn::kSuccess && (r.mathType == cudnn::kFmaMath || tensorCores) && allowed) {
         char timing[64];
         std::snprintf(timing, sizeof timing, "%.3f ms, %zu B scratch", static_cast<double>(r.time), r.memory);
         algorithms_ += (algorithms_.empty() ? "" : "; ") + std::string(direction) + " " + name + " (" + mathName(r.mathType) + ", " +
@@ -335,7 +382,7 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
                                              : mathName(r.mathType) + " math") +
                 ")";
     }
-    throw EngineError("ERR_CUDNN", "cuDNN has no " + std::string(direction) + " algorithm" + (tf32 ? "" : " with FMA math") +
+    throw EngineError("ERR_CUDNN", "cuDNN has no " + std::string(direction) + " algorithm" + (tensorCores ? "" : " with FMA math") +
                                        (accurate ? " and no transform" : "") + " that runs " + describe() + " (" +
                                        std::to_string(returned) + " tried" + (others.empty() ? "" : ": " + others) + ")");
   }
@@ -351,6 +398,7 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
   Owned<cudnn::TensorDescriptor> x_, y_;  // (N, C_in, H, W), (N, C_out, OH, OW)
   Owned<cudnn::FilterDescriptor> w_;      // (C_out, C_in, k, k)
   Owned<cudnn::ConvolutionDescriptor> conv_;
+  bool bf16_ = false;  // bf16 compute: cuDNN reads and writes bf16 copies
   Algorithm forward_, backwardData_, backwardFilter_;
   std::string algorithms_;  // what fastest() chose per direction
   // The bias kernels' grid: slices_ blocks over each channel's perChannel_ = N·OH·OW elements.

@@ -1,10 +1,13 @@
-// General row-major GEMM on cuBLAS (fp32; on TF32 tensor cores with options.tf32): C (m, n) = op(A)·op(B) (+ C).
+// General row-major GEMM on cuBLAS (fp32; on TF32 tensor cores with options.tf32; with bf16 compute,
+// A and B rounded to bf16 copies and multiplied on the tensor cores, summed and written in fp32, as
+// the CPU's bf16 products): C (m, n) = op(A)·op(B) (+ C).
 //
 // cuBLAS is column-major, and a row-major (r, c) buffer with leading dimension c is, to cuBLAS, its
 // transpose: a column-major (c, r) matrix with the same leading dimension. So C = op(A)·op(B) is
 // asked as Cᵀ (n, m) = op(B)ᵀ·op(A)ᵀ, whose column-major result is C's row-major buffer: B first, op N when B is stored (k, n) (ld n), op T when
 // stored (n, k) (ld k); then A, op N when stored (m, k) (ld k), op T when stored (k, m) (ld m).
 #include "core/check.h"
+#include "ops/bf16.cuh"
 #include "ops/cuda_backend.h"
 
 namespace accordion::cuda {
@@ -19,9 +22,16 @@ void CudaBackend::gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k
     return;
   }
   const float one = 1, beta = accumulate ? 1.0f : 0.0f;
-  cublas::check(cublas::api().sgemm(cublas(options.tf32), transB ? cublas::kTranspose : cublas::kNoTranspose,
-                                    transA ? cublas::kTranspose : cublas::kNoTranspose, cols, rows, depth, &one, b,
-                                    transB ? depth : cols, a, transA ? rows : depth, &beta, c, cols),
+  const int opB = transB ? cublas::kTranspose : cublas::kNoTranspose, opA = transA ? cublas::kTranspose : cublas::kNoTranspose;
+  const int ldb = transB ? depth : cols, lda = transA ? rows : depth;
+  if (options.compute == Precision::Bf16) {
+    const std::shared_ptr<void> a16 = bf16Copy(*this, a, m * k), b16 = bf16Copy(*this, b, k * n);
+    cublas::check(cublas::api().gemmEx(cublas(false), opB, opA, cols, rows, depth, &one, b16.get(), cublas::kBfloat16, ldb, a16.get(),
+                                       cublas::kBfloat16, lda, &beta, c, cublas::kFloat32, cols, cublas::kCompute32F, cublas::kGemmDefault),
+                  "cublasGemmEx (gemm, bf16)");
+    return;
+  }
+  cublas::check(cublas::api().sgemm(cublas(options.tf32), opB, opA, cols, rows, depth, &one, b, ldb, a, lda, &beta, c, cols),
                 "cublasSgemm (gemm)");
 }
 

@@ -9,8 +9,8 @@ import { REPO, libraries, machineEnv, quick } from './machine.js';
 import { open } from './stages.js';
 
 /**
- * peers: PyTorch's training step as its users run it on this card, beside the engine's fp32 step
- * (bench/step.js), ResNet-18 and VGG-19bn at batch 128: fp32 with every cuDNN candidate timed
+ * peers: PyTorch's training step as its users run it on this card, beside the engine's fp32 and bf16
+ * steps (bench/step.js), ResNet-18 and VGG-19bn at batch 128: fp32 with every cuDNN candidate timed
  * (benchmark_limit 0, TF32 off), bf16 autocast with channels-last and cudnn.benchmark, and that
  * under torch.compile for ResNet-18 (the next target). Each run a row with the step's median, the
  * peak memory after the warm-up and the kernels of one profiled step (the algorithms cuDNN chose).
@@ -21,7 +21,8 @@ export const PEERS = [
   { model: 'resnet18', config: 'bf16-autocast-channels-last', args: ['--autocast', '--channels-last'] },
   { model: 'vgg19bn', config: 'fp32-all-algorithms', args: [], gpu: ['--benchmark-limit', '0'] },
   { model: 'vgg19bn', config: 'bf16-autocast-channels-last', args: ['--autocast', '--channels-last'] },
-  { model: 'engine', config: 'fp32' },
+  { model: 'engine', config: 'fp32', args: [] },
+  { model: 'engine', config: 'bf16', args: ['--precision', 'bf16'] },
   { model: 'resnet18', config: 'bf16-autocast-channels-last-compiled', args: ['--autocast', '--channels-last'], gpu: ['--compile', '--warmup', '10'] },
 ];
 
@@ -45,7 +46,7 @@ export async function peers(out, left) {
     let result = null;
     if (peer.model === 'engine') {
       const json = path.join(os.tmpdir(), `gpu-check-peers-${process.pid}.json`);
-      r = await out.run(process.execPath, ['bench/step.js', '--device', shape.device, '--batch', shape.batch, '--models', 'resnet18,vgg19bn', '--warmup', shape.warmup, '--steps', shape.steps, '--rounds', '1', '--json', json], { seconds, env: { ...process.env, ACCORDION_BENCH_PYTHON: python } });
+      r = await out.run(process.execPath, ['bench/step.js', '--device', shape.device, '--batch', shape.batch, '--models', 'resnet18,vgg19bn', '--warmup', shape.warmup, '--steps', shape.steps, '--rounds', '1', ...peer.args, '--json', json], { seconds, env: { ...process.env, ACCORDION_BENCH_PYTHON: python } });
       try {
         result = JSON.parse(fs.readFileSync(json, 'utf8'));
       } catch {

@@ -6,7 +6,7 @@
 
 /** The test files of the suite stage, run with ACCORDION_REQUIRE_GPU=1. */
 export const SUITE = [
-  'test/gpu/gpu-devices.test.js', 'test/gpu/gpu-training.test.js', 'test/gpu/gpu-tf32.test.js', 'test/native/gradients.test.js', 'test/compress/powersgd.test.js',
+  'test/gpu/gpu-devices.test.js', 'test/gpu/gpu-training.test.js', 'test/gpu/gpu-precision.test.js', 'test/native/gradients.test.js', 'test/compress/powersgd.test.js',
   'test/compress/topk-error-feedback.test.js', 'test/compress/levels-and-floats.test.js', 'test/compress/reducer-state.test.js', 'test/native/binding.test.js',
 ];
 

@@ -139,7 +139,7 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   },
   precision: {
     flag: '--precision', type: 'string', default: 'fp32', choices: ['fp32', 'bf16'], modelKey: 'precision',
-    help: "convolutions and matrix products in bf16, summed in fp32, as PyTorch's autocast; parameters, momentum, batch-norm statistics, the loss and the gradients exchanged stay fp32 (CPU only; natively with AVX512-BF16 or AMX, else rounded at about fp32's speed: accordion info says which)",
+    help: "convolutions and matrix products in bf16, summed in fp32, as PyTorch's autocast; parameters, momentum, batch-norm statistics, the loss and the gradients exchanged stay fp32 (on the CPU natively with AVX512-BF16 or AMX, else rounded at about fp32's speed: accordion info says which; on a GPU on its tensor cores)",
   },
   device: { flag: '--device', type: 'string', default: 'cpu', help: 'where the model trains: cpu, cuda (GPU 0) or cuda:N' },
   convAlgorithms: {

@@ -29,8 +29,8 @@ export interface ModelOptions {
   width?: number;
   /**
    * Convolutions and matrix products in 'fp32' (default) or 'bf16': inputs and weights rounded to
-   * bf16, products summed in fp32, as PyTorch's autocast; parameters, gradients and updates in fp32
-   * (CPU only).
+   * bf16, products summed in fp32, as PyTorch's autocast; parameters, gradients and updates in fp32.
+   * On a GPU on the tensor cores, where a convolution also writes its results in bf16 (as autocast).
    */
   precision?: ComputePrecision;
   /** Dropout probability in [0, 1): the LSTM's (default 0.4) or VGG's classifier's (default 0.5); 0 turns it off. */

@@ -43,7 +43,7 @@ export interface EngineOptions {
   broadcastBuffers: boolean;
   /** Vision models: the factor on every convolution's channels. */
   width: number;
-  /** Convolutions and matrix products in 'fp32' or 'bf16' (CPU only). */
+  /** Convolutions and matrix products in 'fp32' or 'bf16'. */
   precision: 'fp32' | 'bf16';
   /** Language model: hidden (= embedding) size, layers. */
   hidden: number;

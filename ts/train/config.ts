@@ -115,8 +115,6 @@ function checkAgreement(config: TrainConfig, options: Partial<TrainConfig>): voi
   const regimeModes = config.adapt === 'auto' || config.adapt === 'batch+compression';
   if (regimeModes && config.compressor === 'none') throw new UsageError(`--adapt ${config.adapt} needs a compressor (--compressor powersgd or topk)`);
   if (config.compressAfter > 0 && config.compressor === 'none') throw new UsageError('--compress-after needs a compressor (--compressor powersgd or topk)');
-  if (config.precision === 'bf16' && config.device !== 'cpu')
-    throw new UsageError(`--precision bf16 computes on the CPU only: on ${config.device} train in fp32 (leave out --precision)`);
   if (config.commDtype !== 'fp32' && config.device !== 'cpu')
     throw new UsageError(`--comm-dtype ${config.commDtype} runs on the CPU only: on ${config.device} the exchange sends fp32 (leave out --comm-dtype)`);
   if (regimeModes && options.accordion === 'off') throw new UsageError(`--adapt ${config.adapt} runs on Accordion's regimes: leave out --accordion off`);

@@ -48,17 +48,19 @@ void checkConv2d(Lab& lab) {
   };
   // Each case with accurate convolutions (no transform algorithms), then as training chooses by
   // default (the fastest, transforms included), then the training shapes (batch 128) on TF32
-  // tensor cores (--tf32).
+  // tensor cores (--tf32) and in bf16 (--precision bf16, against the CPU's bf16).
   struct Mode {
-    bool accurate, tf32;
+    bool accurate, tf32, bf16;
     const char* label;
     double tolerance;
   };
-  for (const Mode mode : {Mode{true, false, "", kMatmul}, Mode{false, false, ", fastest", kTransformConvolution}, Mode{false, true, ", tf32", kTf32}})
+  for (const Mode mode : {Mode{true, false, false, "", kMatmul}, Mode{false, false, false, ", fastest", kTransformConvolution},
+                          Mode{false, true, false, ", tf32", kTf32}, Mode{false, false, true, ", bf16", kBf16Result}})
   for (const ConvCase& c : cases) {
-    if (mode.tf32 && c.spec.batch != 128) continue;
+    if ((mode.tf32 || mode.bf16) && c.spec.batch != 128) continue;
     lab.gpu.options.accurateConvolutions = mode.accurate;
     lab.gpu.options.tf32 = mode.tf32;
+    lab.cpu.options.compute = lab.gpu.options.compute = mode.bf16 ? Precision::Bf16 : Precision::Fp32;
     const double tolerance = mode.tolerance;
     const Conv2dSpec& spec = c.spec;
     const Dims in{spec.batch, spec.inChannels, spec.height, spec.width},
@@ -97,6 +99,7 @@ void checkConv2d(Lab& lab) {
   }
   lab.gpu.options.accurateConvolutions = false;
   lab.gpu.options.tf32 = false;
+  lab.cpu.options.compute = lab.gpu.options.compute = Precision::Fp32;
 }
 
 }  // namespace accordion::lab

@@ -63,14 +63,21 @@ void checkGemm(Lab& lab) {
                            {true, false, 33278, 650, 700, false}, {false, false, 20, 650, 2600, false},
                            {true, false, 2600, 650, 700, false},  {false, false, 700, 650, 2600, false}};
   cases.insert(cases.end(), std::begin(lstm), std::end(lstm));
-  // Every case in fp32, then the LSTM's on TF32 tensor cores (--tf32).
-  const std::vector<GemmCase> tf32Cases(std::begin(lstm), std::end(lstm));
-  for (const bool tf32 : {false, true})
-  for (const GemmCase& g : tf32 ? tf32Cases : cases) {
-    lab.gpu.options.tf32 = tf32;
+  // Every case in fp32, then the LSTM's on TF32 tensor cores (--tf32) and in bf16 (--precision bf16,
+  // against the CPU's bf16: the same rounded operands, exact products, fp32 sums in another order).
+  struct Mode {
+    bool tf32, bf16;
+    const char* label;
+    double tolerance;
+  };
+  const std::vector<GemmCase> lstmCases(std::begin(lstm), std::end(lstm));
+  for (const Mode mode : {Mode{false, false, "", kMatmul}, Mode{true, false, ", tf32", kTf32}, Mode{false, true, ", bf16", kMatmul}})
+  for (const GemmCase& g : mode.tf32 || mode.bf16 ? lstmCases : cases) {
+    lab.gpu.options.tf32 = mode.tf32;
+    lab.cpu.options.compute = lab.gpu.options.compute = mode.bf16 ? Precision::Bf16 : Precision::Fp32;
     const std::string label = std::string(g.transA ? "T" : "N") + (g.transB ? "T" : "N") + " " + dims({g.m, g.n, g.k}) +
-                              (g.accumulate ? " +C" : "") + (tf32 ? ", tf32" : "");
-    lab.run("gemm", label, tf32 ? kTf32 : kMatmul, [&](Check& check) {
+                              (g.accumulate ? " +C" : "") + mode.label;
+    lab.run("gemm", label, mode.tolerance, [&](Check& check) {
       const float scale = 1.0f / std::sqrt(static_cast<float>(g.k));
       Twin<float> a = lab.input(lab.random.normal(g.m * g.k)), b = lab.input(lab.random.normal(g.k * g.n, 0, scale));
       Twin<float> c = g.accumulate ? lab.input(lab.random.normal(g.m * g.n)) : lab.empty<float>(g.m * g.n);
@@ -86,6 +93,7 @@ void checkGemm(Lab& lab) {
     });
   }
   lab.gpu.options.tf32 = false;
+  lab.cpu.options.compute = lab.gpu.options.compute = Precision::Fp32;
 }
 
 void checkBias(Lab& lab) {
