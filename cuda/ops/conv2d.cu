@@ -6,9 +6,10 @@
 // cores even for a descriptor set to FMA math, and without tf32 those are passed over. With bf16
 // compute (--precision bf16) the tensors are bf16 copies, rounded as the CPU rounds them, summed in
 // fp32 on the tensor cores (cuDNN's bf16 configuration): each direction writes bf16, widened to the
-// fp32 the layers keep, as PyTorch's autocast writes a convolution's output and gradients in bf16. What was chosen is kept
-// (ConvolutionChoice) for the kernel lab's rows. The bias and its gradient are own
-// kernels; the gradient sums each channel in a fixed order, so it has the same bits on every run.
+// fp32 the layers keep, as PyTorch's autocast writes a convolution's output and gradients in bf16.
+// What was chosen is kept (ConvolutionChoice) for the kernel lab's rows. The bias and its gradient
+// are own kernels; the gradient sums each channel in a fixed order, so it has the same bits on every
+// run.
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -207,13 +208,12 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
     const int stride = static_cast<int>(spec.stride), padding = static_cast<int>(spec.padding);
 
     bf16_ = backend.options.compute == Precision::Bf16;
-    const int type = bf16_ ? cudnn::kBfloat16 : cudnn::kFloat;
     x_ = tensorDescriptor(n, inChannels, static_cast<int>(spec.height), static_cast<int>(spec.width));
     y_ = tensorDescriptor(n, outChannels, static_cast<int>(spec.outHeight()), static_cast<int>(spec.outWidth()));
     cudnn::FilterDescriptor w = nullptr;
     checkCudnn(dnn_.createFilterDescriptor(&w), "cudnnCreateFilterDescriptor");
     w_.reset(w);
-    checkCudnn(dnn_.setFilter4dDescriptor(w, type, cudnn::kNchw, outChannels, inChannels, kernel, kernel),
+    checkCudnn(dnn_.setFilter4dDescriptor(w, dataType(), cudnn::kNchw, outChannels, inChannels, kernel, kernel),
                "cudnnSetFilter4dDescriptor");
     cudnn::ConvolutionDescriptor conv = nullptr;
     checkCudnn(dnn_.createConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
@@ -303,6 +303,9 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
   const std::string& algorithms() const override { return algorithms_; }
 
  private:
+  // The tensors' and the filter's data type for cuDNN (the sums are fp32 either way).
+  int dataType() const { return bf16_ ? cudnn::kBfloat16 : cudnn::kFloat; }
+
   // What cuDNN reads: the fp32 tensor itself, or in bf16 compute its bf16 copy.
   struct Operand {
     std::shared_ptr<void> copy;
@@ -345,7 +348,7 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
     cudnn::TensorDescriptor raw = nullptr;
     checkCudnn(dnn_.createTensorDescriptor(&raw), "cudnnCreateTensorDescriptor");
     Owned<cudnn::TensorDescriptor> owned(raw);
-    checkCudnn(dnn_.setTensor4dDescriptor(raw, cudnn::kNchw, bf16_ ? cudnn::kBfloat16 : cudnn::kFloat, n, c, h, w), "cudnnSetTensor4dDescriptor");
+    checkCudnn(dnn_.setTensor4dDescriptor(raw, cudnn::kNchw, dataType(), n, c, h, w), "cudnnSetTensor4dDescriptor");
     return owned;
   }
 
