@@ -25,7 +25,7 @@ export const PLAN = [
  * probe): what they measure is in BENCHMARKS.md.
  */
 export const EXPERIMENTS = [
-  { stage: 'peers', minutes: 2.5, limit: 200, what: 'PyTorch as users run it (fp32 with every cuDNN candidate timed; bf16 autocast + channels-last, eager and compiled) beside the engine\'s fp32 step, batch 128' },
+  { stage: 'peers', minutes: 2.5, limit: 200, what: 'PyTorch as users run it (fp32 with every cuDNN candidate timed; bf16 autocast + channels-last, eager and compiled) beside the engine\'s fp32 and bf16 steps, batch 128' },
   { stage: 'prebuilt', minutes: 1, limit: 120, what: 'the platform package (pack-for-gpu.sh --prebuilt, in place of the data) in a fresh node_modules: accordion info and one epoch on cuda:0 from it' },
   { stage: 'reproduce', minutes: 5.5, limit: 330, what: 'ResNet-18 at full width, PowerSGD rank 2, rank 1 and Accordion, seeds 1 and 2, 4 workers sharing the GPU over Gloo, as many epochs as fit' },
 ];
