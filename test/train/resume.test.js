@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { Trainer, readMetrics, readSafetensors } from '../../lib/index.js';
+import { Trainer, readMetrics, readSafetensors, writeSafetensors } from '../../lib/index.js';
 import { CLI } from '../helpers/paths.js';
 
 function cli(args) {
@@ -80,6 +80,24 @@ describe("resume from the run's own configuration", function () {
     expect(again.code, again.stderr).to.equal(0);
     const resumes = readMetrics(path.join(run, 'metrics.jsonl')).filter((e) => e.event === 'resume');
     expect(resumes.map((e) => e.workers)).to.deep.equal([2, 2]);
+  });
+
+  it('a run trained on a GPU with --tf32 resumes on the CPU with TF32 left off, as the uninterrupted CPU run, bit for bit; --tf32 given on the CPU is refused', () => {
+    const run = stoppedAfterOne('from-a-gpu');
+    // The checkpoint as a GPU run with --tf32 writes it: its configuration names both.
+    const file = path.join(run, 'checkpoints', 'epoch-0001', 'trainer.safetensors');
+    const saved = readSafetensors(file);
+    const position = JSON.parse(saved.metadata.position);
+    Object.assign(position.config, { device: 'cuda', tf32: true });
+    writeSafetensors(file, [...saved.tensors.values()], { ...saved.metadata, position: JSON.stringify(position) });
+    const r = cli(['--resume', run, '--device', 'cpu']);
+    expect(r.code, r.stderr).to.equal(0);
+    const [a, b] = [weights(whole), weights(run)];
+    for (const [name, t] of a) expect(Buffer.compare(Buffer.from(t.data), Buffer.from(b.get(name).data)), name).to.equal(0);
+    const given = cli([...settings(path.join(tmp, 'data')), '--tf32', '--epochs', '1', '--out', path.join(tmp, 'tf32-on-cpu')]);
+    expect(given.code).to.equal(2);
+    expect(given.stderr).to.include("--tf32 is a GPU's tensor-core format");
+    expect(fs.existsSync(path.join(tmp, 'tf32-on-cpu'))).to.equal(false);
   });
 
   it('a missing run directory is named before anything else', () => {

@@ -17,7 +17,7 @@ export type TrainOptions = Partial<TrainConfig> & ({ model: TrainConfig['model']
 /**
  * What a resumed run may set anew: how long it trains (the schedule's end), how many workers and
  * threads it has, its timeouts, its output, checkpoints and evaluations, where the data and the
- * device are (and whether that GPU uses TF32).
+ * device are (and whether that GPU uses TF32: a run resumed on the CPU leaves TF32 off).
  * Every other option is the run's own; given again, it must have the run's value.
  */
 export const RESUME_MAY_CHANGE: readonly (keyof TrainConfig)[] = [
@@ -53,7 +53,10 @@ export function resumedOptions<T extends Partial<TrainConfig>>(options: T): T & 
       ([key, value]) => key in OPTIONS && !NOT_INHERITED.includes(key) && JSON.stringify(value) !== JSON.stringify(defaultFor(key as keyof TrainConfig, preset)),
     ),
   );
-  return { ...inherited, ...options } as T & Partial<TrainConfig>;
+  const resumed = { ...inherited, ...options } as T & Partial<TrainConfig>;
+  // TF32 is a GPU's: a run resumed on the CPU leaves it off (given there, it is refused).
+  if (options.tf32 === undefined && (resumed.device ?? 'cpu') === 'cpu') delete resumed.tf32;
+  return resumed;
 }
 
 /** Modes that grow the global batch by micro-batches, which must then be whole. */
@@ -115,6 +118,8 @@ function checkAgreement(config: TrainConfig, options: Partial<TrainConfig>): voi
   const regimeModes = config.adapt === 'auto' || config.adapt === 'batch+compression';
   if (regimeModes && config.compressor === 'none') throw new UsageError(`--adapt ${config.adapt} needs a compressor (--compressor powersgd or topk)`);
   if (config.compressAfter > 0 && config.compressor === 'none') throw new UsageError('--compress-after needs a compressor (--compressor powersgd or topk)');
+  if (options.tf32 === true && config.device === 'cpu')
+    throw new UsageError('--tf32 is a GPU\'s tensor-core format; the CPU computes fp32 in full (leave out --tf32, or train with --device cuda)');
   if (config.commDtype !== 'fp32' && config.device !== 'cpu')
     throw new UsageError(`--comm-dtype ${config.commDtype} runs on the CPU only: on ${config.device} the exchange sends fp32 (leave out --comm-dtype)`);
   if (regimeModes && options.accordion === 'off') throw new UsageError(`--adapt ${config.adapt} runs on Accordion's regimes: leave out --accordion off`);
