@@ -79,8 +79,7 @@ class Backend : public Allocator {
   // forward and backward, over which the parameters do not change) a product may keep the bf16 copy
   // of an operand that is one of `parameters` and use it again, instead of rounding it for every
   // call (the LSTM multiplies by its recurrent weights once per time step). Outside a scope nothing
-  // is kept. The CPU keeps such copies; the GPU ignores both and rounds at every call (a pass over
-  // the operand, beside the product's own).
+  // is kept. Devices that do not compute in bf16 ignore both.
   virtual void setParameters(std::vector<ConstSpan> parameters) { (void)parameters; }
   virtual void beginCastScope() {}
   virtual void endCastScope() {}

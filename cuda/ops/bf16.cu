@@ -1,4 +1,5 @@
-// bf16 operands and results of cuDNN and cuBLAS (--precision bf16 on the GPU).
+// bf16 operands and results of cuDNN and cuBLAS (--precision bf16 on the GPU), and the backend's cast
+// cache of the parameters' bf16 copies.
 #include "ops/bf16.cuh"
 #include "ops/bf16_rounding.h"
 #include "ops/kernels.cuh"
@@ -17,17 +18,43 @@ __global__ void __launch_bounds__(kThreads) widenKernel(const uint16_t* x, float
   for (int64_t i = first; i < n; i += stride) y[i] = __uint_as_float(static_cast<uint32_t>(x[i]) << 16);
 }
 
+void roundInto(CudaBackend& backend, const float* x, void* y, int64_t n) {
+  if (n <= 0) return;
+  roundKernel<<<blocksFor(n), kThreads, 0, backend.stream()>>>(x, static_cast<uint16_t*>(y), n);
+  checkLaunch("bf16 rounding");
+}
+
 }  // namespace
 
 std::shared_ptr<void> bf16Storage(CudaBackend& backend, int64_t n) { return backend.allocate(static_cast<size_t>(n) * sizeof(uint16_t)); }
 
 std::shared_ptr<void> bf16Copy(CudaBackend& backend, const float* x, int64_t n) {
   std::shared_ptr<void> copy = bf16Storage(backend, n);
-  if (n > 0) {
-    roundKernel<<<blocksFor(n), kThreads, 0, backend.stream()>>>(x, static_cast<uint16_t*>(copy.get()), n);
-    checkLaunch("bf16Copy");
-  }
+  roundInto(backend, x, copy.get(), n);
   return copy;
+}
+
+void CudaBackend::setParameters(std::vector<ConstSpan> parameters) {
+  casts_.clear();
+  for (const ConstSpan& p : parameters) casts_[p.data].count = p.size;
+}
+
+void CudaBackend::endCastScope() {
+  inScope_ = false;
+  for (auto& [address, cast] : casts_) cast.valid = false;
+}
+
+const void* CudaBackend::bf16Operand(const float* x, int64_t n, std::shared_ptr<void>& fresh) {
+  const auto kept = inScope_ ? casts_.find(x) : casts_.end();
+  if (kept == casts_.end() || kept->second.count != n) {
+    fresh = bf16Copy(*this, x, n);
+    return fresh.get();
+  }
+  Cast& c = kept->second;
+  if (!c.bf16) c.bf16 = bf16Storage(*this, n);
+  if (!c.valid) roundInto(*this, x, c.bf16.get(), n);
+  c.valid = true;
+  return c.bf16.get();
 }
 
 void widenBf16(CudaBackend& backend, const void* x, float* y, int64_t n) {

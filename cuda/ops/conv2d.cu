@@ -313,8 +313,9 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
   };
   Operand operand(const float* x, const Shape& shape) {
     if (!bf16_) return {nullptr, x};
-    std::shared_ptr<void> copy = bf16Copy(backend_, x, numelOf(shape));
-    return {copy, copy.get()};
+    Operand o;
+    o.data = backend_.bf16Operand(x, numelOf(shape), o.copy);  // a weight's: the step's kept copy
+    return o;
   }
   // Where cuDNN writes: the fp32 tensor itself, or in bf16 compute bf16 storage widened into it.
   struct Result {

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,14 @@ class CudaBackend : public Backend {
   void synchronize() override;
   MemoryStats memoryStats() const override { return {context_->allocated.load(), context_->peak.load()}; }
   void resetPeakMemory() override { context_->peak.store(context_->allocated.load()); }
+  // bf16 compute's cast cache (Backend::beginCastScope): a parameter's bf16 copy, rounded at its
+  // first use in a scope and used again by the scope's later products (ops/bf16.cu).
+  void setParameters(std::vector<ConstSpan> parameters) override;
+  void beginCastScope() override { inScope_ = true; }
+  void endCastScope() override;
+  // x (n values) in bf16 (ops/bf16.cuh): the scope's kept copy where x is a parameter, else a fresh
+  // copy, held by `fresh` until the caller's work is enqueued.
+  const void* bf16Operand(const float* x, int64_t n, std::shared_ptr<void>& fresh);
 
 #define ACCORDION_OP(Result, name, parameters) Result name parameters override;
 #include "ops/device_ops.def"
@@ -94,6 +103,13 @@ class CudaBackend : public Backend {
   cudnn::Handle cudnn_ = nullptr;
   cublas::Handle cublas_ = nullptr;
   int cublasMath_ = cublas::kDefaultMath;  // the handle's math mode
+  struct Cast {
+    int64_t count = 0;
+    std::shared_ptr<void> bf16;  // its copy, kept between scopes to be rounded again
+    bool valid = false;
+  };
+  std::map<const float*, Cast> casts_;  // one per parameter, by its values' address
+  bool inScope_ = false;
   struct Table {
     std::string content;
     std::shared_ptr<void> memory;

@@ -25,8 +25,10 @@ void CudaBackend::gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k
   const int opB = transB ? cublas::kTranspose : cublas::kNoTranspose, opA = transA ? cublas::kTranspose : cublas::kNoTranspose;
   const int ldb = transB ? depth : cols, lda = transA ? rows : depth;
   if (options.compute == Precision::Bf16) {
-    const std::shared_ptr<void> a16 = bf16Copy(*this, a, m * k), b16 = bf16Copy(*this, b, k * n);
-    cublas::check(cublas::api().gemmEx(cublas(false), opB, opA, cols, rows, depth, &one, b16.get(), cublas::kBfloat16, ldb, a16.get(),
+    std::shared_ptr<void> freshB;  // where B is not a parameter (a parameter's copy is kept for the step)
+    const std::shared_ptr<void> a16 = bf16Copy(*this, a, m * k);
+    const void* b16 = bf16Operand(b, k * n, freshB);
+    cublas::check(cublas::api().gemmEx(cublas(false), opB, opA, cols, rows, depth, &one, b16, cublas::kBfloat16, ldb, a16.get(),
                                        cublas::kBfloat16, lda, &beta, c, cublas::kFloat32, cols, cublas::kCompute32F, cublas::kGemmDefault),
                   "cublasGemmEx (gemm, bf16)");
     return;
