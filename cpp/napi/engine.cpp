@@ -84,7 +84,7 @@ static cuda::NcclOptions ncclOptions(const GlooGroup& gloo, const Device& device
   return o;
 }
 
-// new Engine({ model, classes, width, precision, hidden, layers, seed, dropout, device, convAlgorithms, tf32, learningRate,
+// new Engine({ model, classes, width, precision, hidden, layers, seed, dropout, device, convAlgorithms, tf32, memoryFormat, learningRate,
 //              momentum, weightDecay, nesterov, compressor, level (with a compressor),
 //              compressionSeed, minCompressionRate, commDtype, bucketBytes, broadcastBuffers, clipNorm, distBackend, and optionally
 //              accumulateNorms, frozenBatchNorm, keepGradients, threads, group })
@@ -129,6 +129,12 @@ EngineWrap::EngineWrap(const Napi::CallbackInfo& info) try : GuardedWrap<EngineW
   backendOptions.tf32 = boolOption(o, "tf32");
   if (backendOptions.tf32 && device.isCpu())
     throw makeError(env, "ERR_UNSUPPORTED", "tf32 is a GPU's tensor-core format; the CPU computes fp32 in full (leave out --tf32, or train with --device cuda)");
+  const std::string memoryFormat = stringOption(o, "memoryFormat");
+  if (memoryFormat != "auto" && memoryFormat != "channels-last" && memoryFormat != "channels-first")
+    throw rangeError(env, "option 'memoryFormat' must be 'auto', 'channels-last' or 'channels-first', got '" + memoryFormat + "'");
+  if (memoryFormat == "channels-first" && device.isCpu())
+    throw makeError(env, "ERR_UNSUPPORTED", "memoryFormat 'channels-first' is for a GPU; the CPU keeps activations channels-last (leave it out, or train with device 'cuda')");
+  if (memoryFormat != "auto") backendOptions.channelsLast = memoryFormat == "channels-last";
   const std::string precision = stringOption(o, "precision");
   if (precision != "fp32" && precision != "bf16") throw rangeError(env, "option 'precision' must be 'fp32' or 'bf16', got '" + precision + "'");
   backendOptions.compute = parsePrecision(precision);

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "ops/compression_kernels.h"
@@ -56,6 +57,10 @@ struct BackendOptions {
   // inputs and weights rounded to bf16, products accumulated and written in fp32; everything else,
   // parameters and gradients included, stays fp32).
   Precision compute = Precision::Fp32;
+  // GPU activations channels-last (NHWC) or channels-first (NCHW); unset, the backend's choice
+  // (CudaBackend::channelsLast: NHWC in bf16, the layout of cuDNN's tensor-core kernels, NCHW in
+  // fp32). The CPU's activations are always channels-last.
+  std::optional<bool> channelsLast;
 };
 
 class Backend : public Allocator {

@@ -95,7 +95,9 @@ Batch Session::fromHost(const HostBatch& in) {
 
 ModelInput Session::onDevice(Batch& batch) {
   if (batch.tokens) return {Tensor(), batch.tokens, batch.steps, batch.size() / batch.steps, batch.labels};
-  if (batch.channelsLast != backend_->channelsLast())
+  // A GPU batcher's channels-first batch for a channels-last GPU model is converted on the device.
+  const bool convert = !batch.channelsLast && backend_->channelsLast() && !backend_->device().isCpu();
+  if (batch.channelsLast != backend_->channelsLast() && !convert)
     throw invalidArgument(std::string("the batcher prepares ") + (batch.channelsLast ? "channels-last" : "channels-first") +
                           " batches but the model runs on " + backend_->device().name() + "; create the Batcher with device '" +
                           backend_->device().name() + "'");
@@ -103,6 +105,12 @@ ModelInput Session::onDevice(Batch& batch) {
   if (batch.stagedBy != backend_.get()) {
     batch.deviceImages = Tensor::wrap(batch.images.shape(), backend_->device(),
                                       backend_->uploadAhead(batch.images.data(), batch.images.bytes(), batch.images.storage()));
+    if (convert) {  // (N, C·H·W) in channel-major order into the activation layout: flattenBackward's conversion
+      const Shape& s = batch.images.shape();
+      Tensor images = backend_->empty(s);
+      backend_->flattenBackward(batch.deviceImages.data(), images.data(), s[0], s[1], s[2], s[3]);
+      batch.deviceImages = std::move(images);
+    }
     batch.deviceLabels = Array<int32_t>::wrap(batch.labels.size(), backend_->device(),
                                               backend_->uploadAhead(batch.labels.data(), batch.labels.bytes(), batch.labels.storage()));
     batch.stagedBy = backend_.get();
@@ -113,7 +121,7 @@ ModelInput Session::onDevice(Batch& batch) {
 void Session::stageFollowing(Batcher& batcher) {
   if (backend_->device().isCpu()) return;  // batches are assembled in host memory already
   batcher.withNext([this](Batch& following) {
-    if (following.channelsLast == backend_->channelsLast()) onDevice(following);
+    if (following.channelsLast == backend_->channelsLast() || !following.channelsLast) onDevice(following);
   });
 }
 

@@ -95,6 +95,7 @@ static_assert(dnn::kSuccess == CUDNN_STATUS_SUCCESS, "cudnn::kSuccess");
 static_assert(dnn::kFloat == CUDNN_DATA_FLOAT, "cudnn::kFloat");
 static_assert(dnn::kBfloat16 == CUDNN_DATA_BFLOAT16, "cudnn::kBfloat16");
 static_assert(dnn::kNchw == CUDNN_TENSOR_NCHW, "cudnn::kNchw");
+static_assert(dnn::kNhwc == CUDNN_TENSOR_NHWC, "cudnn::kNhwc");
 static_assert(dnn::kCrossCorrelation == CUDNN_CROSS_CORRELATION, "cudnn::kCrossCorrelation");
 static_assert(dnn::kFmaMath == CUDNN_FMA_MATH, "cudnn::kFmaMath");
 static_assert(dnn::kDefaultMath == CUDNN_DEFAULT_MATH, "cudnn::kDefaultMath");

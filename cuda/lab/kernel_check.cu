@@ -9,7 +9,8 @@
 //
 // This file is its driver: the command line, the table of op families and the results. The harness
 // is lab.h (and inputs.h), each family's checks a file in checks/: a new family is a check function
-// there and a row in kFamilies.
+// there and a row in kFamilies. The families of ops on activations run twice, on NCHW and on NHWC
+// GPU activations (their rows marked ", nhwc"); the others once, on NCHW.
 //
 // The GPU check (scripts/gpu-check/) runs one process per op family (--only FAMILY), so that a
 // fault that breaks the CUDA context of one family leaves the others measured, and collects the
@@ -115,6 +116,7 @@ Options parseOptions(int argc, char** argv) {
 struct Family {
   const char* name;
   void (*run)(Lab&);
+  bool layouts = false;  // its ops read or write activations: checked in both GPU layouts
 };
 
 const Family kFamilies[] = {
@@ -124,8 +126,8 @@ const Family kFamilies[] = {
     {"add", checkAdd},
     {"scale", checkScale},
     {"dropout", checkDropout},
-    {"globalAvgPool", checkGlobalAvgPool},
-    {"flatten", checkFlatten},
+    {"globalAvgPool", checkGlobalAvgPool, true},
+    {"flatten", checkFlatten, true},
     {"linear", checkLinear},
     {"gemm", checkGemm},
     {"bias", checkBias},
@@ -137,9 +139,9 @@ const Family kFamilies[] = {
     {"accumulate", checkAccumulate},
     {"sumsOfSquares", checkSumsOfSquares},
     {"clipTotalNorm", checkClipTotalNorm},
-    {"conv2d", checkConv2d},
-    {"batchNorm2d", checkBatchNorm2d},
-    {"maxPool2d", checkMaxPool2d},
+    {"conv2d", checkConv2d, true},
+    {"batchNorm2d", checkBatchNorm2d, true},
+    {"maxPool2d", checkMaxPool2d, true},
     {"powerSgd", checkPowerSgd},
     {"topK", checkTopK},
     {"denseExchange", checkDenseExchange},
@@ -332,7 +334,12 @@ int labMain(int argc, char** argv) {
   for (const Family& family : kFamilies)
     if (options.only.empty() || std::find(options.only.begin(), options.only.end(), family.name) != options.only.end()) {
       lab.family = family.name;
-      family.run(lab);
+      for (const bool channelsLast : {false, true}) {
+        if (channelsLast && !family.layouts) break;
+        lab.gpu.options.channelsLast = channelsLast;
+        lab.variant = channelsLast ? ", nhwc" : "";
+        family.run(lab);
+      }
     }
 
   const auto count = [&](auto predicate) { return static_cast<size_t>(std::count_if(lab.results.begin(), lab.results.end(), predicate)); };

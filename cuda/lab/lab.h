@@ -96,8 +96,8 @@ struct Work {
 
 // ---- The harness -----------------------------------------------------------------------------------
 
-// One buffer on both backends. An activation (N, C, H, W) is stored NHWC on the CPU and NCHW on the
-// GPU; anything else (parameters, (N, C) and (N, K) tensors, list entries) has one layout everywhere.
+// One buffer on both backends. An activation (N, C, H, W) is stored NHWC on the CPU and in the GPU
+// backend's layout (NCHW, or NHWC where options.channelsLast says so) on the GPU; anything else (parameters, (N, C) and (N, K) tensors, list entries) has one layout everywhere.
 // A twin of size 0 stands for an absent argument: both pointers are null.
 template <typename T>
 struct Twin {
@@ -174,6 +174,7 @@ class Lab {
   RandomInputs random;
   double copyGBs = kNaN;  // the yardstick for memory-bound ops, set once measured
   std::string family;     // the op family now running, for the rows
+  std::string variant;    // appended to each check's shape: the GPU's activation layout when not NCHW
   std::vector<Check> results;
   std::vector<std::string> resultFamilies;  // results[i] ran in family resultFamilies[i]
 
@@ -185,7 +186,7 @@ class Lab {
   void run(const std::string& op, const std::string& shape, double tolerance, const std::function<void(Check&)>& body) {
     Check check;
     check.op = op;
-    check.shape = shape;
+    check.shape = shape + variant;
     check.tolerance = tolerance;
     if (!lostContext_.empty()) {
       check.error = kNaN;
@@ -196,7 +197,7 @@ class Lab {
       } catch (const Skipped& e) {  // nothing compared counts: the check did not run
         check = Check{};
         check.op = op;
-        check.shape = shape;
+        check.shape = shape + variant;
         check.tolerance = tolerance;
         check.skipped = e.what();
       } catch (const std::exception& e) {
@@ -231,15 +232,16 @@ class Lab {
   Twin<T> input(const std::vector<T>& host, std::optional<Dims> activation = std::nullopt) {
     Twin<T> t = empty<T>(static_cast<int64_t>(host.size()), activation);
     if (t.size() == 0) return t;
+    std::vector<T> channelsLast;
     if constexpr (std::is_same_v<T, float>) {
-      if (activation)
-        nchwToNhwc(host.data(), t.cpu.data(), activation->n, activation->c, activation->h, activation->w);
-      else
-        std::memcpy(t.cpu.data(), host.data(), t.bytes());
-    } else {
-      std::memcpy(t.cpu.data(), host.data(), t.bytes());
+      if (activation) {
+        channelsLast.resize(host.size());
+        nchwToNhwc(host.data(), channelsLast.data(), activation->n, activation->c, activation->h, activation->w);
+      }
     }
-    gpu.upload(t.gpu.data(), host.data(), t.bytes());
+    const bool converted = !channelsLast.empty();
+    std::memcpy(t.cpu.data(), converted ? channelsLast.data() : host.data(), t.bytes());
+    gpu.upload(t.gpu.data(), converted && gpu.channelsLast() ? channelsLast.data() : host.data(), t.bytes());
     return t;
   }
 
@@ -274,19 +276,25 @@ class Lab {
     std::vector<T> host(static_cast<size_t>(t.size()));
     gpu.download(host.data(), t.gpu.data(), t.bytes());
     gpu.synchronize();
-    return host;
+    return gpu.channelsLast() ? channelsFirst(t, std::move(host)) : host;
   }
   template <typename T>
   std::vector<T> fromCpu(const Twin<T>& t) {
     std::vector<T> host(static_cast<size_t>(t.size()));
     if (t.size() == 0) return host;
+    std::memcpy(host.data(), t.cpu.data(), t.bytes());
+    return channelsFirst(t, std::move(host));
+  }
+  // `host`, a copy of twin t in channels-last order, in NCHW when t is an activation.
+  template <typename T>
+  static std::vector<T> channelsFirst(const Twin<T>& t, std::vector<T> host) {
     if constexpr (std::is_same_v<T, float>) {
-      if (t.activation) {
-        nhwcToNchw(t.cpu.data(), host.data(), t.activation->n, t.activation->c, t.activation->h, t.activation->w);
-        return host;
+      if (t.activation && !host.empty()) {
+        std::vector<T> nchw(host.size());
+        nhwcToNchw(host.data(), nchw.data(), t.activation->n, t.activation->c, t.activation->h, t.activation->w);
+        return nchw;
       }
     }
-    std::memcpy(host.data(), t.cpu.data(), t.bytes());
     return host;
   }
 

@@ -28,6 +28,7 @@ constexpr Status kSuccess = 0;        // CUDNN_STATUS_SUCCESS
 constexpr int kFloat = 0;             // CUDNN_DATA_FLOAT
 constexpr int kBfloat16 = 9;          // CUDNN_DATA_BFLOAT16
 constexpr int kNchw = 0;              // CUDNN_TENSOR_NCHW
+constexpr int kNhwc = 1;              // CUDNN_TENSOR_NHWC
 constexpr int kCrossCorrelation = 1;  // CUDNN_CROSS_CORRELATION (what deep learning calls convolution)
 constexpr int kDefaultMath = 0;       // CUDNN_DEFAULT_MATH: fp32 on TF32 tensor cores where the device has them
 constexpr int kFmaMath = 3;           // CUDNN_FMA_MATH: plain fp32 arithmetic, no TF32 tensor cores

@@ -1,4 +1,5 @@
-// BatchNorm2d on NCHW activations, as torch.nn.BatchNorm2d (see ops/batchnorm2d.h).
+// BatchNorm2d, as torch.nn.BatchNorm2d (see ops/batchnorm2d.h), on NCHW activations, or on NHWC ones
+// seen as NCHW of N·H·W images of 1×1 (each channel's values then C apart, not contiguous).
 //
 // Launch scheme: every kernel gives each channel `splits` blocks; block b works on channel
 // b / splits, on slice b % splits of its N·H·W elements (N runs of H·W contiguous floats, read in
@@ -260,7 +261,9 @@ class CudaBatchNorm2d : public BatchNorm2dOp {
       throw invalidArgument("BatchNorm2d on " + shapeString(spec.shape()) +
                             ": the CUDA kernels take fewer than 2^31 elements per channel");
     const int device = backend.device().index;
-    const int64_t hw = spec.height * spec.width;
+    const bool channelsLast = backend.channelsLast();
+    const int64_t hw = channelsLast ? 1 : spec.height * spec.width;
+    images_ = channelsLast ? spec.batch * spec.height * spec.width : spec.batch;
     singles_ = layoutFor<1>(hw, device);
     if (hw % 4 == 0) packs_ = layoutFor<4>(hw / 4, device);
     const int64_t splits = std::max(singles_.splits, packs_.splits);
@@ -302,7 +305,7 @@ class CudaBatchNorm2d : public BatchNorm2dOp {
     const int resident = std::min({residentBlocks(batchStatistics<kWidth>, device), residentBlocks(normalize<kWidth>, device),
                                    residentBlocks(backwardSums<kWidth, false>, device), residentBlocks(backwardSums<kWidth, true>, device),
                                    residentBlocks(inputGradient<kWidth>, device)});
-    const int64_t channelPacks = spec_.batch * planePacks;
+    const int64_t channelPacks = images_ * planePacks;
     const int64_t splits = std::max<int64_t>(std::min<int64_t>(resident / spec_.channels, channelPacks / kThreads), 1);
     return channelLayout(spec_.channels, planePacks, channelPacks, splits);
   }
@@ -353,6 +356,7 @@ class CudaBatchNorm2d : public BatchNorm2dOp {
 
   CudaBackend& backend_;
   BatchNormSpec spec_;
+  int64_t images_ = 0;  // N, or N·H·W images of 1×1 (NHWC)
   ChannelLayout singles_{}, packs_{};  // packs_.planePacks == 0 when H·W % 4 != 0
   // Scratch: a partial per block (Moments<double> or GradientSums<double>), the per-channel
   // arrival counts (zero between launches), the per-channel InputGradientTerms.

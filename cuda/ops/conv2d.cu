@@ -7,9 +7,11 @@
 // compute (--precision bf16) the tensors are bf16 copies, rounded as the CPU rounds them, summed in
 // fp32 on the tensor cores (cuDNN's bf16 configuration): each direction writes bf16, widened to the
 // fp32 the layers keep, as PyTorch's autocast writes a convolution's output and gradients in bf16.
+// On channels-last activations (NHWC) the filter is channels-last too (cuDNN's KRSC, as PyTorch's
+// channels_last weights): the OIHW parameter is transposed into a copy for each call that reads
+// it, and the weight gradient transposed back.
 // What was chosen is kept (ConvolutionChoice) for the kernel lab's rows. The bias and its gradient
-// are own kernels; the gradient sums each channel in a fixed order, so it has the same bits on every
-// run.
+// are own kernels (channel_bias.cuh).
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -19,160 +21,13 @@
 
 #include "core/check.h"
 #include "ops/bf16.cuh"
+#include "ops/channel_bias.cuh"
 #include "ops/cuda_backend.h"
+#include "ops/transpose.cuh"
 
 namespace accordion::cuda {
 
 namespace {
-
-// Blocks per launch that keep the largest GPUs busy for a couple of waves (H100: 132 SMs × 8
-// resident blocks of 256 threads); more only adds partial sums.
-constexpr int64_t kTargetBlocks = 2048;
-// Loads each thread issues before using them, so enough bytes are in flight to saturate memory.
-constexpr int kUnroll = 4;
-constexpr int kWarp = 32;
-constexpr unsigned kFullWarp = 0xffffffffu;
-// The grid's y dimension (channels) is at most this.
-constexpr int kMaxGridY = 65535;
-
-// Element j = n·P + p of one channel c of an NCHW tensor (N, C, P = H·W), at index n·C·P + c·P + p,
-// moved on by a fixed step with additions only: a division per element would cost more than the
-// memory access it addresses.
-class ChannelCursor {
- public:
-  __device__ ChannelCursor(int64_t j, int channel, int channels, int plane, int step)
-      : plane_(plane),
-        offset_(static_cast<int>(j % plane)),
-        stepOffset_(step % plane),
-        imageStride_(int64_t{channels} * plane),
-        stepIndex_(int64_t{step / plane} * imageStride_ + step % plane),
-        index_(j / plane * imageStride_ + int64_t{channel} * plane + offset_) {}
-
-  __device__ int64_t index() const { return index_; }
-
-  __device__ void advance() {
-    offset_ += stepOffset_;
-    index_ += stepIndex_;
-    if (offset_ >= plane_) {  // into the next image: skip the other channels' planes
-      offset_ -= plane_;
-      index_ += imageStride_ - plane_;
-    }
-  }
-
- private:
-  int plane_, offset_, stepOffset_;
-  int64_t imageStride_, stepIndex_, index_;
-};
-
-// This thread's share of one block's slice [blockIdx.x·perBlock, +perBlock) of a channel's
-// perChannel elements, the threads of the block taking every blockDim.x-th element.
-struct SliceShare {
-  int64_t first, count;
-};
-
-__device__ SliceShare sliceShare(int64_t perChannel, int64_t perBlock) {
-  const int64_t begin = int64_t{blockIdx.x} * perBlock, end = min(perChannel, begin + perBlock);
-  const int64_t first = begin + threadIdx.x;
-  return {first, first < end ? (end - first + blockDim.x - 1) / blockDim.x : 0};
-}
-
-// y (N, C, P) += bias[c] per channel; blockIdx.y picks channels, blockIdx.x a slice of each.
-__global__ void addChannelBias(float* __restrict__ y, const float* __restrict__ bias, int channels, int plane, int64_t perChannel,
-                               int64_t perBlock) {
-  for (int c = blockIdx.y; c < channels; c += gridDim.y) {
-    const float b = bias[c];
-    const SliceShare share = sliceShare(perChannel, perBlock);
-    if (share.count == 0) continue;
-    ChannelCursor at(share.first, c, channels, plane, blockDim.x);
-    int64_t left = share.count;
-    for (; left >= kUnroll; left -= kUnroll) {
-      int64_t index[kUnroll];
-      float value[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        index[u] = at.index();
-        at.advance();
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) value[u] = y[index[u]];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) y[index[u]] = value[u] + b;
-    }
-    for (; left > 0; --left) {
-      y[at.index()] += b;
-      at.advance();
-    }
-  }
-}
-
-// The sum of every thread's value as a fixed tree (the same bits on every run), in thread 0.
-__device__ double blockSum(double value) {
-  __shared__ double warpSums[kThreads / kWarp];
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) value += __shfl_down_sync(kFullWarp, value, offset);
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  if (lane == 0) warpSums[warp] = value;
-  __syncthreads();
-  value = 0;
-  if (warp == 0) {
-    if (lane < static_cast<int>(blockDim.x / kWarp)) value = warpSums[lane];
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) value += __shfl_down_sync(kFullWarp, value, offset);
-  }
-  __syncthreads();  // warpSums is reused for the block's next channel
-  return value;
-}
-
-// Σ over N·P of one slice of each channel of dy (N, C, P): in float per thread (a few dozen
-// elements), in double across the block. A single slice per channel is the whole sum, written to
-// dBias; otherwise partials (C, slices) hold one sum per slice for finishChannelSums.
-__global__ void sumChannelSlices(const float* __restrict__ dy, int channels, int plane, int64_t perChannel, int64_t perBlock,
-                                 double* __restrict__ partials, float* __restrict__ dBias) {
-  for (int c = blockIdx.y; c < channels; c += gridDim.y) {
-    const SliceShare share = sliceShare(perChannel, perBlock);
-    float sum = 0;
-    if (share.count > 0) {
-      ChannelCursor at(share.first, c, channels, plane, blockDim.x);
-      int64_t left = share.count;
-      for (; left >= kUnroll; left -= kUnroll) {
-        int64_t index[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          index[u] = at.index();
-          at.advance();
-        }
-        float value[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) value[u] = dy[index[u]];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) sum += value[u];
-      }
-      for (; left > 0; --left) {
-        sum += dy[at.index()];
-        at.advance();
-      }
-    }
-    const double total = blockSum(sum);
-    if (threadIdx.x == 0) {
-      if (gridDim.x == 1)
-        dBias[c] = static_cast<float>(total);
-      else
-        partials[int64_t{c} * gridDim.x + blockIdx.x] = total;
-    }
-  }
-}
-
-// dBias[c] = Σ_s partials[c, s] in double, one warp per channel.
-__global__ void finishChannelSums(const double* __restrict__ partials, int slices, int channels, float* __restrict__ dBias) {
-  const int lane = threadIdx.x % kWarp;
-  const int warps = gridDim.x * blockDim.x / kWarp;
-  // Whole warps share a channel, so the loop and the shuffles stay warp-uniform.
-  for (int c = (blockIdx.x * blockDim.x + threadIdx.x) / kWarp; c < channels; c += warps) {
-    double sum = 0;
-    for (int s = lane; s < slices; s += kWarp) sum += partials[int64_t{c} * slices + s];
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_down_sync(kFullWarp, sum, offset);
-    if (lane == 0) dBias[c] = static_cast<float>(sum);
-  }
-}
-
 // Destroys whichever cuDNN descriptor it owns.
 struct DestroyDescriptor {
   void operator()(cudnn::TensorDescriptor d) const { cudnn::api().destroyTensorDescriptor(d); }
@@ -208,12 +63,13 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
     const int stride = static_cast<int>(spec.stride), padding = static_cast<int>(spec.padding);
 
     bf16_ = backend.options.compute == Precision::Bf16;
+    channelsLast_ = backend.channelsLast();
     x_ = tensorDescriptor(n, inChannels, static_cast<int>(spec.height), static_cast<int>(spec.width));
     y_ = tensorDescriptor(n, outChannels, static_cast<int>(spec.outHeight()), static_cast<int>(spec.outWidth()));
     cudnn::FilterDescriptor w = nullptr;
     checkCudnn(dnn_.createFilterDescriptor(&w), "cudnnCreateFilterDescriptor");
     w_.reset(w);
-    checkCudnn(dnn_.setFilter4dDescriptor(w, dataType(), cudnn::kNchw, outChannels, inChannels, kernel, kernel),
+    checkCudnn(dnn_.setFilter4dDescriptor(w, dataType(), format(), outChannels, inChannels, kernel, kernel),
                "cudnnSetFilter4dDescriptor");
     cudnn::ConvolutionDescriptor conv = nullptr;
     checkCudnn(dnn_.createConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
@@ -240,71 +96,58 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
         });
 
     if (spec.bias) {
-      channels_ = outChannels;
-      plane_ = static_cast<int>(spec.outHeight() * spec.outWidth());
-      perChannel_ = spec.batch * plane_;
-      // Slices per channel: enough blocks to fill the GPU, each thread still summing several
-      // elements, and then slices of equal length.
-      const int64_t byWork = (perChannel_ + kThreads * kUnroll - 1) / (kThreads * kUnroll);
-      const int64_t byDevice = (kTargetBlocks + channels_ - 1) / channels_;
-      const int64_t slices = std::max<int64_t>(1, std::min(byWork, byDevice));
-      perBlock_ = (perChannel_ + slices - 1) / slices;
-      slices_ = static_cast<int>((perChannel_ + perBlock_ - 1) / perBlock_);
-      if (slices_ > 1) partials_ = backend.allocate(static_cast<size_t>(slices_) * channels_ * sizeof(double));
+      const int64_t plane = spec.outHeight() * spec.outWidth();
+      bias_ = channelsLast_ ? std::make_unique<ChannelBias>(backend, spec.batch * plane, outChannels, 1)
+                            : std::make_unique<ChannelBias>(backend, spec.batch, outChannels, static_cast<int>(plane));
     }
   }
 
   void forward(const float* x, const float* weight, const float* bias, float* y) override {
     const float one = 1, zero = 0;
-    const Operand x16 = operand(x, spec_.inputShape()), w16 = operand(weight, spec_.weightShape());
+    const Operand x16 = operand(x, spec_.inputShape()), w16 = filter(weight);
     const Result y16 = result(y, spec_.outputShape());
     const std::shared_ptr<void> workspace = backend_.scratch(forward_.workspaceBytes);
     checkCudnn(dnn_.convolutionForward(backend_.cudnn(), &one, x_.get(), x16.data, w_.get(), w16.data, conv_.get(), forward_.algo,
                                        workspace.get(), forward_.workspaceBytes, &zero, y_.get(), y16.data),
                "cudnnConvolutionForward");
-    y16.widen(backend_);
-    if (!spec_.bias) return;
-    addChannelBias<<<channelGrid(), kThreads, 0, backend_.stream()>>>(y, bias, channels_, plane_, perChannel_, perBlock_);
-    checkLaunch("addChannelBias");
+    y16.finish(backend_);
+    if (bias_) bias_->add(y, bias);
   }
 
   void backward(const float* x, const float* weight, const float* dy, float* dx, float* dWeight, float* dBias) override {
     const float one = 1, zero = 0;
     const Operand dy16 = operand(dy, spec_.outputShape());
     if (dx) {
-      const Operand w16 = operand(weight, spec_.weightShape());
+      const Operand w16 = filter(weight);
       const Result dx16 = result(dx, spec_.inputShape());
       const std::shared_ptr<void> workspace = backend_.scratch(backwardData_.workspaceBytes);
       checkCudnn(dnn_.convolutionBackwardData(backend_.cudnn(), &one, w_.get(), w16.data, y_.get(), dy16.data, conv_.get(),
                                               backwardData_.algo, workspace.get(), backwardData_.workspaceBytes, &zero, x_.get(), dx16.data),
                  "cudnnConvolutionBackwardData");
-      dx16.widen(backend_);
+      dx16.finish(backend_);
     }
     {
       const Operand x16 = operand(x, spec_.inputShape());
-      const Result dw16 = result(dWeight, spec_.weightShape());
+      const Result dw16 = filterGradient(dWeight);
       const std::shared_ptr<void> workspace = backend_.scratch(backwardFilter_.workspaceBytes);
       checkCudnn(dnn_.convolutionBackwardFilter(backend_.cudnn(), &one, x_.get(), x16.data, y_.get(), dy16.data, conv_.get(),
                                                 backwardFilter_.algo, workspace.get(), backwardFilter_.workspaceBytes, &zero, w_.get(),
                                                 dw16.data),
                  "cudnnConvolutionBackwardFilter");
-      dw16.widen(backend_);
+      dw16.finish(backend_);
     }
-    if (!spec_.bias) return;
-    double* partials = static_cast<double*>(partials_.get());
-    sumChannelSlices<<<channelGrid(), kThreads, 0, backend_.stream()>>>(dy, channels_, plane_, perChannel_, perBlock_, partials,
-                                                                        dBias);
-    checkLaunch("sumChannelSlices");
-    if (slices_ == 1) return;
-    finishChannelSums<<<blocksFor(int64_t{channels_} * kWarp), kThreads, 0, backend_.stream()>>>(partials, slices_, channels_, dBias);
-    checkLaunch("finishChannelSums");
+    if (bias_) bias_->gradient(dy, dBias);
   }
 
   const std::string& algorithms() const override { return algorithms_; }
 
  private:
-  // The tensors' and the filter's data type for cuDNN (the sums are fp32 either way).
+  // The tensors' and the filter's data type and layout for cuDNN (the sums are fp32 either way).
   int dataType() const { return bf16_ ? cudnn::kBfloat16 : cudnn::kFloat; }
+  Element element() const { return bf16_ ? Element::Bf16 : Element::Fp32; }
+  int format() const { return channelsLast_ ? cudnn::kNhwc : cudnn::kNchw; }
+  // The filter (O, I, k, k) as (O, I, k·k): transposed into and out of channels-last's (O, k·k, I).
+  int64_t taps() const { return spec_.kernel * spec_.kernel; }
 
   // What cuDNN reads: the fp32 tensor itself, or in bf16 compute its bf16 copy.
   struct Operand {
@@ -317,27 +160,51 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
     o.data = backend_.bf16Operand(x, numelOf(shape), o.copy);  // a weight's: the step's kept copy
     return o;
   }
-  // Where cuDNN writes: the fp32 tensor itself, or in bf16 compute bf16 storage widened into it.
+  // What cuDNN reads as the filter: the weight as an operand, or on channels-last activations its
+  // channels-last copy (in bf16 compute rounded on the way; not the step's kept copy, which is OIHW).
+  Operand filter(const float* weight) {
+    if (!channelsLast_) return operand(weight, spec_.weightShape());
+    Operand o;
+    o.copy = backend_.allocate(static_cast<size_t>(numelOf(spec_.weightShape())) * (bf16_ ? sizeof(uint16_t) : sizeof(float)));
+    transposeBatched(backend_, weight, Element::Fp32, o.copy.get(), element(), spec_.outChannels, spec_.inChannels, taps());
+    o.data = o.copy.get();
+    return o;
+  }
+  // Where cuDNN writes: the fp32 tensor itself, or storage finished into it afterwards: bf16 widened
+  // (bf16 compute), a channels-last filter gradient transposed back (and widened).
   struct Result {
     std::shared_ptr<void> storage;
     void* data;
     float* target;
     int64_t n;
-    void widen(CudaBackend& backend) const {
-      if (storage) widenBf16(backend, storage.get(), target, n);
+    bool bf16, filter;
+    const CudaConv2d* op;
+    void finish(CudaBackend& backend) const {
+      if (!storage) return;
+      if (filter)
+        transposeBatched(backend, storage.get(), bf16 ? Element::Bf16 : Element::Fp32, target, Element::Fp32, op->spec_.outChannels,
+                         op->taps(), op->spec_.inChannels);
+      else
+        widenBf16(backend, storage.get(), target, n);
     }
   };
   Result result(float* y, const Shape& shape) {
-    if (!bf16_) return {nullptr, y, y, 0};
+    if (!bf16_) return {nullptr, y, y, 0, false, false, this};
     const int64_t n = numelOf(shape);
     std::shared_ptr<void> storage = bf16Storage(backend_, n);
-    return {storage, storage.get(), y, n};
+    return {storage, storage.get(), y, n, true, false, this};
+  }
+  Result filterGradient(float* dWeight) {
+    if (!channelsLast_) return result(dWeight, spec_.weightShape());
+    const int64_t n = numelOf(spec_.weightShape());
+    std::shared_ptr<void> storage = backend_.allocate(static_cast<size_t>(n) * (bf16_ ? sizeof(uint16_t) : sizeof(float)));
+    return {storage, storage.get(), dWeight, n, bf16_, true, this};
   }
 
   std::string describe() const {
     return "conv2d of x " + shapeString(spec_.inputShape()) + " into y " + shapeString(spec_.outputShape()) + " (kernel " +
            std::to_string(spec_.kernel) + ", stride " + std::to_string(spec_.stride) + ", padding " + std::to_string(spec_.padding) +
-           ")";
+           (channelsLast_ ? ", channels-last" : "") + ")";
   }
 
   // Errors name the shape; the message is built only on failure.
@@ -349,7 +216,7 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
     cudnn::TensorDescriptor raw = nullptr;
     checkCudnn(dnn_.createTensorDescriptor(&raw), "cudnnCreateTensorDescriptor");
     Owned<cudnn::TensorDescriptor> owned(raw);
-    checkCudnn(dnn_.setTensor4dDescriptor(raw, cudnn::kNchw, dataType(), n, c, h, w), "cudnnSetTensor4dDescriptor");
+    checkCudnn(dnn_.setTensor4dDescriptor(raw, format(), dataType(), n, c, h, w), "cudnnSetTensor4dDescriptor");
     return owned;
   }
 
@@ -391,11 +258,6 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
                                        std::to_string(returned) + " tried" + (others.empty() ? "" : ": " + others) + ")");
   }
 
-
-  dim3 channelGrid() const {
-    return dim3(static_cast<unsigned>(slices_), static_cast<unsigned>(std::min(channels_, kMaxGridY)));
-  }
-
   CudaBackend& backend_;
   const cudnn::Api& dnn_;
   Conv2dSpec spec_;
@@ -403,12 +265,10 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
   Owned<cudnn::FilterDescriptor> w_;      // (C_out, C_in, k, k)
   Owned<cudnn::ConvolutionDescriptor> conv_;
   bool bf16_ = false;  // bf16 compute: cuDNN reads and writes bf16 copies
+  bool channelsLast_ = false;  // NHWC activations and a KRSC filter
   Algorithm forward_, backwardData_, backwardFilter_;
   std::string algorithms_;  // what fastest() chose per direction
-  // The bias kernels' grid: slices_ blocks over each channel's perChannel_ = N·OH·OW elements.
-  int channels_ = 0, plane_ = 0, slices_ = 0;
-  int64_t perChannel_ = 0, perBlock_ = 0;
-  std::shared_ptr<void> partials_;  // (C_out, slices_) doubles, when slices_ > 1
+  std::unique_ptr<ChannelBias> bias_;  // with a bias
 };
 
 }  // namespace

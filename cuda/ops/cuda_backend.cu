@@ -192,7 +192,11 @@ void CudaBackend::synchronize() {
 }
 
 void CudaBackend::uploadImages(const float* hostNchw, float* images, int64_t n, int64_t c, int64_t h, int64_t w) {
-  upload(images, hostNchw, static_cast<size_t>(n * c * h * w) * sizeof(float));
+  const size_t bytes = static_cast<size_t>(n * c * h * w) * sizeof(float);
+  if (!channelsLast()) return upload(images, hostNchw, bytes);
+  const std::shared_ptr<void> staged = scratch(bytes);  // NCHW, then into the layout on the device
+  upload(staged.get(), hostNchw, bytes);
+  flattenBackward(static_cast<const float*>(staged.get()), images, n, c, h, w);
 }
 
 

@@ -1,6 +1,8 @@
 // The CUDA implementation of every op (ops/backend.h): cuDNN for convolutions and cuBLAS for the
 // linear layers (both loaded at run time, TF32 off), own kernels for the rest, one file per op in
-// cuda/ops/. Activations are channels-first (NCHW), the layout of cuDNN's fastest fp32 kernels.
+// cuda/ops/. Activations are channels-first (NCHW), the layout of cuDNN's fastest fp32 kernels, or
+// in bf16 compute channels-last (NHWC), the layout its tensor-core kernels read without transposing
+// (BackendOptions::channelsLast overrides the choice).
 //
 // One backend serves one model: all its work is enqueued, in call order, on the backend's stream;
 // memory comes from the device's stream-ordered pool, so allocating and freeing never waits for the
@@ -48,7 +50,7 @@ class CudaBackend : public Backend {
 
   Device device() const override { return Device::cuda(context_->device); }
   std::shared_ptr<void> allocate(size_t bytes) override;
-  bool channelsLast() const override { return false; }
+  bool channelsLast() const override { return options.channelsLast.value_or(options.compute == Precision::Bf16); }
   void synchronize() override;
   MemoryStats memoryStats() const override { return {context_->allocated.load(), context_->peak.load()}; }
   void resetPeakMemory() override { context_->peak.store(context_->allocated.load()); }

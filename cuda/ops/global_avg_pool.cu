@@ -1,10 +1,12 @@
-// Adaptive average pooling to 1×1 on NCHW: each (n, c) plane of H·W contiguous floats → one value
-// (sum, then ·1/(H·W) as on the CPU), and its backward broadcast.
+// Adaptive average pooling to 1×1: each (n, c) plane of H·W floats → one value (sum, then ·1/(H·W)
+// as on the CPU), and its backward broadcast.
 //
-// A team of `lanes` lanes (a power of two up to a warp) works on one plane, so small planes (4×4,
-// 2×2, 1×1) still give each warp one contiguous run of several planes; teams take planes grid-stride.
-// 16-byte packs when H·W % 4 == 0 and the pointer allows. Forward reads x once; backward writes dx
-// once.
+// NCHW: a team of `lanes` lanes (a power of two up to a warp) works on one plane of contiguous floats,
+// so small planes (4×4, 2×2, 1×1) still give each warp one contiguous run of several planes; teams
+// take planes grid-stride. 16-byte packs when H·W % 4 == 0 and the pointer allows.
+// NHWC: a thread per (n, c) sums its channel over the H·W positions, a warp reading 32 neighbouring
+// channels of a position at a time; backward, a thread per element of dx.
+// Forward reads x once; backward writes dx once.
 #include "ops/kernels.cuh"
 
 namespace accordion::cuda {
@@ -67,13 +69,34 @@ __global__ void __launch_bounds__(kThreads) broadcastPlanes(const float* __restr
   });
 }
 
+__global__ void __launch_bounds__(kThreads) averagePositions(const float* __restrict__ x, float* __restrict__ y, int64_t outputs,
+                                                             int64_t channels, int64_t positions, float scale) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < outputs; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t n = i / channels, c = i - n * channels;
+    const float* in = x + n * positions * channels + c;
+    float sum = 0.0f;
+    for (int64_t p = 0; p < positions; ++p) sum += in[p * channels];
+    y[i] = sum * scale;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) broadcastPositions(const float* __restrict__ dy, float* __restrict__ dx, int64_t inputs,
+                                                               int64_t channels, int64_t positions, float scale) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < inputs; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = i % channels, n = i / (positions * channels);
+    dx[i] = dy[n * channels + c] * scale;
+  }
+}
+
 }  // namespace
 
 void CudaBackend::globalAvgPoolForward(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w) {
   const int64_t planes = n * c, hw = h * w;
   if (planes <= 0) return;
   const float scale = 1.0f / static_cast<float>(hw);
-  if (hw % 4 == 0 && packable(x)) {
+  if (channelsLast()) {
+    averagePositions<<<blocksFor(planes), kThreads, 0, stream()>>>(x, y, planes, c, hw, scale);
+  } else if (hw % 4 == 0 && packable(x)) {
     const PlaneTeams teams = planeTeams(planes, hw / 4);
     averagePlanes<4><<<blocksFor(planes * teams.lanes), kThreads, 0, stream()>>>(x, y, teams, scale);
   } else {
@@ -87,7 +110,9 @@ void CudaBackend::globalAvgPoolBackward(const float* dy, float* dx, int64_t n, i
   const int64_t planes = n * c, hw = h * w;
   if (planes <= 0 || hw <= 0) return;
   const float scale = 1.0f / static_cast<float>(hw);
-  if (hw % 4 == 0 && packable(dx)) {
+  if (channelsLast()) {
+    broadcastPositions<<<blocksFor(planes * hw), kThreads, 0, stream()>>>(dy, dx, planes * hw, c, hw, scale);
+  } else if (hw % 4 == 0 && packable(dx)) {
     const PlaneTeams teams = planeTeams(planes, hw / 4);
     broadcastPlanes<4><<<blocksFor(planes * teams.lanes), kThreads, 0, stream()>>>(dy, dx, teams, scale);
   } else {

@@ -78,6 +78,8 @@ describe('errors of the public API', function () {
       ['Model.create with a group that is not a ProcessGroup', 'ERR_USAGE', () => Model.create({ architecture: 'resnet18', group: {} })],
       ['Model.create on a device that is not one', 'ERR_USAGE', () => Model.create({ architecture: 'resnet18', device: 'gpu' })],
       ['Model.create with tf32 on the CPU (a GPU format)', 'ERR_UNSUPPORTED', () => Model.create({ architecture: 'resnet18', tf32: true })],
+      ['Model.create with channels-first activations on the CPU (a GPU layout)', 'ERR_UNSUPPORTED', () => Model.create({ architecture: 'resnet18', memoryFormat: 'channels-first' })],
+      ['Model.create with memory format "nhwc"', 'ERR_USAGE', () => Model.create({ architecture: 'resnet18', memoryFormat: 'nhwc' })],
       ['Model.create with PowerSGD rank 1.5 (refused by the addon)', 'ERR_INVALID_ARGUMENT', () => Model.create({ architecture: 'resnet18', compressor: 'powersgd', level: 1.5 })],
       ['setThreads(2.5)', 'ERR_USAGE', () => library.setThreads(2.5)],
       ['endOfEpoch with too few norms', 'ERR_USAGE', () => library.endOfEpoch(library.initialState(2), { epoch: 0, norms: [1], lrCurrent: 0.1, lrNext: 0.1 }, { eta: 0.5, interval: 1 })],

@@ -18,7 +18,7 @@ import { CLI } from '../helpers/paths.js';
  * so that an option added without one fails the round trip below).
  */
 const OTHER = {
-  model: 'vgg19bn', width: 0.5, precision: 'bf16', device: 'cuda:1', convAlgorithms: 'accurate', tf32: true, distBackend: 'gloo', dataset: 'cifar100', dataDir: '/data/cifar', trainImages: 1000, testImages: 500, epochs: 7, batchSize: 32, evalBatchSize: 128, evalsPerEpoch: 4, lr: 0.3,
+  model: 'vgg19bn', width: 0.5, precision: 'bf16', device: 'cuda:1', convAlgorithms: 'accurate', tf32: true, memoryFormat: 'channels-first', distBackend: 'gloo', dataset: 'cifar100', dataDir: '/data/cifar', trainImages: 1000, testImages: 500, epochs: 7, batchSize: 32, evalBatchSize: 128, evalsPerEpoch: 4, lr: 0.3,
   momentum: 0.8, weightDecay: 5e-4, nesterov: false, warmupEpochs: 2, milestones: [3, 5], lrDecay: 0.5, seed: 7, workers: 4,
   compressor: 'topk', rank: 4, topkRatio: 0.25, compressAfter: 7, minCompressionRate: 2, compressionSeed: 9, commDtype: 'bf16', accordion: 'off', eta: 0.3, accordionInterval: 3,
   lowRank: 4, highRank: 2, lowRatio: 0.5, highRatio: 0.05, adapt: 'batch', batchLow: 128, batchHigh: 256, autoRanks: [1, 3], autoRatios: [0.05, 0.5],

@@ -89,11 +89,16 @@ describe('GPU training (cuda:0)', function () {
         });
     });
   }
-  /** The CPU trains `steps` steps; before each, the GPU model loads the CPU's whole state and takes the same step. */
-  async function stepFromCpuStates(steps, options = {}, batchOf = wellConditionedBatch) {
+  /**
+   * The CPU trains `steps` steps; before each, the GPU model loads the CPU's whole state and takes the
+   * same step. `memoryFormat` is the GPU model's (the CPU's activations are channels-last).
+   */
+  async function stepFromCpuStates(steps, { memoryFormat = 'auto', ...options } = {}, batchOf = wellConditionedBatch) {
     const models = {}, results = { cpu: [], cuda: [] }, states = [];
     for (const device of ['cpu', 'cuda'])
-      models[device] = await Model.create({ architecture: 'resnet18', seed: 5, device, learningRate: 0.05, convAlgorithms: 'accurate', ...options });
+      models[device] = await Model.create({
+        architecture: 'resnet18', seed: 5, device, learningRate: 0.05, convAlgorithms: 'accurate', ...options, ...(device === 'cuda' && { memoryFormat }),
+      });
     for (let s = 0; s < steps; s++) {
       await models.cuda.loadStateDict(await models.cpu.stateDict(true));
       const batch = batchOf(s);
@@ -103,59 +108,62 @@ describe('GPU training (cuda:0)', function () {
     return { models, results, states };
   }
 
-  it('resnet18: one step on the GPU from each of 3 states of the CPU (32 images of 4×4) gives the CPU\'s loss (1e-5) and state (every tensor within 2e-4)', async function () {
-    const { models, results, states } = await stepFromCpuStates(3);
-    try {
-      for (let s = 0; s < 3; s++) {
-        expect(Math.abs(results.cuda[s].loss - results.cpu[s].loss) / results.cpu[s].loss, `loss of step ${s + 1}`).to.be.below(1e-5);
-        // Each device's gradient lies within 1e-4 of float64, so the two within 2e-4 (the momentum buffers).
-        expectStatesClose(states[s].cuda, states[s].cpu, 2e-4);
+  // On the GPU's channels-first (NCHW) and channels-last (NHWC) activations alike.
+  for (const memoryFormat of ['channels-first', 'channels-last']) {
+    it(`resnet18, ${memoryFormat}: one step on the GPU from each of 3 states of the CPU (32 images of 4×4) gives the CPU's loss (1e-5) and state (every tensor within 2e-4)`, async function () {
+      const { models, results, states } = await stepFromCpuStates(3, { memoryFormat });
+      try {
+        for (let s = 0; s < 3; s++) {
+          expect(Math.abs(results.cuda[s].loss - results.cpu[s].loss) / results.cpu[s].loss, `loss of step ${s + 1}`).to.be.below(1e-5);
+          // Each device's gradient lies within 1e-4 of float64, so the two within 2e-4 (the momentum buffers).
+          expectStatesClose(states[s].cuda, states[s].cpu, 2e-4);
+        }
+        expect((await models.cuda.memoryStats()).peak).to.be.above(0);
+      } finally {
+        await models.cpu.dispose();
+        await models.cuda.dispose();
       }
-      expect((await models.cuda.memoryStats()).peak).to.be.above(0);
-    } finally {
-      await models.cpu.dispose();
-      await models.cuda.dispose();
-    }
-  });
+    });
 
-  it('vgg19bn (dropout off): one step on the GPU from each of 3 states of the CPU (the same 4 images of 32×32 at learning rate 0) gives the CPU\'s loss (1e-5) and state (2e-4)', async function () {
-    // VGG's 32×32 activations hold so many ReLU inputs that a step at any learning rate > 0 leaves a
-    // near-tie in the next state; at learning rate 0 the state of test/native/gradients.test.js stays
-    // well-conditioned, and the steps still move the momentum buffers and running statistics.
-    const rng = makeRng(21);
-    const batch = { images: randomUniform(4 * 3 * 32 * 32, rng, -1, 1), labels: Int32Array.from({ length: 4 }, () => rng.int(10)) };
-    const options = { architecture: 'vgg19bn', classes: 10, seed: 2, dropout: 0, learningRate: 0 };
-    const { models, results, states } = await stepFromCpuStates(3, options, () => batch);
-    try {
-      for (let s = 0; s < 3; s++) {
-        expect(Math.abs(results.cuda[s].loss - results.cpu[s].loss) / results.cpu[s].loss, `loss of step ${s + 1}`).to.be.below(1e-5);
-        expectStatesClose(states[s].cuda, states[s].cpu, 2e-4);
+    it(`vgg19bn (dropout off), ${memoryFormat}: one step on the GPU from each of 3 states of the CPU (the same 4 images of 32×32 at learning rate 0) gives the CPU's loss (1e-5) and state (2e-4)`, async function () {
+      // VGG's 32×32 activations hold so many ReLU inputs that a step at any learning rate > 0 leaves a
+      // near-tie in the next state; at learning rate 0 the state of test/native/gradients.test.js stays
+      // well-conditioned, and the steps still move the momentum buffers and running statistics.
+      const rng = makeRng(21);
+      const batch = { images: randomUniform(4 * 3 * 32 * 32, rng, -1, 1), labels: Int32Array.from({ length: 4 }, () => rng.int(10)) };
+      const options = { architecture: 'vgg19bn', classes: 10, seed: 2, dropout: 0, learningRate: 0, memoryFormat };
+      const { models, results, states } = await stepFromCpuStates(3, options, () => batch);
+      try {
+        for (let s = 0; s < 3; s++) {
+          expect(Math.abs(results.cuda[s].loss - results.cpu[s].loss) / results.cpu[s].loss, `loss of step ${s + 1}`).to.be.below(1e-5);
+          expectStatesClose(states[s].cuda, states[s].cpu, 2e-4);
+        }
+      } finally {
+        await models.cpu.dispose();
+        await models.cuda.dispose();
       }
-    } finally {
-      await models.cpu.dispose();
-      await models.cuda.dispose();
-    }
-  });
+    });
 
-  it("resnet18 at CIFAR size: the batcher's batches reach the GPU as the CPU's (3 steps at learning rate 0: losses and batch-norm statistics)", async function () {
-    // At learning rate 0 the weights stay put, and the loss and the running statistics are continuous
-    // functions of the batch: they agree to float32 rounding exactly when the same pixels arrived.
-    const models = {}, losses = { cpu: [], cuda: [] };
-    try {
-      for (const device of ['cpu', 'cuda']) {
-        models[device] = await Model.create({ architecture: 'resnet18', seed: 5, device, learningRate: 0 });
-        const batcher = new Batcher(dataset.train, { batchSize: 64, seed: 9, mean: dataset.mean, std: dataset.std, device });
-        batcher.startEpoch(0);
-        for (let s = 0; s < 3; s++) losses[device].push((await models[device].trainStep(batcher)).loss);
+    it(`resnet18 at CIFAR size, ${memoryFormat}: the batcher's batches reach the GPU as the CPU's (3 steps at learning rate 0: losses and batch-norm statistics)`, async function () {
+      // At learning rate 0 the weights stay put, and the loss and the running statistics are continuous
+      // functions of the batch: they agree to float32 rounding exactly when the same pixels arrived.
+      const models = {}, losses = { cpu: [], cuda: [] };
+      try {
+        for (const device of ['cpu', 'cuda']) {
+          models[device] = await Model.create({ architecture: 'resnet18', seed: 5, device, learningRate: 0, ...(device === 'cuda' && { memoryFormat }) });
+          const batcher = new Batcher(dataset.train, { batchSize: 64, seed: 9, mean: dataset.mean, std: dataset.std, device });
+          batcher.startEpoch(0);
+          for (let s = 0; s < 3; s++) losses[device].push((await models[device].trainStep(batcher)).loss);
+        }
+        for (let s = 0; s < 3; s++) expect(Math.abs(losses.cuda[s] - losses.cpu[s]) / losses.cpu[s], `loss of step ${s + 1}`).to.be.below(1e-5);
+        expect(new Set(losses.cpu).size, 'three different batches').to.equal(3);
+        expectStatesClose(await models.cuda.stateDict(false), await models.cpu.stateDict(false), 1e-4);
+      } finally {
+        await models.cpu?.dispose();
+        await models.cuda?.dispose();
       }
-      for (let s = 0; s < 3; s++) expect(Math.abs(losses.cuda[s] - losses.cpu[s]) / losses.cpu[s], `loss of step ${s + 1}`).to.be.below(1e-5);
-      expect(new Set(losses.cpu).size, 'three different batches').to.equal(3);
-      expectStatesClose(await models.cuda.stateDict(false), await models.cpu.stateDict(false), 1e-4);
-    } finally {
-      await models.cpu?.dispose();
-      await models.cuda?.dispose();
-    }
-  });
+    });
+  }
 
   // Token windows (T, B) of a vocabulary V, different for every call so that the carried state matters.
   function tokenWindow(V, T, B, k) {

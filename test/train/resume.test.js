@@ -82,13 +82,13 @@ describe("resume from the run's own configuration", function () {
     expect(resumes.map((e) => e.workers)).to.deep.equal([2, 2]);
   });
 
-  it('a run trained on a GPU with --tf32 resumes on the CPU with TF32 left off, as the uninterrupted CPU run, bit for bit; --tf32 given on the CPU is refused', () => {
+  it('a run trained on a GPU with --tf32 and channels-first activations resumes on the CPU with TF32 off and channels-last, as the uninterrupted CPU run, bit for bit; either given on the CPU is refused', () => {
     const run = stoppedAfterOne('from-a-gpu');
     // The checkpoint as a GPU run with --tf32 writes it: its configuration names both.
     const file = path.join(run, 'checkpoints', 'epoch-0001', 'trainer.safetensors');
     const saved = readSafetensors(file);
     const position = JSON.parse(saved.metadata.position);
-    Object.assign(position.config, { device: 'cuda', tf32: true });
+    Object.assign(position.config, { device: 'cuda', tf32: true, memoryFormat: 'channels-first' });
     writeSafetensors(file, [...saved.tensors.values()], { ...saved.metadata, position: JSON.stringify(position) });
     const r = cli(['--resume', run, '--device', 'cpu']);
     expect(r.code, r.stderr).to.equal(0);
@@ -98,6 +98,10 @@ describe("resume from the run's own configuration", function () {
     expect(given.code).to.equal(2);
     expect(given.stderr).to.include("--tf32 is a GPU's tensor-core format");
     expect(fs.existsSync(path.join(tmp, 'tf32-on-cpu'))).to.equal(false);
+    const layout = cli([...settings(path.join(tmp, 'data')), '--memory-format', 'channels-first', '--epochs', '1', '--out', path.join(tmp, 'nchw-on-cpu')]);
+    expect(layout.code).to.equal(2);
+    expect(layout.stderr).to.include('--memory-format channels-first is for a GPU');
+    expect(fs.existsSync(path.join(tmp, 'nchw-on-cpu'))).to.equal(false);
   });
 
   it('a missing run directory is named before anything else', () => {

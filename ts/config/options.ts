@@ -15,6 +15,8 @@ export type DatasetName = 'synthetic' | 'cifar10' | 'cifar100' | 'fashion-mnist'
 export type AdaptMode = 'compression' | 'batch' | 'smith' | 'auto' | 'batch+compression';
 /** A layer's error in automatic levels' budget: squared ‖G − C(G)‖², or relative ‖G − C(G)‖ / ‖G‖. */
 export type ErrorMeasure = 'squared' | 'relative';
+/** How a GPU stores activations: channels-last (NHWC), channels-first (NCHW), or auto (NHWC in bf16, NCHW in fp32). */
+export type MemoryFormat = 'auto' | 'channels-last' | 'channels-first';
 /** 'cpu', 'cuda' (GPU 0) or 'cuda:N'. */
 export type DeviceName = 'cpu' | 'cuda' | `cuda:${number}`;
 
@@ -26,6 +28,7 @@ export interface TrainConfig {
   device: DeviceName;
   convAlgorithms: 'fastest' | 'accurate';
   tf32: boolean;
+  memoryFormat: MemoryFormat;
   distBackend: 'nccl' | 'gloo';
   dataset: DatasetName;
   dataDir?: string;
@@ -149,6 +152,10 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   tf32: {
     flag: '--tf32', type: 'flag', default: false, modelKey: 'tf32',
     help: "GPU: fp32 convolutions and the model's matrix products on TF32 tensor cores (inputs rounded to 10 mantissa bits, sums in fp32), as PyTorch with allow_tf32 for cuDNN and matmul; the compressors' products stay fp32",
+  },
+  memoryFormat: {
+    flag: '--memory-format', type: 'string', default: 'auto', choices: ['auto', 'channels-last', 'channels-first'], modelKey: 'memoryFormat',
+    help: "GPU activations: channels-last (NHWC, the layout of cuDNN's tensor-core kernels, as PyTorch's channels_last), channels-first (NCHW), or auto: channels-last with --precision bf16, channels-first in fp32; the CPU's are always channels-last",
   },
   distBackend: {
     flag: '--dist-backend', type: 'string', default: 'nccl', choices: ['nccl', 'gloo'], modelKey: 'distBackend',

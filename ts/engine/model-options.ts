@@ -4,7 +4,7 @@
  */
 import * as os from 'node:os';
 import { UsageError } from '../base/errors.js';
-import { OPTIONS, OPTION_KEYS, boundMessage, defaultFor, meetsBound, type Architecture, type CommDtype, type CompressorName, type ComputePrecision, type DeviceName, type TrainConfig } from '../config/options.js';
+import { OPTIONS, OPTION_KEYS, boundMessage, defaultFor, meetsBound, type Architecture, type CommDtype, type CompressorName, type ComputePrecision, type DeviceName, type MemoryFormat, type TrainConfig } from '../config/options.js';
 import { ProcessGroup } from '../comm/group.js';
 import { describe } from './inputs.js';
 import { parameterCount } from './parameter-count.js';
@@ -51,6 +51,13 @@ export interface ModelOptions {
    * the CPU has no TF32 and refuses it.
    */
   tf32?: boolean;
+  /**
+   * On a GPU, how activations are stored: 'channels-last' (NHWC, the layout of cuDNN's tensor-core
+   * kernels, as PyTorch's channels_last), 'channels-first' (NCHW), or 'auto' (default: channels-last
+   * with precision bf16, channels-first in fp32). The CPU's are always channels-last and it refuses
+   * 'channels-first'.
+   */
+  memoryFormat?: MemoryFormat;
   /**
    * On a GPU with a group: how the gradients travel, 'nccl' (default; one worker per GPU) or 'gloo'
    * (through host memory, each collective staged there: several workers may share a GPU). The CPU

@@ -70,6 +70,7 @@ export class Model {
       device,
       convAlgorithms: options.convAlgorithms ?? modelDefault('convAlgorithms', options),
       tf32: options.tf32 ?? modelDefault('tf32', options),
+      memoryFormat: options.memoryFormat ?? modelDefault('memoryFormat', options),
       distBackend: options.distBackend ?? modelDefault('distBackend', options),
       learningRate: options.learningRate ?? modelDefault('lr', options),
       momentum: options.momentum ?? modelDefault('momentum', options),

@@ -22,6 +22,8 @@ export interface EngineOptions {
   convAlgorithms: 'fastest' | 'accurate';
   /** GPU: convolutions and matrix products on TF32 tensor cores. */
   tf32: boolean;
+  /** GPU activations: 'auto', 'channels-last' or 'channels-first'. */
+  memoryFormat: 'auto' | 'channels-last' | 'channels-first';
   /** GPU workers' exchange: 'nccl', or 'gloo' staged through host memory. */
   distBackend: 'nccl' | 'gloo';
   learningRate: number;

@@ -17,11 +17,12 @@ export type TrainOptions = Partial<TrainConfig> & ({ model: TrainConfig['model']
 /**
  * What a resumed run may set anew: how long it trains (the schedule's end), how many workers and
  * threads it has, its timeouts, its output, checkpoints and evaluations, where the data and the
- * device are (and whether that GPU uses TF32: a run resumed on the CPU leaves TF32 off).
+ * device are (and whether that GPU uses TF32 and which layout: a run resumed on the CPU leaves TF32
+ * off and its activations channels-last).
  * Every other option is the run's own; given again, it must have the run's value.
  */
 export const RESUME_MAY_CHANGE: readonly (keyof TrainConfig)[] = [
-  'epochs', 'workers', 'threads', 'timeoutMs', 'progress', 'outDir', 'resume', 'overwrite', 'checkpointEvery', 'evalsPerEpoch', 'testImages', 'dataDir', 'device', 'tf32',
+  'epochs', 'workers', 'threads', 'timeoutMs', 'progress', 'outDir', 'resume', 'overwrite', 'checkpointEvery', 'evalsPerEpoch', 'testImages', 'dataDir', 'device', 'tf32', 'memoryFormat',
 ];
 
 /** Options that belong to one invocation, never taken from the run being resumed (the job sets the workers). */
@@ -56,6 +57,7 @@ export function resumedOptions<T extends Partial<TrainConfig>>(options: T): T & 
   const resumed = { ...inherited, ...options } as T & Partial<TrainConfig>;
   // TF32 is a GPU's: a run resumed on the CPU leaves it off (given there, it is refused).
   if (options.tf32 === undefined && (resumed.device ?? 'cpu') === 'cpu') delete resumed.tf32;
+  if (options.memoryFormat === undefined && (resumed.device ?? 'cpu') === 'cpu') delete resumed.memoryFormat;
   return resumed;
 }
 
@@ -120,6 +122,8 @@ function checkAgreement(config: TrainConfig, options: Partial<TrainConfig>): voi
   if (config.compressAfter > 0 && config.compressor === 'none') throw new UsageError('--compress-after needs a compressor (--compressor powersgd or topk)');
   if (options.tf32 === true && config.device === 'cpu')
     throw new UsageError('--tf32 is a GPU\'s tensor-core format; the CPU computes fp32 in full (leave out --tf32, or train with --device cuda)');
+  if (config.memoryFormat === 'channels-first' && config.device === 'cpu')
+    throw new UsageError('--memory-format channels-first is for a GPU; the CPU keeps activations channels-last (leave out --memory-format, or train with --device cuda)');
   if (config.commDtype !== 'fp32' && config.device !== 'cpu')
     throw new UsageError(`--comm-dtype ${config.commDtype} runs on the CPU only: on ${config.device} the exchange sends fp32 (leave out --comm-dtype)`);
   if (regimeModes && options.accordion === 'off') throw new UsageError(`--adapt ${config.adapt} runs on Accordion's regimes: leave out --accordion off`);

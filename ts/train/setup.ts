@@ -99,6 +99,7 @@ export async function setUp(given: TrainOptions, context: TrainerContext): Promi
       device: config.device,
       convAlgorithms: config.convAlgorithms,
       tf32: config.tf32,
+      memoryFormat: config.memoryFormat,
       distBackend: config.distBackend,
       classes: task.classes,
       width: config.width,

@@ -36,16 +36,6 @@ void checkMemory(Lab& lab) {
       lab.expect(check, "dst", dst);
       lab.measure(check, op, Work::memory(8.0 * n));  // read n + write n floats
     });
-  // A CIFAR batch, and odd sizes; the CPU converts to NHWC on the way.
-  for (const Dims& d : {Dims{128, 3, 32, 32}, Dims{1, 3, 5, 7}, Dims{3, 1, 1, 1}})
-    lab.run("uploadImages", d.label(), kExact, [&](Check& check) {
-      const std::vector<float> host = lab.random.normal(d.numel());
-      Twin<float> images = lab.activation(d);
-      auto op = [&](Backend& b) { b.uploadImages(host.data(), images.on(b), d.n, d.c, d.h, d.w); };
-      lab.both(op, images);
-      lab.expect(check, "images", images);
-      lab.measure(check, op, Work::transfer(4.0 * d.numel()));
-    });
 }
 
 }  // namespace accordion::lab

@@ -25,6 +25,16 @@ void checkGlobalAvgPool(Lab& lab) {
 }
 
 void checkFlatten(Lab& lab) {
+  // NCHW host images into the activation layout: a CIFAR batch, and odd sizes.
+  for (const Dims& d : {Dims{128, 3, 32, 32}, Dims{1, 3, 5, 7}, Dims{3, 1, 1, 1}})
+    lab.run("uploadImages", d.label(), kExact, [&](Check& check) {
+      const std::vector<float> host = lab.random.normal(d.numel());
+      Twin<float> images = lab.activation(d);
+      auto op = [&](Backend& b) { b.uploadImages(host.data(), images.on(b), d.n, d.c, d.h, d.w); };
+      lab.both(op, images);
+      lab.expect(check, "images", images);
+      lab.measure(check, op, Work::transfer(4.0 * d.numel()));
+    });
   // Odd shapes, VGG's flatten at batch 128, and 256 MiB for bandwidth.
   for (const Dims& d : {Dims{1, 1, 1, 1}, Dims{3, 5, 7, 9}, Dims{128, 512, 1, 1}, Dims{128, 64, 8, 8}, Dims{256, 64, 64, 64}}) {
     lab.run("flatten.forward", d.label(), kExact, [&](Check& check) {
