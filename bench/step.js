@@ -5,7 +5,7 @@
 //
 //   node bench/step.js [--models resnet18,vgg19bn] [--batch 32] [--threads N] [--steps 10]
 //                      [--warmup 3] [--rounds 2] [--device cpu|cuda] [--precision fp32|bf16]
-//                      [--torch-channels-last] [--json out.json]
+//                      [--memory-format auto|channels-last|channels-first] [--torch-channels-last] [--json out.json]
 // With --precision bf16 the engine computes in bf16 and PyTorch under torch.autocast(bfloat16).
 import { Mulberry32 } from '../lib/base/random.js';
 import {
@@ -23,6 +23,7 @@ const USAGE = `usage: node bench/step.js [options]
   --classes N            output classes (default 10)
   --device cpu|cuda      where both peers train (default cpu; cuda means GPU 0)
   --precision fp32|bf16  the engine's --precision; bf16 runs PyTorch under autocast to bfloat16 (default fp32)
+  --memory-format F      the engine's GPU activations: auto (channels-last in bf16), channels-last or channels-first (default auto)
   --torch-channels-last  run the PyTorch peer in channels-last memory format
   --json FILE            also write every timing and the machine facts to FILE
   --markdown             print the result table as Markdown (for BENCHMARKS.md)`;
@@ -36,6 +37,7 @@ const OPTIONS = {
   rounds: { type: 'string', default: '2' },
   classes: { type: 'string', default: '10' },
   device: { type: 'string', default: 'cpu' },
+  'memory-format': { type: 'string', default: 'auto' },
   'torch-channels-last': { type: 'boolean', default: false },
   precision: { type: 'string', default: 'fp32' },
 };
@@ -50,6 +52,7 @@ function options(values) {
     rounds: positiveInt('--rounds', values.rounds),
     classes: positiveInt('--classes', values.classes, { min: 2 }),
     device: ['cpu', 'cuda'].includes(values.device) ? values.device : (() => { throw new Error(`--device must be cpu or cuda, got '${values.device}'`); })(),
+    memoryFormat: ['auto', 'channels-last', 'channels-first'].includes(values['memory-format']) ? values['memory-format'] : (() => { throw new Error(`--memory-format must be auto, channels-last or channels-first, got '${values['memory-format']}'`); })(),
     channelsLast: values['torch-channels-last'],
     precision: ['fp32', 'bf16'].includes(values.precision) ? values.precision : (() => { throw new Error(`--precision must be fp32 or bf16, got '${values.precision}'`); })(),
     json: values.json,
@@ -71,7 +74,7 @@ async function timeOurs(lib, opts, architecture, data) {
   const { Model, binding } = lib;
   // The same hyper-parameters as torch_step.py, so the update does the same arithmetic.
   const model = await Model.create({
-    architecture, classes: opts.classes, seed: 0, device: opts.device, precision: opts.precision,
+    architecture, classes: opts.classes, seed: 0, device: opts.device, precision: opts.precision, memoryFormat: opts.memoryFormat,
     learningRate: 0.05, momentum: 0.9, weightDecay: 1e-4, nesterov: true,
   });
   try {

@@ -6,15 +6,17 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { REPO, libraries, machineEnv, quick } from './machine.js';
-import { open } from './stages.js';
+import { benchmark, lab, open, tests } from './stages.js';
 
 /**
  * peers: PyTorch's training step as its users run it on this card, beside the engine's fp32 and bf16
- * steps (bench/step.js), ResNet-18 and VGG-19bn at batch 128: fp32 with every cuDNN candidate timed
+ * steps (bench/step.js; bf16 on channels-last activations, and on channels-first ones for what the
+ * layout gives), ResNet-18 and VGG-19bn at batch 128: fp32 with every cuDNN candidate timed
  * (benchmark_limit 0, TF32 off), bf16 autocast with channels-last and cudnn.benchmark, and that
  * under torch.compile for ResNet-18 (the next target). Each run a row with the step's median, the
  * peak memory after the warm-up and the kernels of one profiled step (the algorithms cuDNN chose).
- * The runs come in order of need; those the stage's time does not hold are rows saying so.
+ * The runs come in order of need; those the stage's time does not hold are rows saying so. `gpu`:
+ * arguments for the GPU alone (a dry run on the CPU leaves them out).
  */
 export const PEERS = [
   { model: 'resnet18', config: 'fp32-all-algorithms', args: [], gpu: ['--benchmark-limit', '0'] },
@@ -23,6 +25,7 @@ export const PEERS = [
   { model: 'vgg19bn', config: 'bf16-autocast-channels-last', args: ['--autocast', '--channels-last'] },
   { model: 'engine', config: 'fp32', args: [] },
   { model: 'engine', config: 'bf16', args: ['--precision', 'bf16'] },
+  { model: 'engine', config: 'bf16-channels-first', args: ['--precision', 'bf16'], gpu: ['--memory-format', 'channels-first'] },
   { model: 'resnet18', config: 'bf16-autocast-channels-last-compiled', args: ['--autocast', '--channels-last'], gpu: ['--compile', '--warmup', '10'] },
 ];
 
@@ -31,6 +34,11 @@ export async function peers(out, left) {
   const opened = dry ? 0 : await open(out, left);
   if (opened) return opened;
   if (!dry) libraries();
+  return (await peerSteps(out, left, dry)) ? 0 : 1;
+}
+
+/** The runs of PEERS within the time `left()` gives; resolves to whether all passed. */
+async function peerSteps(out, left, dry) {
   // The machine's python3 holds PyTorch on a GPU machine; on the CPU, Debian's does (as in the benchmarks).
   const python = process.env.ACCORDION_BENCH_PYTHON || (dry ? '/usr/bin/python3' : quick('sh', ['-c', 'command -v python3'], { env: machineEnv() }).output.trim());
   const shape = dry ? { device: 'cpu', batch: '4', steps: '2', warmup: '1' } : { device: 'cuda', batch: '128', steps: '20', warmup: '5' };
@@ -46,7 +54,7 @@ export async function peers(out, left) {
     let result = null;
     if (peer.model === 'engine') {
       const json = path.join(os.tmpdir(), `gpu-check-peers-${process.pid}.json`);
-      r = await out.run(process.execPath, ['bench/step.js', '--device', shape.device, '--batch', shape.batch, '--models', 'resnet18,vgg19bn', '--warmup', shape.warmup, '--steps', shape.steps, '--rounds', '1', ...peer.args, '--json', json], { seconds, env: { ...process.env, ACCORDION_BENCH_PYTHON: python } });
+      r = await out.run(process.execPath, ['bench/step.js', '--device', shape.device, '--batch', shape.batch, '--models', 'resnet18,vgg19bn', '--warmup', shape.warmup, '--steps', shape.steps, '--rounds', '1', ...peer.args, ...(dry ? [] : peer.gpu ?? []), '--json', json], { seconds, env: { ...process.env, ACCORDION_BENCH_PYTHON: python } });
       try {
         result = JSON.parse(fs.readFileSync(json, 'utf8'));
       } catch {
@@ -65,7 +73,40 @@ export async function peers(out, left) {
     out.row({ event: 'peer', model: peer.model, config: peer.config, status: r.status === 0 ? 'passed' : r.status === 124 ? 'timed out' : 'failed', exitCode: r.status, result });
     if (r.status !== 0) failed = true;
   }
-  return failed ? 1 : 0;
+  return !failed;
+}
+
+/** The kernel-lab families of the ops that mixed precision and channels-last change. */
+export const PRECISION_FAMILIES = ['conv2d', 'batchNorm2d', 'maxPool2d', 'globalAvgPool', 'flatten', 'gemm', 'linear', 'dropout', 'clipTotalNorm'];
+/** The GPU tests of TF32 and bf16, and of training in both layouts. */
+export const PRECISION_TESTS = ['test/gpu/gpu-precision.test.js', 'test/gpu/gpu-training.test.js'];
+
+/**
+ * precision: mixed precision and channels-last on this card, in one command: the kernel lab's rows
+ * of the ops they change (both layouts, TF32 and bf16), the GPU tests of precision and of training
+ * in both layouts, the LSTM step in fp32 and in bf16 beside PyTorch's cuDNN LSTM (under autocast for
+ * bf16), then the peers (above). Each part ends by a share of the stage's time, so a slow part leaves
+ * the next ones theirs; what a share cannot hold is a row saying so. GPU_CHECK_DRY=1 tries it on the
+ * CPU: no lab (it needs a device), the tests pending, the benchmarks on small shapes.
+ */
+export async function precision(out, left) {
+  const dry = process.env.GPU_CHECK_DRY === '1';
+  const opened = dry ? 0 : await open(out, left);
+  if (opened) return opened;
+  if (!dry) libraries();
+  process.env.ACCORDION_BENCH_PYTHON ||= dry ? '/usr/bin/python3' : quick('sh', ['-c', 'command -v python3'], { env: machineEnv() }).output.trim();
+  const total = left();
+  const until = (share) => () => left() - total * (1 - share); // a part's seconds: until `share` of the stage has gone
+  let passed = true;
+  if (dry) out.row({ event: 'lab summary', families: Object.fromEntries(PRECISION_FAMILIES.map((f) => [f, 'not run (dry run: no device)'])) });
+  else passed = await lab(out, until(0.25), PRECISION_FAMILIES);
+  passed = (await tests(out, Math.floor(until(0.5)()), PRECISION_TESTS, { requireGpu: !dry })) && passed;
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'gpu-check-precision-'));
+  const lstm = dry ? ['--device', 'cpu', '--vocab', '1000', '--hidden', '64', '--warmup', '1', '--steps', '2', '--rounds', '1'] : ['--device', 'cuda', '--warmup', '3', '--steps', '10', '--rounds', '1'];
+  for (const [name, precisionArgs, share] of [['lstm-fp32', [], 0.58], ['lstm-bf16', ['--precision', 'bf16'], 0.66]])
+    passed = (await benchmark(out, name, ['bench/lstm.js', ...lstm, ...precisionArgs], Math.floor(until(share)()), tmp)) && passed;
+  fs.rmSync(tmp, { recursive: true, force: true });
+  return (await peerSteps(out, left, dry)) && passed ? 0 : 1;
 }
 
 /** Where the stage `reproduce` reads Fashion-MNIST: packed beside the runtime, else the system's. */

@@ -5,7 +5,7 @@
 //
 //   plan                 the GPU-machine commands in order, with the minutes each is expected to take
 //   STAGE                one stage under its own limit: probe, abi-lab, sanitizer, suite, bench-quick,
-//                        bench-full, peers, reproduce or prebuilt (experiments: plan lists them apart), or rebuild (only
+//                        bench-full, peers, precision, reproduce or prebuilt (experiments: plan lists them apart), or rebuild (only
 //                        when the probe says the carried build does not load)
 //   summary FILE...      what gpu-check.jsonl files say, stage by stage
 //   exec COMMAND...      COMMAND in the runtime's environment (the libraries found as the stages
@@ -22,11 +22,11 @@ import { Output } from './output.js';
 import { limitOf, planText } from './plan.js';
 import { REPO, libraries } from './machine.js';
 import { abiLab, bench, probe, rebuildStage, sanitizer, suite } from './stages.js';
-import { peers, prebuilt, reproduce } from './experiments.js';
+import { peers, precision, prebuilt, reproduce } from './experiments.js';
 import { summary } from './summary.js';
 
 const STAGES = {
-  probe, 'abi-lab': abiLab, sanitizer, suite, 'bench-quick': (o, l) => bench(o, l, 'quick'), 'bench-full': (o, l) => bench(o, l, 'full'), peers, reproduce, prebuilt, rebuild: rebuildStage,
+  probe, 'abi-lab': abiLab, sanitizer, suite, 'bench-quick': (o, l) => bench(o, l, 'quick'), 'bench-full': (o, l) => bench(o, l, 'full'), peers, precision, reproduce, prebuilt, rebuild: rebuildStage,
 };
 const VERDICTS = { 0: 'passed', 3: 'no device', 5: 'not run: not supported on this machine', 6: 'no runtime', 124: null };
 const USAGE = `usage: node scripts/gpu-check/main.js plan | ${Object.keys(STAGES).join(' | ')} | summary FILE... | exec COMMAND...`;

@@ -3,7 +3,8 @@
 // session's 15 minutes of device time. Expected minutes as measured on an H200, rounded up: probe 11 s, abi-lab
 // 96-121 s, sanitizer 48-75 s, suite 146-148 s, bench-quick 56-69 s, bench-full 129 s (2026-11-26 and 11-28); the
 // experiments peers 110 s without its compiled run (about 30 s more) and reproduce 160 s for 6 epochs (2026-11-28).
-// Since then abi-lab has TF32 and bf16 rows and the suite the precision tests: half a minute more each, estimated.
+// Since then abi-lab has TF32, bf16 and NHWC rows and the suite the precision and both layouts' training tests:
+// a minute more each, estimated; peers one more engine run (bf16 on channels-first activations).
 
 /** The test files of the suite stage, run with ACCORDION_REQUIRE_GPU=1. */
 export const SUITE = [
@@ -14,9 +15,9 @@ export const SUITE = [
 /** stage, expected minutes, its own limit in seconds, what it does. */
 export const PLAN = [
   { stage: 'probe', minutes: 0.5, limit: 60, what: 'what the machine supports: GPU, driver, cuDNN, cuBLAS, NCCL, compute-sanitizer, the carried build' },
-  { stage: 'abi-lab', minutes: 2.5, limit: 300, what: 'abi_check.cu against the real headers, then the kernel lab quick, one process per op family' },
+  { stage: 'abi-lab', minutes: 3, limit: 300, what: 'abi_check.cu against the real headers, then the kernel lab quick, one process per op family' },
   { stage: 'sanitizer', minutes: 1.5, limit: 300, what: 'memcheck, then racecheck (the engine\'s kernels), over kernel_check --iterations 1 for every family' },
-  { stage: 'suite', minutes: 3, limit: 360, what: `${SUITE.join(', ')} with ACCORDION_REQUIRE_GPU=1` },
+  { stage: 'suite', minutes: 3.5, limit: 360, what: `${SUITE.join(', ')} with ACCORDION_REQUIRE_GPU=1` },
   { stage: 'bench-quick', minutes: 1, limit: 240, what: 'bench/step.js, bench/lstm.js, bench/compression.js against PyTorch, a few steps' },
   { stage: 'bench-full', minutes: 2.5, limit: 420, what: 'the same benchmarks with their full settings' },
 ];
@@ -25,7 +26,11 @@ export const PLAN = [
  * probe): what they measure is in BENCHMARKS.md.
  */
 export const EXPERIMENTS = [
-  { stage: 'peers', minutes: 2.5, limit: 200, what: 'PyTorch as users run it (fp32 with every cuDNN candidate timed; bf16 autocast + channels-last, eager and compiled) beside the engine\'s fp32 and bf16 steps, batch 128' },
+  {
+    stage: 'precision', minutes: 6, limit: 360,
+    what: 'mixed precision and channels-last in one command: the lab rows of the ops they change, the precision and training GPU tests, the LSTM step in fp32 and bf16 beside cuDNN\'s, then peers',
+  },
+  { stage: 'peers', minutes: 3, limit: 230, what: 'PyTorch as users run it (fp32 with every cuDNN candidate timed; bf16 autocast + channels-last, eager and compiled) beside the engine\'s fp32 and bf16 steps, batch 128' },
   { stage: 'prebuilt', minutes: 1, limit: 120, what: 'the platform package (pack-for-gpu.sh --prebuilt, in place of the data) in a fresh node_modules: accordion info and one epoch on cuda:0 from it' },
   { stage: 'reproduce', minutes: 5.5, limit: 330, what: 'ResNet-18 at full width, PowerSGD rank 2, rank 1 and Accordion, seeds 1 and 2, 4 workers sharing the GPU over Gloo, as many epochs as fit' },
 ];

@@ -101,10 +101,17 @@ export async function abiLab(out, left) {
     abiPassed = ran.status === 0;
     out.row({ event: 'abi', pass: abiPassed, output: `${compiled.output}${ran === compiled ? '' : ran.output}`.split('\n').slice(0, 40).join('\n'), headers });
   }
-  // lab: one process per op family, so that a fault in one leaves the others measured.
+  return (await lab(out, left, families())) && abiPassed ? 0 : 1;
+}
+
+/**
+ * The kernel lab, quick (5 timed launches per op), over `names`: one process per op family, so that
+ * a fault in one leaves the others measured. Resolves to whether every family passed.
+ */
+export async function lab(out, left, names) {
   out.say('== lab (quick: 5 timed launches per op; one process per family)');
   const verdicts = {};
-  for (const family of families()) {
+  for (const family of names) {
     const per = Math.min(60, Math.floor(left()));
     if (per < 5) {
       out.row({ event: 'family', family, status: 'not run', error: "the stage's time ran out" });
@@ -116,7 +123,7 @@ export async function abiLab(out, left) {
   }
   out.say(`lab: ${Object.entries(verdicts).map(([f, v]) => `${f} ${v}`).join('; ')}`);
   out.row({ event: 'lab summary', families: verdicts });
-  return abiPassed && Object.values(verdicts).every((v) => v === 'passed') ? 0 : 1;
+  return Object.values(verdicts).every((v) => v === 'passed');
 }
 
 /** One family under one tool of compute-sanitizer, its findings as a row; resolves to whether it ran clean. */
@@ -182,10 +189,18 @@ export async function suite(out, left) {
   const opened = await open(out, left);
   if (opened) return opened;
   libraries();
-  out.say(`== suite: ${SUITE.join(' ')} (ACCORDION_REQUIRE_GPU=1)`);
-  const env = { ...process.env, ACCORDION_REQUIRE_GPU: '1', ACCORDION_TEST_PYTHON: process.env.ACCORDION_TEST_PYTHON || quick('sh', ['-c', 'command -v python3'], { env: machineEnv() }).output.trim() };
+  return (await tests(out, left(), SUITE)) ? 0 : 1;
+}
+
+/**
+ * The test files `files`, a row per test, with ACCORDION_REQUIRE_GPU=1 (a missing GPU fails them;
+ * `requireGpu` false: they are pending, as in a dry run); resolves to whether all passed.
+ */
+export async function tests(out, seconds, files, { requireGpu = true } = {}) {
+  out.say(`== tests: ${files.join(' ')}${requireGpu ? ' (ACCORDION_REQUIRE_GPU=1)' : ''}`);
+  const env = { ...process.env, ...(requireGpu && { ACCORDION_REQUIRE_GPU: '1' }), ACCORDION_TEST_PYTHON: process.env.ACCORDION_TEST_PYTHON || quick('sh', ['-c', 'command -v python3'], { env: machineEnv() }).output.trim() };
   // mocha's json-stream reporter gives a line per test as it ends: each becomes a row.
-  const r = await out.run(process.execPath, ['node_modules/mocha/bin/mocha.js', '--no-config', '--timeout', '600000', '--reporter', 'json-stream', ...SUITE], { env, seconds: left(), quiet: true });
+  const r = await out.run(process.execPath, ['node_modules/mocha/bin/mocha.js', '--no-config', '--timeout', '600000', '--reporter', 'json-stream', ...files], { env, seconds, quiet: true });
   let failed = r.status !== 0;
   for (const line of r.output.split('\n')) {
     let event;
@@ -204,10 +219,10 @@ export async function suite(out, left) {
       out.say(`${kind === 'pass' ? '  ok    ' : '  FAILED'} ${data.fullTitle}${row.error ? `\n      ${row.error.split('\n').slice(0, 6).join('\n      ')}` : ''}`);
     } else if (kind === 'end') {
       out.row({ event: 'tests', ...data });
-      out.say(`suite: ${data.passes} passing, ${data.failures} failing, ${data.pending} pending (${data.duration} ms)`);
+      out.say(`tests: ${data.passes} passing, ${data.failures} failing, ${data.pending} pending (${data.duration} ms)`);
     }
   }
-  return failed ? 1 : 0;
+  return !failed;
 }
 
 /** bench-quick and bench-full: the three benchmarks, each a row with its JSON, within the stage's time. */
@@ -225,27 +240,29 @@ export async function bench(out, left, size) {
   };
   let failed = false;
   // The time left is shared: half to the CNN steps, half of the rest to the LSTM, the rest to compression.
-  for (const [name, args] of Object.entries(commands)) {
-    const per = Math.floor(name === 'compression' ? left() - 5 : left() / 2);
-    if (per < 20) {
-      out.row({ event: 'bench', bench: name, status: 'not run', error: "the stage's time ran out" });
-      failed = true;
-      continue;
-    }
-    out.say(`== bench/${name}.js (${size}, ${per} s at most)`);
-    const json = path.join(tmp, `${name}.json`);
-    const r = await out.run(process.execPath, [...args, '--json', json], { seconds: per });
-    let result = null;
-    try {
-      result = JSON.parse(fs.readFileSync(json, 'utf8'));
-    } catch {
-      // no result written
-    }
-    out.row({ event: 'bench', bench: name, status: r.status === 0 ? 'passed' : r.status === 124 ? 'timed out' : 'failed', exitCode: r.status, result });
-    if (r.status !== 0) failed = true;
-  }
+  for (const [name, args] of Object.entries(commands))
+    if (!(await benchmark(out, name, args, Math.floor(name === 'compression' ? left() - 5 : left() / 2), tmp))) failed = true;
   fs.rmSync(tmp, { recursive: true, force: true });
   return failed ? 1 : 0;
+}
+
+/** One benchmark (`node ARGS --json FILE` in folder `tmp`) within `seconds`, its JSON as a row; resolves to whether it passed. */
+export async function benchmark(out, name, args, seconds, tmp) {
+  if (seconds < 20) {
+    out.row({ event: 'bench', bench: name, status: 'not run', error: "the stage's time ran out" });
+    return false;
+  }
+  out.say(`== bench ${name}: ${args.join(' ')} (${seconds} s at most)`);
+  const json = path.join(tmp, `${name}.json`);
+  const r = await out.run(process.execPath, [...args, '--json', json], { seconds });
+  let result = null;
+  try {
+    result = JSON.parse(fs.readFileSync(json, 'utf8'));
+  } catch {
+    // no result written
+  }
+  out.row({ event: 'bench', bench: name, status: r.status === 0 ? 'passed' : r.status === 124 ? 'timed out' : 'failed', exitCode: r.status, result });
+  return r.status === 0;
 }
 
 export async function rebuildStage(out, left) {

@@ -31,6 +31,8 @@ export function summary(files) {
     else if (r.event === 'tests') lines.push(`  tests: ${r.passes} passing, ${r.failures} failing, ${r.pending} pending`);
     else if (r.event === 'test' && r.state === 'failed') lines.push(`  FAILED ${r.test}: ${String(r.error).split('\n')[0]}`);
     else if (r.event === 'bench') lines.push(`  bench ${r.bench}: ${r.status}`);
+    else if (r.event === 'peer') lines.push(`  peer ${r.model} ${r.config}: ${r.status}${r.error ? ` (${r.error})` : ''}`);
+    else if (r.event === 'lab summary' && Object.values(r.families).some((v) => v.startsWith('not run (dry'))) lines.push('  lab: not run (dry run)');
     else if (r.event === 'reproduce plan') lines.push(`  reproduce: ${r.epochs} epochs a run (pilot epoch ${r.epochSeconds.toFixed(1)} s, start ${r.startSeconds.toFixed(1)} s)`);
     else if (r.event === 'reproduce run') lines.push(`  ${r.config} seed ${r.seed}: ${r.exitCode === 0 ? `${(100 * r.finalTestAccuracy).toFixed(2)}% after ${r.epochs} epochs, ${r.floatsSentTotal} floats` : `FAILED (exit ${r.exitCode})`}`);
     else if (r.event === 'reproduce' || r.event === 'reproduce report') lines.push(`  ${r.event}: ${r.status ?? `exit ${r.exitCode}`}${r.error ? ` (${r.error})` : ''}`);

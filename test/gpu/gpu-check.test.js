@@ -116,13 +116,21 @@ describe('the GPU check in Node (scripts/gpu-check/)', function () {
     }
   });
 
-  it('runs the peers experiment dry on the CPU (GPU_CHECK_DRY=1): each PyTorch configuration and the engine in fp32 and bf16 a row with its step, the compiled one left out', function () {
+  it('runs the precision experiment dry on the CPU (GPU_CHECK_DRY=1): no lab, the GPU tests pending, the LSTM in fp32 and bf16, then each PyTorch configuration and the engine a row with its step, the compiled one left out', function () {
     this.timeout(600_000);
-    const out = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-gpu-peers-'));
+    const out = fs.mkdtempSync(path.join(os.tmpdir(), 'acc-gpu-precision-'));
     try {
-      const rows = dryRun('peers', out).filter((row) => row.event === 'peer');
+      const all = dryRun('precision', out);
+      expect(Object.values(all.find((row) => row.event === 'lab summary').families)).to.satisfy((v) => v.every((s) => s.startsWith('not run')));
+      const tests = all.find((row) => row.event === 'tests');
+      expect([tests.failures, tests.pending > 0]).to.deep.equal([0, true]);
+      const benches = all.filter((row) => row.event === 'bench');
+      expect(benches.map((row) => `${row.bench} ${row.status}`)).to.deep.equal(['lstm-fp32 passed', 'lstm-bf16 passed']);
+      expect(benches.map((row) => row.result.options.precision)).to.deep.equal(['fp32', 'bf16']);
+      const rows = all.filter((row) => row.event === 'peer');
       expect(rows.map((row) => `${row.model} ${row.config}`)).to.deep.equal([
-        'resnet18 fp32-all-algorithms', 'resnet18 bf16-autocast-channels-last', 'vgg19bn fp32-all-algorithms', 'vgg19bn bf16-autocast-channels-last', 'engine fp32', 'engine bf16',
+        'resnet18 fp32-all-algorithms', 'resnet18 bf16-autocast-channels-last', 'vgg19bn fp32-all-algorithms', 'vgg19bn bf16-autocast-channels-last',
+        'engine fp32', 'engine bf16', 'engine bf16-channels-first',
       ]);
       for (const row of rows.slice(0, 4)) {
         expect(row.status).to.equal('passed');
@@ -134,6 +142,7 @@ describe('the GPU check in Node (scripts/gpu-check/)', function () {
         expect(row.status, row.config).to.equal('passed');
         expect(row.result.results.map((x) => x.model)).to.deep.equal(['resnet18', 'vgg19bn']);
       }
+      expect(all.at(-1)).to.include({ event: 'end', exitCode: 0 });
     } finally {
       fs.rmSync(out, { recursive: true, force: true });
     }
