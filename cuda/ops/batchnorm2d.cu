@@ -1,5 +1,5 @@
-// BatchNorm2d, as torch.nn.BatchNorm2d (see ops/batchnorm2d.h), on NCHW activations, or on NHWC ones
-// seen as NCHW of N·H·W images of 1×1 (each channel's values then C apart, not contiguous).
+// BatchNorm2d on NCHW activations, as torch.nn.BatchNorm2d (see ops/batchnorm2d.h); NHWC ones are
+// batchnorm2d_nhwc.cu's.
 //
 // Launch scheme: every kernel gives each channel `splits` blocks; block b works on channel
 // b / splits, on slice b % splits of its N·H·W elements (N runs of H·W contiguous floats, read in
@@ -21,8 +21,7 @@
 // double), never from E[x²] − E[x]². The gradient sums Σdy and Σdy·(x − μ) run in float within a
 // block and in double across blocks. y = γ/√(var + eps)·(x − μ) + β and the gradients follow
 // oneDNN's formulas on the CPU.
-#include "ops/batchnorm2d.h"
-
+#include "ops/batchnorm2d.cuh"
 #include "ops/kernels.cuh"
 
 namespace accordion::cuda {
@@ -100,22 +99,6 @@ __device__ __forceinline__ T mergeChannelPartials(const T* partials, int64_t cha
 
 // ---- Statistics ------------------------------------------------------------------------------
 
-template <typename T>
-struct Moments {
-  T count, mean, m2;  // how many values, their mean, Σ (x − mean)²
-};
-
-// Chan, Golub and LeVeque's pairwise update.
-struct MergeMoments {
-  template <typename T>
-  __device__ Moments<T> operator()(const Moments<T>& a, const Moments<T>& b) const {
-    const T count = a.count + b.count;
-    if (count == 0) return a;
-    const T delta = b.mean - a.mean, weight = b.count / count;
-    return {count, a.mean + delta * weight, a.m2 + b.m2 + delta * delta * a.count * weight};
-  }
-};
-
 template <int kWidth>
 __global__ void __launch_bounds__(kThreads) batchStatistics(const float* __restrict__ x, ChannelLayout layout, Moments<double>* partials,
                                                             unsigned* arrivals, float momentum, float* __restrict__ batchMean,
@@ -150,13 +133,7 @@ __global__ void __launch_bounds__(kThreads) batchStatistics(const float* __restr
   const int64_t channel = channelOfBlock(layout);
   const Moments<double> total = mergeChannelPartials(partials, channel, layout.splits, merge, Moments<double>{0.0, 0.0, 0.0});
   if (threadIdx.x != 0) return;
-  const float mean = static_cast<float>(pivot + total.mean), variance = static_cast<float>(total.m2 / total.count);
-  batchMean[channel] = mean;
-  batchVar[channel] = variance;
-  const int64_t count = layout.channelPacks * kWidth;
-  const float unbias = count > 1 ? static_cast<float>(count) / static_cast<float>(count - 1) : 1.0f;
-  runningMean[channel] = (1 - momentum) * runningMean[channel] + momentum * mean;
-  runningVar[channel] = (1 - momentum) * runningVar[channel] + momentum * variance * unbias;
+  finishStatistics(channel, total, pivot, layout.channelPacks * kWidth, momentum, batchMean, batchVar, runningMean, runningVar);
 }
 
 template <int kWidth>
@@ -174,24 +151,6 @@ __global__ void __launch_bounds__(kThreads) normalize(const float* __restrict__ 
 }
 
 // ---- Backward --------------------------------------------------------------------------------
-
-template <typename T>
-struct GradientSums {
-  T dy, dyCentered;  // Σ dy, Σ dy·(x − μ)
-};
-
-struct AddSums {
-  template <typename T>
-  __device__ GradientSums<T> operator()(const GradientSums<T>& a, const GradientSums<T>& b) const {
-    return {a.dy + b.dy, a.dyCentered + b.dyCentered};
-  }
-};
-
-// With batch statistics, dx = (dy − meanDy − (x − μ)·slope)·scale per channel, where
-// meanDy = dβ/count, slope = dγ/(σ·count) and scale = γ/σ (σ = √(var + eps)).
-struct InputGradientTerms {
-  float meanDy, slope, scale;
-};
 
 // The sums behind dγ = Σ dy·x̂ and dβ = Σ dy; the channel's last block writes those and, with batch
 // statistics, the channel's InputGradientTerms. With fixed statistics dx = dy·γ/σ needs no sums and
@@ -225,13 +184,7 @@ __global__ void __launch_bounds__(kThreads) backwardSums(const float* __restrict
 
   const GradientSums<double> total = mergeChannelPartials(partials, channel, layout.splits, add, GradientSums<double>{0.0, 0.0});
   if (threadIdx.x != 0) return;
-  const double gammaGradient = total.dyCentered * invStd;
-  dBeta[channel] = static_cast<float>(total.dy);
-  dGamma[channel] = static_cast<float>(gammaGradient);
-  if constexpr (!kFixedStatistics) {
-    const double count = static_cast<double>(layout.channelPacks * kWidth);
-    terms[channel] = {static_cast<float>(total.dy / count), static_cast<float>(gammaGradient * invStd / count), scale};
-  }
+  finishGradients<kFixedStatistics>(channel, total, invStd, scale, layout.channelPacks * kWidth, dGamma, dBeta, terms);
 }
 
 template <int kWidth>
@@ -261,9 +214,7 @@ class CudaBatchNorm2d : public BatchNorm2dOp {
       throw invalidArgument("BatchNorm2d on " + shapeString(spec.shape()) +
                             ": the CUDA kernels take fewer than 2^31 elements per channel");
     const int device = backend.device().index;
-    const bool channelsLast = backend.channelsLast();
-    const int64_t hw = channelsLast ? 1 : spec.height * spec.width;
-    images_ = channelsLast ? spec.batch * spec.height * spec.width : spec.batch;
+    const int64_t hw = spec.height * spec.width;
     singles_ = layoutFor<1>(hw, device);
     if (hw % 4 == 0) packs_ = layoutFor<4>(hw / 4, device);
     const int64_t splits = std::max(singles_.splits, packs_.splits);
@@ -305,7 +256,7 @@ class CudaBatchNorm2d : public BatchNorm2dOp {
     const int resident = std::min({residentBlocks(batchStatistics<kWidth>, device), residentBlocks(normalize<kWidth>, device),
                                    residentBlocks(backwardSums<kWidth, false>, device), residentBlocks(backwardSums<kWidth, true>, device),
                                    residentBlocks(inputGradient<kWidth>, device)});
-    const int64_t channelPacks = images_ * planePacks;
+    const int64_t channelPacks = spec_.batch * planePacks;
     const int64_t splits = std::max<int64_t>(std::min<int64_t>(resident / spec_.channels, channelPacks / kThreads), 1);
     return channelLayout(spec_.channels, planePacks, channelPacks, splits);
   }
@@ -356,7 +307,6 @@ class CudaBatchNorm2d : public BatchNorm2dOp {
 
   CudaBackend& backend_;
   BatchNormSpec spec_;
-  int64_t images_ = 0;  // N, or N·H·W images of 1×1 (NHWC)
   ChannelLayout singles_{}, packs_{};  // packs_.planePacks == 0 when H·W % 4 != 0
   // Scratch: a partial per block (Moments<double> or GradientSums<double>), the per-channel
   // arrival counts (zero between launches), the per-channel InputGradientTerms.
@@ -366,6 +316,7 @@ class CudaBatchNorm2d : public BatchNorm2dOp {
 }  // namespace
 
 std::unique_ptr<BatchNorm2dOp> CudaBackend::batchNorm2d(const BatchNormSpec& spec) {
+  if (channelsLast()) return channelsLastBatchNorm2d(*this, spec);
   return std::make_unique<CudaBatchNorm2d>(*this, spec);
 }
 
