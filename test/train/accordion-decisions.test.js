@@ -245,10 +245,12 @@ describe('Accordion in training', function () {
       // Squared errors: (relative error × ‖G‖)², the relative error of bf16's rounding at most 2⁻⁸.
       const norms = logged(runDir('auto-dp'), 'epoch')[0].norms;
       for (const c of plans[0].candidates) expect(Math.sqrt(c.errors[0]) / norms[c.index], `parameter ${c.index}`).to.be.within(0, 2 ** -8);
-      // Small matrices cost less dense in bf16 than through any compression kernel: the plan picks
-      // it somewhere, and the second epoch sends those matrices so on both ranks.
-      expect(plans[0].levels.filter((l) => l === -1).length, 'matrices planned dense in bf16').to.be.above(0);
-      expect(ranks[0].epochs[1].levels.filter((l) => l === -1).length).to.be.above(0);
+      // Where a matrix costs far less dense in bf16 than through any compression kernel (small
+      // matrices over loopback: the first convolution's 1,728 floats in 2 µs against 12 µs at rank 1),
+      // the plan sends it so, for an error of at most 2⁻¹⁶ of its squared norm; the second epoch ran
+      // the plan on both ranks (above). How many there are follows the link measured at the start.
+      const cheapestInBf16 = plans[0].candidates.filter((c) => c.costs.slice(2).every((cost) => c.costs[0] < cost / 2));
+      for (const c of cheapestInBf16) expect(plans[0].levels[c.index], `parameter ${c.index}: planned dense in bf16`).to.equal(-1);
     });
   });
 
