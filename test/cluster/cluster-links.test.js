@@ -407,7 +407,19 @@ describe('accordion cluster (needs root)', function () {
     expect(probed, 'a probe after step 10').to.be.at.least(2 ** 19);
     const network = readNetworkLog(dir);
     expect(network.filter((r) => r.event === 'epoch' && r.epoch === 1).map((r) => r.linkFloats)).to.deep.equal([6 * 2 ** 20 + 5 + probed, 6 * 2 ** 20 + 5 + probed]);
-    const first = compareWire(network).filter((w) => w.epoch === 1);
-    expect(first.map((w) => w.ok), JSON.stringify(first)).to.deep.equal([true, true]);
+    // The wire against the accounting over the epochs before the drop, together: a host's counters
+    // are read when rank 0 logs an epoch, while the tail of its last exchange may still be on its way
+    // (at 1 Gbit/s a few MB of a dense bucket's chunk, 11% of an epoch's bytes once), and the next
+    // epoch's counters carry it; over the epochs together only the last one's tail is left out.
+    const drop = network.findIndex((r) => r.event === 'rate');
+    const before = new Set(network.slice(0, drop).filter((r) => r.event === 'epoch').map((r) => r.epoch));
+    expect(before.size, 'epochs before the drop').to.be.at.least(2);
+    const rows = compareWire(network).filter((w) => before.has(w.epoch));
+    for (const host of [0, 1]) {
+      const mine = rows.filter((w) => w.host === host);
+      const ratio = (got, want) => mine.reduce((a, w) => a + w[got], 0) / mine.reduce((a, w) => a + w[want], 0);
+      const ratios = [ratio('sentPayloadBytes', 'predictedSentBytes'), ratio('receivedPayloadBytes', 'predictedReceivedBytes')];
+      expect(ratios.every((r) => r > 0.9 && r < 1.1), `host ${host}, epochs ${[...before].join(', ')}: sent and received over predicted ${ratios}`).to.equal(true);
+    }
   });
 });
