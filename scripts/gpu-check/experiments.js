@@ -41,7 +41,8 @@ export async function peers(out, left) {
 async function peerSteps(out, left, dry) {
   // The machine's python3 holds PyTorch on a GPU machine; on the CPU, Debian's does (as in the benchmarks).
   const python = process.env.ACCORDION_BENCH_PYTHON || (dry ? '/usr/bin/python3' : quick('sh', ['-c', 'command -v python3'], { env: machineEnv() }).output.trim());
-  const shape = dry ? { device: 'cpu', batch: '4', steps: '2', warmup: '1' } : { device: 'cuda', batch: '128', steps: '20', warmup: '5' };
+  // A dry run times the engine's ResNet-18 alone (with its PyTorch peer): the runs' logic, not their figures.
+  const shape = dry ? { device: 'cpu', batch: '4', steps: '2', warmup: '1', models: 'resnet18' } : { device: 'cuda', batch: '128', steps: '20', warmup: '5', models: 'resnet18,vgg19bn' };
   let failed = false;
   for (const peer of PEERS) {
     if (dry && peer.gpu?.includes('--compile')) continue; // torch 1.13 (the CPU's) has no torch.compile
@@ -54,7 +55,7 @@ async function peerSteps(out, left, dry) {
     let result = null;
     if (peer.model === 'engine') {
       const json = path.join(os.tmpdir(), `gpu-check-peers-${process.pid}.json`);
-      r = await out.run(process.execPath, ['bench/step.js', '--device', shape.device, '--batch', shape.batch, '--models', 'resnet18,vgg19bn', '--warmup', shape.warmup, '--steps', shape.steps, '--rounds', '1', ...peer.args, ...(dry ? [] : peer.gpu ?? []), '--json', json], { seconds, env: { ...process.env, ACCORDION_BENCH_PYTHON: python } });
+      r = await out.run(process.execPath, ['bench/step.js', '--device', shape.device, '--batch', shape.batch, '--models', shape.models, '--warmup', shape.warmup, '--steps', shape.steps, '--rounds', '1', ...peer.args, ...(dry ? [] : peer.gpu ?? []), '--json', json], { seconds, env: { ...process.env, ACCORDION_BENCH_PYTHON: python } });
       try {
         result = JSON.parse(fs.readFileSync(json, 'utf8'));
       } catch {
