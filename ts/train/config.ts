@@ -55,7 +55,8 @@ export function resumedOptions<T extends Partial<TrainConfig>>(options: T): T & 
     ),
   );
   const resumed = { ...inherited, ...options } as T & Partial<TrainConfig>;
-  // TF32 is a GPU's: a run resumed on the CPU leaves it off (given there, it is refused).
+  // TF32 and channels-first activations are a GPU's: a run resumed on the CPU leaves TF32 off and
+  // the layout to the CPU's (given there, either is refused).
   if (options.tf32 === undefined && (resumed.device ?? 'cpu') === 'cpu') delete resumed.tf32;
   if (options.memoryFormat === undefined && (resumed.device ?? 'cpu') === 'cpu') delete resumed.memoryFormat;
   return resumed;
