@@ -3,11 +3,11 @@
 // channels-last (NHWC), the layout oneDNN's convolutions consume without reorders. Work runs
 // synchronously on the calling thread (and OpenMP's), so synchronize() has nothing to wait for.
 #pragma once
-#include <map>
 #include <vector>
 
 #include "core/block_cache.h"
 #include "ops/backend.h"
+#include "ops/cast_cache.h"
 
 namespace accordion {
 
@@ -29,9 +29,9 @@ class CpuBackend : public Backend {
 
   CompressionKernels& compression() override { return *compression_; }
 
-  void setParameters(std::vector<ConstSpan> parameters) override;
-  void beginCastScope() override { inScope_ = true; }
-  void endCastScope() override;
+  void setParameters(std::vector<ConstSpan> parameters) override { casts_.setParameters(parameters); }
+  void beginCastScope() override { casts_.begin(); }
+  void endCastScope() override { casts_.end(); }
 
  private:
   // `b` (k·n values) as a bf16 product takes it: its bf16 encoding (T = uint16_t) where the CPU
@@ -41,14 +41,11 @@ class CpuBackend : public Backend {
   const T* castOperand(const float* b, int64_t count);
   std::unique_ptr<CompressionKernels> compression_;
   BlockCache blocks_;
-  struct Cast {
-    int64_t count = 0;
+  struct Copies {
     std::vector<uint16_t> bf16;  // natively
     std::vector<float> rounded;  // elsewhere
-    bool valid = false;
   };
-  std::map<const float*, Cast> casts_;  // one per parameter, by its values' address
-  bool inScope_ = false;
+  CastCache<Copies> casts_;
 };
 
 // Layout conversions between PyTorch's NCHW and the CPU's NHWC.

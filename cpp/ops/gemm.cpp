@@ -45,33 +45,21 @@ Bf16Matmul& bf16Matmul(bool transA, bool transB, int64_t m, int64_t n, int64_t k
 
 }  // namespace
 
-void CpuBackend::setParameters(std::vector<ConstSpan> parameters) {
-  casts_.clear();
-  for (const ConstSpan& p : parameters) casts_[p.data].count = p.size;
-}
-
-void CpuBackend::endCastScope() {
-  inScope_ = false;
-  for (auto& [address, cast] : casts_) cast.valid = false;
-}
-
 template <class T>
 const T* CpuBackend::castOperand(const float* b, int64_t count) {
   const auto cast = [](const float* x, T* y, int64_t n) {
     if constexpr (std::is_same_v<T, uint16_t>) encodeBf16(x, y, n);
     else roundToBf16(x, y, n);
   };
-  const auto kept = inScope_ ? casts_.find(b) : casts_.end();
-  if (kept != casts_.end() && kept->second.count == count) {
-    Cast& c = kept->second;
-    std::vector<T>& copy = [&c]() -> std::vector<T>& {
-      if constexpr (std::is_same_v<T, uint16_t>) return c.bf16;
-      else return c.rounded;
+  if (auto* c = casts_.kept(b, count)) {
+    std::vector<T>& copy = [c]() -> std::vector<T>& {
+      if constexpr (std::is_same_v<T, uint16_t>) return c->copy.bf16;
+      else return c->copy.rounded;
     }();
-    if (!c.valid) {
+    if (!c->valid) {
       copy.resize(static_cast<size_t>(count));
       cast(b, copy.data(), count);
-      c.valid = true;
+      c->valid = true;
     }
     return copy.data();
   }

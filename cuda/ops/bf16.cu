@@ -34,27 +34,16 @@ std::shared_ptr<void> bf16Copy(CudaBackend& backend, const float* x, int64_t n) 
   return copy;
 }
 
-void CudaBackend::setParameters(std::vector<ConstSpan> parameters) {
-  casts_.clear();
-  for (const ConstSpan& p : parameters) casts_[p.data].count = p.size;
-}
-
-void CudaBackend::endCastScope() {
-  inScope_ = false;
-  for (auto& [address, cast] : casts_) cast.valid = false;
-}
-
 const void* CudaBackend::bf16Operand(const float* x, int64_t n, std::shared_ptr<void>& fresh) {
-  const auto kept = inScope_ ? casts_.find(x) : casts_.end();
-  if (kept == casts_.end() || kept->second.count != n) {
+  auto* c = casts_.kept(x, n);
+  if (!c) {
     fresh = bf16Copy(*this, x, n);
     return fresh.get();
   }
-  Cast& c = kept->second;
-  if (!c.bf16) c.bf16 = bf16Storage(*this, n);
-  if (!c.valid) roundInto(*this, x, c.bf16.get(), n);
-  c.valid = true;
-  return c.bf16.get();
+  if (!c->copy) c->copy = bf16Storage(*this, n);
+  if (!c->valid) roundInto(*this, x, c->copy.get(), n);
+  c->valid = true;
+  return c->copy.get();
 }
 
 void widenBf16(CudaBackend& backend, const void* x, float* y, int64_t n) {

@@ -12,7 +12,6 @@
 
 #include <atomic>
 #include <deque>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "lib/cublas.h"
 #include "lib/cudnn.h"
 #include "ops/backend.h"
+#include "ops/cast_cache.h"
 
 namespace accordion::cuda {
 
@@ -56,9 +56,9 @@ class CudaBackend : public Backend {
   void resetPeakMemory() override { context_->peak.store(context_->allocated.load()); }
   // bf16 compute's cast cache (Backend::beginCastScope): a parameter's bf16 copy, rounded at its
   // first use in a scope and used again by the scope's later products (ops/bf16.cu).
-  void setParameters(std::vector<ConstSpan> parameters) override;
-  void beginCastScope() override { inScope_ = true; }
-  void endCastScope() override;
+  void setParameters(std::vector<ConstSpan> parameters) override { casts_.setParameters(parameters); }
+  void beginCastScope() override { casts_.begin(); }
+  void endCastScope() override { casts_.end(); }
   // x (n values) in bf16 (ops/bf16.cuh): the scope's kept copy where x is a parameter, else a fresh
   // copy, held by `fresh` until the caller's work is enqueued.
   const void* bf16Operand(const float* x, int64_t n, std::shared_ptr<void>& fresh);
@@ -105,13 +105,7 @@ class CudaBackend : public Backend {
   cudnn::Handle cudnn_ = nullptr;
   cublas::Handle cublas_ = nullptr;
   int cublasMath_ = cublas::kDefaultMath;  // the handle's math mode
-  struct Cast {
-    int64_t count = 0;
-    std::shared_ptr<void> bf16;  // its copy, kept between scopes to be rounded again
-    bool valid = false;
-  };
-  std::map<const float*, Cast> casts_;  // one per parameter, by its values' address
-  bool inScope_ = false;
+  CastCache<std::shared_ptr<void>> casts_;  // each parameter's bf16 copy in device memory
   struct Table {
     std::string content;
     std::shared_ptr<void> memory;
