@@ -166,6 +166,7 @@ describe('the probes of the link', function () {
     expect(schedules[0].interval()).to.equal(expected);
     const second = await probeBoth(20);
     expect(second.map((p) => p.nextStep)).to.deep.equal([20 + expected, 20 + expected]);
+    for (const probes of [first, second]) probes.forEach((p, r) => expect(p.stepSeconds, `rank ${r}'s mean step since the last probe`).to.be.closeTo([0.01, 0.03][r], 1e-12));
     expect(schedules[1].due(20 + expected - 1, unmeasured)).to.equal(false);
     expect(schedules[1].due(20 + expected, unmeasured)).to.equal(true);
   });

@@ -234,6 +234,8 @@ export interface Probe {
   samples: CollectiveSample[];
   allReducedFloats: number;
   seconds: number;
+  /** The mean seconds of this worker's steps since the probe before (or the run's start); rank 0's price the next interval. */
+  stepSeconds: number;
   /** The run step of the next probe, as every worker has it. */
   nextStep: number;
 }
@@ -276,9 +278,13 @@ export class ProbeSchedule {
 
   /** Rank 0's steps from this probe to the next: its predecessor's seconds over PROBE_SHARE of a step's. */
   interval(): number {
-    if (this.lastSeconds === 0 || this.steps === 0) return PROBE_STEPS;
-    const stepSeconds = Math.max(this.stepSeconds / this.steps, 1e-9);
-    return Math.max(PROBE_STEPS, Math.ceil(this.lastSeconds / (PROBE_SHARE * stepSeconds)));
+    const stepSeconds = this.meanStepSeconds();
+    if (this.lastSeconds === 0 || stepSeconds === 0) return PROBE_STEPS;
+    return Math.max(PROBE_STEPS, Math.ceil(this.lastSeconds / (PROBE_SHARE * Math.max(stepSeconds, 1e-9))));
+  }
+
+  private meanStepSeconds(): number {
+    return this.steps === 0 ? 0 : this.stepSeconds / this.steps;
   }
 
   /** Probes the link after `runStep` on every rank alike. */
@@ -289,11 +295,12 @@ export class ProbeSchedule {
     const interval = buffer[0]!;
     const second = await timedAllReduce(group, buffer);
     const seconds = first.seconds + second.seconds;
+    const stepSeconds = this.meanStepSeconds();
     this.nextStep = runStep + interval;
     this.lastSeconds = seconds;
     this.stepSeconds = 0;
     this.steps = 0;
-    return { samples: [first, second], allReducedFloats: 2 * PROBE_FLOATS, seconds, nextStep: this.nextStep };
+    return { samples: [first, second], allReducedFloats: 2 * PROBE_FLOATS, seconds, stepSeconds, nextStep: this.nextStep };
   }
 }
 
