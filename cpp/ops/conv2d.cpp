@@ -1,7 +1,7 @@
 // Conv2d on oneDNN. Activations are given to oneDNN as NHWC; the weight layout is left to oneDNN
 // (format "any") and the PyTorch-layout parameter is reordered into it once per pass. In bf16
 // (BackendOptions::compute) the input, the weights and the output's gradient are rounded to bf16 on
-// their way in, and the output, the input's gradient and the weights' gradient come out in fp32:
+// their way in (the input once, for the forward and the weights' gradient), and the output, the input's gradient and the weights' gradient come out in fp32:
 // natively through oneDNN's bf16 primitives, or as fp32 primitives over rounded values on a CPU
 // without bf16 instructions (ops/cpu_bf16.h).
 #include "ops/conv2d.h"
@@ -46,7 +46,9 @@ class CpuConv2d : public Conv2dOp {
 
   void forward(const float* x, const float* weight, const float* bias, float* y) override {
     memory weights = weightForForward_(input(weight, spec_.weightShape(), roundedWeight_, true), forwardDesc_.weights_desc());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, srcForForward_(input(x, spec_.inputShape(), roundedSrc_), forwardDesc_.src_desc())},
+    src_ = srcForForward_(input(x, spec_.inputShape(), roundedSrc_), forwardDesc_.src_desc());
+    srcOf_ = x;
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_},
                                          {DNNL_ARG_WEIGHTS, weights},
                                          {DNNL_ARG_DST, wrap(forwardDesc_.dst_desc(), y)}};
     if (spec_.bias) args[DNNL_ARG_BIAS] = wrap(plainDesc({spec_.outChannels}, tag::x), bias);
@@ -64,7 +66,7 @@ class CpuConv2d : public Conv2dOp {
     memory userGradWeight = wrap(plainDesc(spec_.weightShape(), tag::oihw), dWeight);
     const memory::desc gradWeightDesc = backwardWeightsDesc_.diff_weights_desc();
     memory gradWeight = gradWeightDesc == userGradWeight.get_desc() ? userGradWeight : memory(gradWeightDesc, cpuEngine());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, srcForBackward_(input(x, spec_.inputShape(), roundedSrc_), backwardWeightsDesc_.src_desc())},
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, backwardSrc(x)},
                                          {DNNL_ARG_DIFF_DST, diffDst},
                                          {DNNL_ARG_DIFF_WEIGHTS, gradWeight}};
     if (spec_.bias) args[DNNL_ARG_DIFF_BIAS] = wrap(plainDesc({spec_.outChannels}, tag::x), dBias);
@@ -84,6 +86,13 @@ class CpuConv2d : public Conv2dOp {
     return wrap(desc, rounded.data());
   }
 
+  // The input as the weights' gradient takes it: the forward's converted copy when backward is given
+  // the input that forward converted last (the training step's case), else converted again.
+  memory backwardSrc(const float* x) {
+    if (x == srcOf_ && src_.get_desc() == backwardWeightsDesc_.src_desc()) return src_;
+    return srcForBackward_(input(x, spec_.inputShape(), roundedSrc_), backwardWeightsDesc_.src_desc());
+  }
+
   Conv2dSpec spec_;
   bool round_;
   dnnl::convolution_forward::primitive_desc forwardDesc_;
@@ -94,6 +103,8 @@ class CpuConv2d : public Conv2dOp {
   dnnl::convolution_backward_weights backwardWeights_;
   CachedReorder weightForForward_, weightForBackward_, gradWeightOut_, srcForForward_, srcForBackward_, diffDstIn_;
   std::vector<float> roundedSrc_, roundedWeight_, roundedDiffDst_;
+  memory src_;                    // the last forward's input, as it went into the product
+  const float* srcOf_ = nullptr;  // ... and the input it was made from
 };
 
 }  // namespace

@@ -13,6 +13,10 @@
 // of 4×4 pixels, VGG-19bn (which needs 32×32) on a batch of 4. Each state is checked before it is
 // compared: every ReLU input and max-pool gap lies at least MARGIN from its tie in float64, and
 // PyTorch's own float32 gradient agrees with float64 to 1e-5, so float32 arithmetic can resolve it.
+// The later steps' states follow the engine's float32 steps, whose order of summation is the CPU's
+// oneDNN kernels': the closest tie of ResNet-18's third step lay 2.4e-6 from zero on a Xeon with AMX,
+// below the 2.5e-6 that held on the CPUs before it; MARGIN is twice float32's rounding of these
+// activations (up to 1e-6).
 // The LSTM (tanh and sigmoid, no ties) runs a batch of 32 columns.
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -28,7 +32,7 @@ import { ORACLES } from '../helpers/paths.js';
 const ORACLE = path.join(ORACLES, 'torch_gradients.py');
 const TOLERANCE = 1e-4;
 const CONTROL = 1e-5;
-const MARGIN = 2.5e-6;
+const MARGIN = 2e-6;
 const ZERO = 1e-6;
 const STEPS = 3;
 
