@@ -122,9 +122,10 @@ Tensor Conv2d::backward(const Tensor& gradOutput) {
 
 // ---------------------------------------------------------------------------------------------
 
-BatchNorm2d::BatchNorm2d(Backend& ops, int64_t channels, float momentum, float eps) : Module(ops) {
+BatchNorm2d::BatchNorm2d(Backend& ops, int64_t channels, Activation activation, float momentum, float eps) : Module(ops) {
   requireAtLeast(channels, 1, "BatchNorm2d", "channels");
   spec_.channels = channels;
+  spec_.relu = activation == Activation::Relu;
   spec_.momentum = momentum;
   spec_.eps = eps;
   weight.value = Tensor({channels});
@@ -371,8 +372,7 @@ BasicBlock::BasicBlock(Backend& ops, int64_t inPlanes, int64_t planes, int64_t s
   requireAtLeast(planes, 1, "BasicBlock", "planes");
   requireAtLeast(stride, 1, "BasicBlock", "stride");
   main_.add("conv1", std::make_unique<Conv2d>(ops, inPlanes, planes, 3, stride, 1, false, rng))
-      .add("bn1", std::make_unique<BatchNorm2d>(ops, planes))
-      .add("relu", std::make_unique<ReLU>(ops, true))
+      .add("bn1", std::make_unique<BatchNorm2d>(ops, planes, Activation::Relu))
       .add("conv2", std::make_unique<Conv2d>(ops, planes, planes, 3, 1, 1, false, rng))
       .add("bn2", std::make_unique<BatchNorm2d>(ops, planes));
   if (stride != 1 || inPlanes != planes) {

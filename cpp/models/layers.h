@@ -116,9 +116,13 @@ class Conv2d : public Module {
   Tensor input_, output_;
 };
 
+// What follows a batch norm inside its op: nothing, or the ReLU after it (BatchNormSpec::relu), one
+// module where PyTorch has two, with the batch norm's state_dict names (a ReLU has none).
+enum class Activation { None, Relu };
+
 class BatchNorm2d : public Module {
  public:
-  BatchNorm2d(Backend& ops, int64_t channels, float momentum = 0.1f, float eps = 1e-5f);
+  BatchNorm2d(Backend& ops, int64_t channels, Activation activation = Activation::None, float momentum = 0.1f, float eps = 1e-5f);
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& gradOutput) override;
   void collectState(const std::string& prefix, StateRefs& refs) override;
@@ -243,7 +247,7 @@ class BasicBlock : public Module {
   void forEachChild(const ChildVisitor& visit) override;
 
  private:
-  Sequential main_;      // conv1, bn1, relu, conv2, bn2
+  Sequential main_;      // conv1, bn1 (with its ReLU), conv2, bn2
   Sequential shortcut_;  // empty (identity) or conv 1×1 + bn
   ReLU outRelu_;
 };

@@ -19,8 +19,7 @@ static std::unique_ptr<Sequential> buildResNet18(Backend& ops, int64_t classes, 
   auto stem = std::make_unique<Conv2d>(ops, 3, stemPlanes, 3, 1, 1, false, rng);
   stem->skipInputGradient();
   net->add("conv1", std::move(stem))
-      .add("bn1", std::make_unique<BatchNorm2d>(ops, stemPlanes))
-      .add("relu", std::make_unique<ReLU>(ops, true));
+      .add("bn1", std::make_unique<BatchNorm2d>(ops, stemPlanes, Activation::Relu));
   int64_t inPlanes = stemPlanes;
   const int64_t planes[4] = {64, 128, 256, 512}, strides[4] = {1, 2, 2, 2};
   for (int stage = 0; stage < 4; ++stage) {
@@ -58,8 +57,8 @@ static std::unique_ptr<Sequential> buildVgg19bn(Backend& ops, int64_t classes, d
     for (int64_t i = 0; i < conv->weight.value.numel(); ++i) conv->weight.value.data()[i] = stddev * rng.normal();
     conv->bias.value.fill(0.0f);
     features->add(std::to_string(index++), std::move(conv));
-    features->add(std::to_string(index++), std::make_unique<BatchNorm2d>(ops, out));
-    features->add(std::to_string(index++), std::make_unique<ReLU>(ops, true));
+    features->add(std::to_string(index), std::make_unique<BatchNorm2d>(ops, out, Activation::Relu));
+    index += 2;  // the ReLU's index too, as in PyTorch's features
     in = out;
   }
   auto classifier = std::make_unique<Sequential>(ops);

@@ -44,7 +44,7 @@ LayerProbeWrap::LayerProbeWrap(const Napi::CallbackInfo& info) try : GuardedWrap
     window_ = {kernel, stride, padding};
     outChannels_ = out;
   } else if (kind_ == "batchnorm2d") {
-    layer_ = std::make_unique<BatchNorm2d>(ops, width("channels"));
+    layer_ = std::make_unique<BatchNorm2d>(ops, width("channels"), boolOption(o, "relu", false) ? Activation::Relu : Activation::None);
   } else if (kind_ == "relu") {
     layer_ = std::make_unique<ReLU>(ops, false);
   } else if (kind_ == "maxpool2d") {

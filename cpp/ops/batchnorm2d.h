@@ -8,6 +8,9 @@ namespace accordion {
 struct BatchNormSpec {
   int64_t batch = 0, channels = 0, height = 0, width = 0;
   float eps = 1e-5f, momentum = 0.1f;
+  // The ReLU after it, fused: y = max(0, batch norm(x)) in every forward, and backward takes the
+  // gradient of that output (zero where it is zero), as a ReLU module after it would.
+  bool relu = false;
   Shape shape() const { return {batch, channels, height, width}; }
 };
 

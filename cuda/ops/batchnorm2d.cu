@@ -22,6 +22,7 @@
 // block and in double across blocks. y = γ/√(var + eps)·(x − μ) + β and the gradients follow
 // oneDNN's formulas on the CPU.
 #include "ops/batchnorm2d.cuh"
+#include "ops/batchnorm2d_relu.h"
 #include "ops/kernels.cuh"
 
 namespace accordion::cuda {
@@ -316,6 +317,11 @@ class CudaBatchNorm2d : public BatchNorm2dOp {
 }  // namespace
 
 std::unique_ptr<BatchNorm2dOp> CudaBackend::batchNorm2d(const BatchNormSpec& spec) {
+  if (spec.relu) {
+    BatchNormSpec plain = spec;
+    plain.relu = false;
+    return std::make_unique<ReluAfterBatchNorm>(*this, spec, batchNorm2d(plain));
+  }
   if (channelsLast()) return channelsLastBatchNorm2d(*this, spec);
   return std::make_unique<CudaBatchNorm2d>(*this, spec);
 }

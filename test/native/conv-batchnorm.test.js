@@ -185,6 +185,57 @@ layerSuite('layers (LayerProbe): convolution and batch norm', function () {
       }
     });
 
+    describe('with its ReLU fused (relu: true), as the models build it', () => {
+      // Batch norm then a ReLU module, the two layers PyTorch has: the reference, bit for bit.
+      function unfused(x, xShape, dy, training, channels, params) {
+        const bn = new LayerProbe('batchnorm2d', { channels });
+        const relu = new LayerProbe('relu', {});
+        params(bn);
+        const out = relu.forward(bn.forward(x, xShape, training).data, xShape, training).data;
+        const dx = bn.backward(relu.backward(dy));
+        return { out, dx, state: bn.state() };
+      }
+      function fused(x, xShape, dy, training, channels, params) {
+        const bn = new LayerProbe('batchnorm2d', { channels, relu: true });
+        params(bn);
+        const out = bn.forward(x, xShape, training).data;
+        return { out, dx: bn.backward(dy), state: bn.state() };
+      }
+      const cases = [
+        { name: '3 channels, training', xShape: shape, training: true, params: (p) => { p.setValue('weight', gamma); p.setValue('bias', beta); } },
+        { name: '3 channels, running statistics', xShape: shape, training: false, params: (p) => {
+          p.setValue('weight', gamma); p.setValue('bias', beta);
+          p.setValue('running_mean', new Float32Array([2.5, -0.8, 0.3])); p.setValue('running_var', new Float32Array([3.5, 0.3, 1.6]));
+        } },
+        // Past the fused kernel's row on the stack (1024 channels): batch norm and ReLU run apart.
+        { name: '1100 channels, training', xShape: [2, 1100, 2, 3], training: true, params: () => {} },
+      ];
+      for (const c of cases) {
+        it(`forward and backward equal batch norm then ReLU bit for bit: ${c.name}`, () => {
+          const x = c.xShape === shape ? input(11) : randomNormal(numel(c.xShape), 12);
+          const dy = randomNormal(x.length, 13);
+          const want = unfused(x, c.xShape, dy, c.training, c.xShape[1], c.params);
+          const got = fused(x, c.xShape, dy, c.training, c.xShape[1], c.params);
+          const zeros = want.out.filter((v) => v === 0).length;
+          expect(zeros, 'the ReLU cuts some outputs and keeps others').to.be.within(0.2 * x.length, 0.8 * x.length);
+          expect(Buffer.from(got.out.buffer).equals(Buffer.from(want.out.buffer)), 'forward').to.equal(true);
+          expect(Buffer.from(got.dx.buffer).equals(Buffer.from(want.dx.buffer)), 'dx').to.equal(true);
+          for (const name of ['weight', 'bias']) {
+            const [g, w] = [got, want].map((r) => r.state.find((e) => e.name === name).grad);
+            expect(Buffer.from(g.buffer).equals(Buffer.from(w.buffer)), `d${name}`).to.equal(true);
+          }
+        });
+      }
+
+      it('training forward is max(0, ·) of the float64 formula', () => {
+        const x = input(14);
+        const { out: data } = fused(x, shape, new Float32Array(x.length), true, 3, (p) => { p.setValue('weight', gamma); p.setValue('bias', beta); });
+        const s = channelStats(x, shape);
+        const ref = batchNormRef(x, shape, gamma, beta, s.mean, s.varBiased).data.map((v) => Math.max(0, v));
+        expectClose(data, ref, (k) => Math.max(1, Math.abs(ref[k])), 1e-4, 'fused batch norm forward');
+      });
+    });
+
     it('eval mode normalises with the running statistics and leaves them unchanged', () => {
       const x = input(9);
       const probe = probeWith();
