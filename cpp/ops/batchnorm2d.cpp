@@ -124,15 +124,13 @@ class CpuBatchNorm2d : public BatchNorm2dOp {
         P, C,
         [&](int64_t p, double* f, double* g) {
           const float* xr = x + p * C;
-          const float* dr = dy;
-          float masked[kMaxFusedChannels];
+          const float* dr = dy + p * C;
+          float masked[kRelu ? kMaxFusedChannels : 1];
           if constexpr (kRelu) {
             // The row's gradients through the ReLU first, in float lanes; then summed in double.
 #pragma omp simd
-            for (int64_t c = 0; c < C; ++c) masked[c] = gradient(xr, dy + p * C, c);
+            for (int64_t c = 0; c < C; ++c) masked[c] = gradient(xr, dr, c);
             dr = masked;
-          } else {
-            dr = dy + p * C;
           }
 #pragma omp simd
           for (int64_t c = 0; c < C; ++c) {

@@ -1,9 +1,10 @@
 // Conv2d on oneDNN. Activations are given to oneDNN as NHWC; the weight layout is left to oneDNN
 // (format "any") and the PyTorch-layout parameter is reordered into it once per pass. In bf16
 // (BackendOptions::compute) the input, the weights and the output's gradient are rounded to bf16 on
-// their way in (the input once, for the forward and the weights' gradient), and the output, the input's gradient and the weights' gradient come out in fp32:
-// natively through oneDNN's bf16 primitives, or as fp32 primitives over rounded values on a CPU
-// without bf16 instructions (ops/cpu_bf16.h).
+// their way in (the input once, for the forward and the weights' gradient), and the output, the
+// input's gradient and the weights' gradient come out in fp32: natively through oneDNN's bf16
+// primitives, or as fp32 primitives over rounded values on a CPU without bf16 instructions
+// (ops/cpu_bf16.h).
 #include "ops/conv2d.h"
 
 #include <vector>
