@@ -127,6 +127,27 @@ BatchNormBackward batchNormBackwardReference(const std::vector<float>& x, const 
   return out;
 }
 
+// The references of a batch norm with its ReLU fused (BatchNormSpec::relu), training: y = max(0, the
+// float64 forward), and the backward of dy through the ReLU as the op's own forward output `got`
+// decided it (a value within rounding of zero may fall on either side), with the batch statistics.
+struct FusedReluReference {
+  std::vector<float> y;
+  BatchNormBackward backward;
+};
+
+FusedReluReference fusedReluReference(const std::vector<float>& x, const std::vector<float>& dy, const std::vector<float>& got,
+                                      const Dims& d, const std::vector<float>& gamma, const std::vector<float>& beta,
+                                      const std::vector<float>& runningMean, const std::vector<float>& runningVar,
+                                      const BatchNormSpec& spec) {
+  const BatchNormForward forward = batchNormForwardReference(x, d, gamma, beta, runningMean, runningVar, spec);
+  std::vector<float> y = forward.y, masked = dy;
+  for (size_t i = 0; i < y.size(); ++i) {
+    y[i] = std::max(y[i], 0.0f);
+    if (!(got[i] > 0.0f)) masked[i] = 0.0f;
+  }
+  return {y, batchNormBackwardReference(x, masked, d, gamma, forward.batchMean, forward.batchVar, spec.eps, true)};
+}
+
 void checkBatchNorm2d(Lab& lab) {
   // Odd shapes (a single value per channel and image, a batch of one), every batch norm of
   // ResNet-18 and VGG-19 at batch 128, and 256 MiB for bandwidth.
@@ -197,6 +218,34 @@ void checkBatchNorm2d(Lab& lab) {
                 // passes). With fixed ones, the sums and dx fit one pass (3).
                 lab.measure(check, op, Work::memory((batchStatistics ? 5 : 3) * bytes));
               });
+    // With the ReLU after it fused, as the models build it: a training forward and its backward.
+    lab.run("batchNorm2d.relu", d.label(), kBatchNorm, [&](Check& check) {
+      BatchNormSpec fused = spec;
+      fused.relu = true;
+      std::unique_ptr<BatchNorm2dOp> bn = lab.gpu.batchNorm2d(fused);
+      const std::vector<float> xHost = channelActivations(lab.random, d), gammaHost = lab.random.normal(d.c, 1, 0.2f),
+                               betaHost = lab.random.normal(d.c, 0, 0.5f), runningMeanHost = lab.random.normal(d.c),
+                               runningVarHost = lab.random.positive(d.c), dyHost = lab.random.normal(d.numel());
+      Twin<float> x = lab.input(xHost, d), gamma = lab.input(gammaHost), beta = lab.input(betaHost), dy = lab.input(dyHost, d);
+      Twin<float> runningMean = lab.input(runningMeanHost), runningVar = lab.input(runningVarHost);
+      Twin<float> y = lab.activation(d), batchMean = lab.empty<float>(d.c), batchVar = lab.empty<float>(d.c);
+      Twin<float> dx = lab.activation(d), dGamma = lab.empty<float>(d.c), dBeta = lab.empty<float>(d.c);
+      auto op = [&](Backend& b) {
+        bn->forwardTraining(x.on(b), gamma.on(b), beta.on(b), y.on(b), batchMean.on(b), batchVar.on(b), runningMean.on(b),
+                            runningVar.on(b));
+        bn->backward(x.on(b), dy.on(b), gamma.on(b), beta.on(b), batchMean.on(b), batchVar.on(b), true, dx.on(b), dGamma.on(b),
+                     dBeta.on(b));
+      };
+      lab.onGpu(op, y, dx, dGamma, dBeta);
+      const std::vector<float> gotY = lab.fromGpu(y);
+      const FusedReluReference want =
+          fusedReluReference(xHost, dyHost, gotY, d, gammaHost, betaHost, runningMeanHost, runningVarHost, spec);
+      compare(check, "y", gotY, want.y, check.tolerance);
+      compare(check, "dx", lab.fromGpu(dx), want.backward.dx, check.tolerance);
+      compare(check, "dGamma", lab.fromGpu(dGamma), want.backward.dGamma, check.tolerance);
+      compare(check, "dBeta", lab.fromGpu(dBeta), want.backward.dBeta, check.tolerance);
+      lab.measure(check, op, Work::memory(8 * bytes));  // the forward's 3 passes and the backward's 5
+    });
   }
 }
 
@@ -255,6 +304,26 @@ std::vector<std::string> batchNormReferenceSelfCheck() {
       compare(backward, "dBeta", vectorOf(dBeta), want.dBeta, kBatchNorm);
       for (const std::string& f : backward.failures)
         problems.push_back("batch-norm backward reference " + d.label() + (batchStatistics ? " (batch statistics): " : " (fixed): ") + f);
+    }
+    {
+      // The fused ReLU's references against the CPU's fused batch norm.
+      BatchNormSpec fused = spec;
+      fused.relu = true;
+      std::unique_ptr<BatchNorm2dOp> op = cpu.batchNorm2d(fused);
+      const std::vector<float> dy = random.normal(d.numel());
+      Array<float> xs = channelsLast(x), dys = channelsLast(dy), y(d.numel(), cpu), g = arrayOf(gamma), b = arrayOf(beta),
+                   mean(d.c, cpu), var(d.c, cpu), rm = arrayOf(runningMean), rv = arrayOf(runningVar), dx(d.numel(), cpu),
+                   dGamma(d.c, cpu), dBeta(d.c, cpu);
+      op->forwardTraining(xs.data(), g.data(), b.data(), y.data(), mean.data(), var.data(), rm.data(), rv.data());
+      op->backward(xs.data(), dys.data(), g.data(), b.data(), mean.data(), var.data(), true, dx.data(), dGamma.data(), dBeta.data());
+      const std::vector<float> gotY = channelsFirst(y);
+      const FusedReluReference want = fusedReluReference(x, dy, gotY, d, gamma, beta, runningMean, runningVar, spec);
+      Check relu;
+      compare(relu, "y", gotY, want.y, kBatchNorm);
+      compare(relu, "dx", channelsFirst(dx), want.backward.dx, kBatchNorm);
+      compare(relu, "dGamma", vectorOf(dGamma), want.backward.dGamma, kBatchNorm);
+      compare(relu, "dBeta", vectorOf(dBeta), want.backward.dBeta, kBatchNorm);
+      for (const std::string& f : relu.failures) problems.push_back("batch-norm with its ReLU, reference " + d.label() + ": " + f);
     }
   }
   return problems;
