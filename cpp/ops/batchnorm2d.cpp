@@ -111,7 +111,7 @@ class CpuBatchNorm2d : public BatchNorm2dOp {
   void backwardThrough(const float* x, const float* dy, const float* gamma, const float* beta, const float* mean, const float* var,
                        bool batchStatistics, float* dx, float* dGamma, float* dBeta) {
     const int64_t C = channels_, P = positions_;
-    const std::vector<float> outScales = scales(gamma, var);
+    const std::vector<float> outScales = kRelu ? scales(gamma, var) : std::vector<float>();  // the mask's
     const float* outScale = outScales.data();
     // The gradient of the normalised value, without a branch (the loops stay vectorised).
     auto gradient = [=](const float* xr, const float* dr, int64_t c) {

@@ -278,9 +278,8 @@ export class ProbeSchedule {
 
   /** Rank 0's steps from this probe to the next: its predecessor's seconds over PROBE_SHARE of a step's. */
   interval(): number {
-    const stepSeconds = this.meanStepSeconds();
-    if (this.lastSeconds === 0 || stepSeconds === 0) return PROBE_STEPS;
-    return Math.max(PROBE_STEPS, Math.ceil(this.lastSeconds / (PROBE_SHARE * Math.max(stepSeconds, 1e-9))));
+    if (this.lastSeconds === 0 || this.steps === 0) return PROBE_STEPS;
+    return Math.max(PROBE_STEPS, Math.ceil(this.lastSeconds / (PROBE_SHARE * Math.max(this.meanStepSeconds(), 1e-9))));
   }
 
   private meanStepSeconds(): number {
