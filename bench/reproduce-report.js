@@ -82,7 +82,9 @@ function adaptiveStory(s, runs) {
   for (const [seed, run] of Object.entries(runs)) {
     if (s.kind === 'batch') {
       const grew = run.epochs.find((e) => e.batchSize > run.epochs[0].batchSize);
-      lines.push(`- seed ${seed}: global batch ${run.epochs[0].batchSize}${grew ? `, ${grew.batchSize} from epoch ${grew.epoch}` : ' throughout'}.`);
+      // The rate from the epoch before the growth on: a jump, or a ramp (--batch-ramp).
+      const rates = grew ? run.epochs.filter((e) => e.epoch >= grew.epoch - 1 && e.epoch <= grew.epoch + 5).map((e) => fmt(e.lr, 3)) : [];
+      lines.push(`- seed ${seed}: global batch ${run.epochs[0].batchSize}${grew ? `, ${grew.batchSize} from epoch ${grew.epoch}; the rate in epochs ${grew.epoch - 1}–${grew.epoch + 5}: ${rates.join(', ')}` : ' throughout'}.`);
       continue;
     }
     const withLevels = run.epochs.filter((e) => Array.isArray(e.levels));

@@ -5,6 +5,7 @@ import { expect } from 'chai';
 import { Batcher, Model, loadCheckpoint, readMetrics } from '../../lib/index.js';
 import { endOfEpoch, initialState, normChangeRatio, wholeModelNorm } from '../../lib/train/rules/accordion.js';
 import { BatchPolicy } from '../../lib/train/policies/batch.js';
+import { resolveConfig } from '../../lib/train/config.js';
 import { runTrainer, scriptedNorms } from '../helpers/accordion-worker.js';
 import { syntheticImages } from '../helpers/train-worker.js';
 import { byName, firstDifference, sameBytes, trainingRuns, withoutTime, worstRelativeDifference } from '../helpers/training-runs.js';
@@ -60,6 +61,34 @@ describe('Accordion in training', function () {
       expect(plans.map((p) => p.batch)).to.deep.equal([128, 128, 128, 128, 128, 128, 1024, 1024]);
       const rates = [0.1, 0.1, 0.16, 0.22, 0.28, 0.34, 3.2, 3.2];
       plans.forEach((p, e) => expect(p.lr, `epoch ${e}`).to.be.closeTo(rates[e], 1e-12));
+    });
+
+    it('--batch-ramp 5: the rate keeps its factor in the growth epoch and reaches 8× five epochs later, linearly; a restored policy plans the same', async function () {
+      const schedule = { base: 0.1, workers: 4, warmupEpochs: 5, milestones: [], decay: 0.1 };
+      const config = { batchLow: 128, batchHigh: 1024, batchRamp: 5, eta: 0.5, accordionInterval: 1 };
+      const settings = { config, schedule, spec: {}, matrices: [true] };
+      const policy = new BatchPolicy(settings);
+      const plans = [];
+      let saved;
+      for (let epoch = 0; epoch < 13; epoch++) {
+        plans.push(policy.plan(epoch));
+        const { lr } = plans[epoch];
+        await policy.check({ epoch, lr, lrCurrent: lr, lrNext: lr, norms: [1, 2], levels: [0, 0], runStep: 0, broadcast: async () => {} });
+        if (epoch === 7) saved = JSON.parse(JSON.stringify(policy.save()));
+      }
+      expect(plans.map((p) => p.batch)).to.deep.equal([...Array(6).fill(128), ...Array(7).fill(1024)]);
+      // By hand: growth from epoch 6 (as above) at the full rate 0.4; factors 1, 2.4, 3.8, 5.2, 6.6, 8, 8.
+      const rates = [0.1, 0.1, 0.16, 0.22, 0.28, 0.34, 0.4, 0.96, 1.52, 2.08, 2.64, 3.2, 3.2];
+      plans.forEach((p, e) => expect(p.lr, `epoch ${e}`).to.be.closeTo(rates[e], 1e-12));
+      const restored = new BatchPolicy(settings);
+      restored.restore(saved);
+      for (let epoch = 8; epoch < 13; epoch++) expect(restored.plan(epoch), `restored, epoch ${epoch}`).to.deep.equal(plans[epoch]);
+    });
+
+    it('refuses --batch-ramp outside batch-size mode, naming the option and the mode', function () {
+      expect(() => resolveConfig({ model: 'resnet18', adapt: 'smith', batchRamp: 2 })).to.throw(/option --batch-ramp .* --adapt batch or batch\+compression, not smith/);
+      expect(() => resolveConfig({ model: 'resnet18', adapt: 'batch', batchRamp: -1 })).to.throw(/--batch-ramp/);
+      expect(resolveConfig({ model: 'resnet18', adapt: 'batch+compression', compressor: 'powersgd', batchRamp: 2 }).batchRamp).to.equal(2);
     });
 
     it('adapt batch+compression: the batch grows as in batch mode and every layer follows Accordion, from the one reading of the norms', async function () {

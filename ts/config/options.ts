@@ -64,6 +64,7 @@ export interface TrainConfig {
   adapt: AdaptMode;
   batchLow: number;
   batchHigh: number;
+  batchRamp: number;
   autoRanks: number[];
   autoRatios: number[];
   errorBudget: number;
@@ -230,6 +231,10 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   },
   batchLow: { flag: '--batch-low', type: 'int', default: 512, ...positive, help: 'global batch in critical regimes (batch-size mode)' },
   batchHigh: { flag: '--batch-high', type: 'int', default: 4096, ...positive, help: 'global batch afterwards (batch-size mode)' },
+  batchRamp: {
+    flag: '--batch-ramp', type: 'int', default: 0, min: 0,
+    help: "batch-size mode: epochs over which the rate rises linearly to the grown batch's, from the rate before the growth (0: at once, as the paper)",
+  },
   autoRanks: { flag: '--auto-ranks', type: 'ints', default: [1, 2, 4, 8], min: 1, nonEmpty: true, help: 'adapt auto: candidate PowerSGD ranks (with dense and --rank, the reference)' },
   autoRatios: {
     flag: '--auto-ratios', type: 'numbers', default: [0.01, 0.02, 0.05, 0.1, 0.2], ...ratio, nonEmpty: true,
