@@ -38,7 +38,7 @@ export class BatchPolicy extends BasePolicy {
   private rateFactor(epoch: number): number {
     const full = this.globalBatch / this.s.config.batchLow;
     const ramp = this.s.config.batchRamp;
-    if (this.grownAt === undefined || ramp === 0) return full;
+    if (this.grownAt === undefined || !(ramp > 0)) return full;
     return 1 + (full - 1) * Math.min((epoch - this.grownAt) / ramp, 1);
   }
 
