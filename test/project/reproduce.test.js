@@ -61,7 +61,7 @@ describe('the reproduction of the paper (bench/reproduce.js --quick)', function 
   it('refuses an unknown setting or config, naming it', () => {
     const setting = spawnSync(process.execPath, [SCRIPT, 'run', 'alexnet'], { encoding: 'utf8' });
     expect(setting.status).to.equal(1);
-    expect(setting.stderr).to.include("unknown setting 'alexnet' (known: resnet18-powersgd, vgg19bn-powersgd, resnet18-topk, lstm-topk, resnet18-precision, resnet18-batch)");
+    expect(setting.stderr).to.include("unknown setting 'alexnet' (known: resnet18-powersgd, vgg19bn-powersgd, resnet18-topk, lstm-topk, lstm-topk-1, resnet18-precision, resnet18-batch)");
     const config = reproduce('run', '--configs', 'low,medium');
     expect(config.stderr).to.include("--configs: unknown config 'medium' for resnet18-powersgd (known: low, high, accordion, equal, auto)");
   });
