@@ -109,7 +109,7 @@ export const TITLES = {
   low: 'static low', high: 'static high', accordion: 'Accordion', equal: 'Accordion, both levels low', auto: 'automatic levels', smith: "Smith et al.'s schedule",
   dense: 'dense, fp32', 'dense-bf16': 'dense, bf16', 'low-bf16': 'static low, bf16',
   'accordion-every3': 'Accordion, a check every 3 epochs', 'accordion-4-2': 'Accordion, rank 4 ↔ 2',
-  'accordion-ramp': 'Accordion, the rate ramped over 5 epochs',
+  'accordion-ramp': 'Accordion with a 5-epoch ramp',
 };
 
 /** A setting as it runs: the table's values, replaced by the quick mode's or by the command line's. */
