@@ -49,7 +49,7 @@ export const SETTINGS = {
     kind: 'language', model: 'lstm', compressor: 'topk', low: 0.99, high: 0.02, ...LANGUAGE,
     paper: { source: 'Figure 11, the 2-layer LSTM on WikiText-2 (perplexity; Accordion at static low\'s)' },
   },
-  // Not the paper's level: TopK 2% did not separate from 99% here (bench/results/reproduce.md), so 1%.
+  // Not the paper's level: TopK 2% did not separate from 99% here, so 1% (which did not either: bench/results/reproduce.md).
   'lstm-topk-1': {
     kind: 'language', model: 'lstm', compressor: 'topk', low: 0.99, high: 0.01, ...LANGUAGE,
     paper: { source: 'Figure 11 at a higher compression than its 2% (perplexity; Accordion at static low\'s)' },
