@@ -63,7 +63,11 @@ export const SETTINGS = {
   'resnet18-batch': {
     kind: 'batch', model: 'resnet18', low: 128, high: 1024, ...IMAGES,
     // Not the paper's: the rate ramped to the grown batch's over the warm-up's 5 epochs instead of jumping ×8.
-    extra: { 'accordion-ramp': (s) => [...CONFIGS_BY_KIND.batch.accordion(s), '--batch-ramp', '5'] },
+    // Or not scaled at all: the growth then lowers the rate per sample, as Smith et al.'s schedule does.
+    extra: {
+      'accordion-ramp': (s) => [...CONFIGS_BY_KIND.batch.accordion(s), '--batch-ramp', '5'],
+      'accordion-unscaled': (s) => [...CONFIGS_BY_KIND.batch.accordion(s), '--batch-rate-scaling', 'none'],
+    },
     paper: { low: 94.5, accordion: 94.4, floatsFactor: 1 / 5.6, source: "Table 5, ResNet-18 on CIFAR-10, batch 512 ↔ 4096 (× 12,800 / 50,000 here)" },
   },
 };
@@ -110,6 +114,7 @@ export const TITLES = {
   dense: 'dense, fp32', 'dense-bf16': 'dense, bf16', 'low-bf16': 'static low, bf16',
   'accordion-every3': 'Accordion, a check every 3 epochs', 'accordion-4-2': 'Accordion, rank 4 ↔ 2',
   'accordion-ramp': 'Accordion with a 5-epoch ramp',
+  'accordion-unscaled': 'Accordion, the rate not scaled',
 };
 
 /** A setting as it runs: the table's values, replaced by the quick mode's or by the command line's. */

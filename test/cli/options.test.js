@@ -21,7 +21,7 @@ const OTHER = {
   model: 'vgg19bn', width: 0.5, precision: 'bf16', device: 'cuda:1', convAlgorithms: 'accurate', tf32: true, memoryFormat: 'channels-first', distBackend: 'gloo', dataset: 'cifar100', dataDir: '/data/cifar', trainImages: 1000, testImages: 500, epochs: 7, batchSize: 32, evalBatchSize: 128, evalsPerEpoch: 4, lr: 0.3,
   momentum: 0.8, weightDecay: 5e-4, nesterov: false, warmupEpochs: 2, milestones: [3, 5], lrDecay: 0.5, seed: 7, workers: 4,
   compressor: 'topk', rank: 4, topkRatio: 0.25, compressAfter: 7, minCompressionRate: 2, compressionSeed: 9, commDtype: 'bf16', accordion: 'off', eta: 0.3, accordionInterval: 3,
-  lowRank: 4, highRank: 2, lowRatio: 0.5, highRatio: 0.05, adapt: 'batch', batchLow: 128, batchHigh: 256, batchRamp: 3, autoRanks: [1, 3], autoRatios: [0.05, 0.5],
+  lowRank: 4, highRank: 2, lowRatio: 0.5, highRatio: 0.05, adapt: 'batch', batchLow: 128, batchHigh: 256, batchRamp: 3, batchRateScaling: 'none', autoRanks: [1, 3], autoRatios: [0.05, 0.5],
   errorBudget: 2, criticalBudget: 0.25, errorMeasure: 'relative', autoCost: 'seconds', replanFactor: 3, replanSteps: 20, linkShare: 0.25, outDir: '/runs/x', overwrite: true, checkpointEvery: 2,
   resume: '/runs/y', syntheticTrain: 100, syntheticTest: 50, hidden: 32, layers: 3, dropout: 0.1, bptt: 20, clip: 0.5, threads: 3, bucketMb: 0,
   broadcastBuffers: false, timeoutMs: 5000, progress: true,

@@ -85,6 +85,23 @@ describe('Accordion in training', function () {
       for (let epoch = 8; epoch < 13; epoch++) expect(restored.plan(epoch), `restored, epoch ${epoch}`).to.deep.equal(plans[epoch]);
     });
 
+    it('--batch-rate-scaling none: the batch grows as before and the rate stays the schedule\'s', async function () {
+      const schedule = { base: 0.1, workers: 4, warmupEpochs: 5, milestones: [7], decay: 0.1 };
+      const config = { batchLow: 128, batchHigh: 1024, batchRamp: 0, batchRateScaling: 'none', eta: 0.5, accordionInterval: 1 };
+      const policy = new BatchPolicy({ config, schedule, spec: {}, matrices: [true] });
+      const plans = [];
+      for (let epoch = 0; epoch < 10; epoch++) {
+        plans.push(policy.plan(epoch));
+        const { lr } = plans[epoch];
+        await policy.check({ epoch, lr, lrCurrent: lr, lrNext: lr, norms: [1, 2], levels: [0, 0], runStep: 0, broadcast: async () => {} });
+      }
+      expect(plans.map((p) => p.batch)).to.deep.equal([...Array(6).fill(128), ...Array(4).fill(1024)]);
+      // By hand: the schedule alone, milestone 7 counting from epoch 9 (0-based).
+      const rates = [0.1, 0.1, 0.16, 0.22, 0.28, 0.34, 0.4, 0.4, 0.4, 0.04];
+      plans.forEach((p, e) => expect(p.lr, `epoch ${e}`).to.be.closeTo(rates[e], 1e-12));
+      expect(() => resolveConfig({ model: 'resnet18', adapt: 'batch', batchRamp: 2, batchRateScaling: 'none' })).to.throw(/--batch-ramp .* --batch-rate-scaling none/);
+    });
+
     it('refuses --batch-ramp outside batch-size mode, naming the option and the mode', function () {
       expect(() => resolveConfig({ model: 'resnet18', adapt: 'smith', batchRamp: 2 })).to.throw(/option --batch-ramp .* --adapt batch or batch\+compression, not smith/);
       expect(() => resolveConfig({ model: 'resnet18', adapt: 'batch', batchRamp: -1 })).to.throw(/--batch-ramp/);

@@ -65,6 +65,7 @@ export interface TrainConfig {
   batchLow: number;
   batchHigh: number;
   batchRamp: number;
+  batchRateScaling: 'linear' | 'none';
   autoRanks: number[];
   autoRatios: number[];
   errorBudget: number;
@@ -234,6 +235,10 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   batchRamp: {
     flag: '--batch-ramp', type: 'int', default: 0, min: 0,
     help: "batch-size mode: epochs over which the rate rises linearly to the grown batch's, from the rate before the growth (0: at once, as the paper)",
+  },
+  batchRateScaling: {
+    flag: '--batch-rate-scaling', type: 'string', default: 'linear', choices: ['linear', 'none'],
+    help: 'batch-size mode: the rate times B / B_low once the batch grows (linear, as the paper), or the schedule\'s rate unchanged (none)',
   },
   autoRanks: { flag: '--auto-ranks', type: 'ints', default: [1, 2, 4, 8], min: 1, nonEmpty: true, help: 'adapt auto: candidate PowerSGD ranks (with dense and --rank, the reference)' },
   autoRatios: {

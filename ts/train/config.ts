@@ -129,6 +129,8 @@ function checkAgreement(config: TrainConfig, options: Partial<TrainConfig>): voi
     throw new UsageError(`--comm-dtype ${config.commDtype} runs on the CPU only: on ${config.device} the exchange sends fp32 (leave out --comm-dtype)`);
   if (config.batchRamp > 0 && config.adapt !== 'batch' && config.adapt !== 'batch+compression')
     throw new UsageError(`option --batch-ramp ramps the rate after batch-size mode grows the batch: it needs --adapt batch or batch+compression, not ${config.adapt}`);
+  if (config.batchRamp > 0 && config.batchRateScaling === 'none')
+    throw new UsageError('option --batch-ramp ramps a rate scaled with the batch: leave it out with --batch-rate-scaling none');
   if (regimeModes && options.accordion === 'off') throw new UsageError(`--adapt ${config.adapt} runs on Accordion's regimes: leave out --accordion off`);
 }
 

@@ -10,7 +10,9 @@
  *
  * With --batch-ramp R > 0 the rate does not jump with the batch: in the epoch of the growth it keeps
  * the factor 1 it had, and over the next R epochs the factor rises linearly to B_high / B_low (a
- * second warm-up, in the schedule's grain of one epoch). R = 0 is the paper's jump.
+ * second warm-up, in the schedule's grain of one epoch). R = 0 is the paper's jump. With
+ * --batch-rate-scaling none the rate stays the schedule's: the growth then acts as a decay of the
+ * rate per sample, as in Smith et al.'s schedule, but at the rule's check rather than a milestone.
  */
 import { endOfEpoch, initialState, wholeModelNorm, type AccordionState } from '../rules/accordion.js';
 import type { CheckInput, CheckOutput } from './policy.js';
@@ -36,6 +38,7 @@ export class BatchPolicy extends BasePolicy {
 
   /** The rate's multiple of the schedule's: B / B_low, reached over --batch-ramp epochs after the growth. */
   private rateFactor(epoch: number): number {
+    if (this.s.config.batchRateScaling === 'none') return 1;
     const full = this.globalBatch / this.s.config.batchLow;
     const ramp = this.s.config.batchRamp;
     if (this.grownAt === undefined || !(ramp > 0)) return full;
