@@ -10,6 +10,22 @@ import { runTrainer, scriptedNorms } from '../helpers/accordion-worker.js';
 import { syntheticImages } from '../helpers/train-worker.js';
 import { byName, firstDifference, sameBytes, trainingRuns, withoutTime, worstRelativeDifference } from '../helpers/training-runs.js';
 
+/**
+ * A batch policy's plans over `epochs` epochs of steady norms (stable from the first check on), its
+ * check after each; `after(epoch, policy)` runs after an epoch's check.
+ */
+async function steadyPlans(settings, epochs, after = () => {}) {
+  const policy = new BatchPolicy(settings);
+  const plans = [];
+  for (let epoch = 0; epoch < epochs; epoch++) {
+    plans.push(policy.plan(epoch));
+    const { lr } = plans[epoch];
+    await policy.check({ epoch, lr, lrCurrent: lr, lrNext: lr, norms: [1, 2], levels: [0, 0], runStep: 0, broadcast: async () => {} });
+    after(epoch, policy);
+  }
+  return plans;
+}
+
 describe('Accordion in training', function () {
   const { runDir, base } = trainingRuns();
 
@@ -51,13 +67,7 @@ describe('Accordion in training', function () {
     it('the batch never grows into the warm-up: steady norms from epoch 1, growth lands on epoch 6, the first at the full rate (0.4 × 8)', async function () {
       const schedule = { base: 0.1, workers: 4, warmupEpochs: 5, milestones: [], decay: 0.1 };
       const config = { batchLow: 128, batchHigh: 1024, eta: 0.5, accordionInterval: 1 };
-      const policy = new BatchPolicy({ config, schedule, spec: {}, matrices: [true] });
-      const plans = [];
-      for (let epoch = 0; epoch < 8; epoch++) {
-        plans.push(policy.plan(epoch));
-        const { lr } = plans[epoch];
-        await policy.check({ epoch, lr, lrCurrent: lr, lrNext: lr, norms: [1, 2], levels: [0, 0], runStep: 0, broadcast: async () => {} });
-      }
+      const plans = await steadyPlans({ config, schedule, spec: {}, matrices: [true] }, 8);
       expect(plans.map((p) => p.batch)).to.deep.equal([128, 128, 128, 128, 128, 128, 1024, 1024]);
       const rates = [0.1, 0.1, 0.16, 0.22, 0.28, 0.34, 3.2, 3.2];
       plans.forEach((p, e) => expect(p.lr, `epoch ${e}`).to.be.closeTo(rates[e], 1e-12));
@@ -67,15 +77,10 @@ describe('Accordion in training', function () {
       const schedule = { base: 0.1, workers: 4, warmupEpochs: 5, milestones: [], decay: 0.1 };
       const config = { batchLow: 128, batchHigh: 1024, batchRamp: 5, eta: 0.5, accordionInterval: 1 };
       const settings = { config, schedule, spec: {}, matrices: [true] };
-      const policy = new BatchPolicy(settings);
-      const plans = [];
       let saved;
-      for (let epoch = 0; epoch < 13; epoch++) {
-        plans.push(policy.plan(epoch));
-        const { lr } = plans[epoch];
-        await policy.check({ epoch, lr, lrCurrent: lr, lrNext: lr, norms: [1, 2], levels: [0, 0], runStep: 0, broadcast: async () => {} });
+      const plans = await steadyPlans(settings, 13, (epoch, policy) => {
         if (epoch === 7) saved = JSON.parse(JSON.stringify(policy.save()));
-      }
+      });
       expect(plans.map((p) => p.batch)).to.deep.equal([...Array(6).fill(128), ...Array(7).fill(1024)]);
       // By hand: growth from epoch 6 (as above) at the full rate 0.4; factors 1, 2.4, 3.8, 5.2, 6.6, 8, 8.
       const rates = [0.1, 0.1, 0.16, 0.22, 0.28, 0.34, 0.4, 0.96, 1.52, 2.08, 2.64, 3.2, 3.2];
@@ -88,13 +93,7 @@ describe('Accordion in training', function () {
     it('--batch-rate-scaling none: the batch grows as before and the rate stays the schedule\'s', async function () {
       const schedule = { base: 0.1, workers: 4, warmupEpochs: 5, milestones: [7], decay: 0.1 };
       const config = { batchLow: 128, batchHigh: 1024, batchRamp: 0, batchRateScaling: 'none', eta: 0.5, accordionInterval: 1 };
-      const policy = new BatchPolicy({ config, schedule, spec: {}, matrices: [true] });
-      const plans = [];
-      for (let epoch = 0; epoch < 10; epoch++) {
-        plans.push(policy.plan(epoch));
-        const { lr } = plans[epoch];
-        await policy.check({ epoch, lr, lrCurrent: lr, lrNext: lr, norms: [1, 2], levels: [0, 0], runStep: 0, broadcast: async () => {} });
-      }
+      const plans = await steadyPlans({ config, schedule, spec: {}, matrices: [true] }, 10);
       expect(plans.map((p) => p.batch)).to.deep.equal([...Array(6).fill(128), ...Array(4).fill(1024)]);
       // By hand: the schedule alone, milestone 7 counting from epoch 9 (0-based).
       const rates = [0.1, 0.1, 0.16, 0.22, 0.28, 0.34, 0.4, 0.4, 0.4, 0.04];
