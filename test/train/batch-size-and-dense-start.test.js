@@ -101,8 +101,9 @@ describe('Accordion in training', function () {
       expect(() => resolveConfig({ model: 'resnet18', adapt: 'batch', batchRamp: 2, batchRateScaling: 'none' })).to.throw(/--batch-ramp .* --batch-rate-scaling none/);
     });
 
-    it('refuses --batch-ramp outside batch-size mode, naming the option and the mode', function () {
+    it('refuses --batch-ramp and --batch-rate-scaling outside batch-size mode, naming the option and the mode', function () {
       expect(() => resolveConfig({ model: 'resnet18', adapt: 'smith', batchRamp: 2 })).to.throw(/option --batch-ramp .* --adapt batch or batch\+compression, not smith/);
+      expect(() => resolveConfig({ model: 'resnet18', batchRateScaling: 'none' })).to.throw(/option --batch-rate-scaling .* --adapt batch or batch\+compression, not compression/);
       expect(() => resolveConfig({ model: 'resnet18', adapt: 'batch', batchRamp: -1 })).to.throw(/--batch-ramp/);
       expect(resolveConfig({ model: 'resnet18', adapt: 'batch+compression', compressor: 'powersgd', batchRamp: 2 }).batchRamp).to.equal(2);
     });

@@ -127,8 +127,10 @@ function checkAgreement(config: TrainConfig, options: Partial<TrainConfig>): voi
     throw new UsageError('--memory-format channels-first is for a GPU; the CPU keeps activations channels-last (leave out --memory-format, or train with --device cuda)');
   if (config.commDtype !== 'fp32' && config.device !== 'cpu')
     throw new UsageError(`--comm-dtype ${config.commDtype} runs on the CPU only: on ${config.device} the exchange sends fp32 (leave out --comm-dtype)`);
-  if (config.batchRamp > 0 && config.adapt !== 'batch' && config.adapt !== 'batch+compression')
-    throw new UsageError(`option --batch-ramp ramps the rate after batch-size mode grows the batch: it needs --adapt batch or batch+compression, not ${config.adapt}`);
+  // The rate's answer to a grown batch is batch-size mode's alone.
+  const growthRate = config.batchRamp > 0 ? '--batch-ramp' : config.batchRateScaling === 'none' ? '--batch-rate-scaling' : undefined;
+  if (growthRate && config.adapt !== 'batch' && config.adapt !== 'batch+compression')
+    throw new UsageError(`option ${growthRate} sets the rate after batch-size mode grows the batch: it needs --adapt batch or batch+compression, not ${config.adapt}`);
   if (config.batchRamp > 0 && config.batchRateScaling === 'none')
     throw new UsageError('option --batch-ramp ramps a rate scaled with the batch: leave it out with --batch-rate-scaling none');
   if (regimeModes && options.accordion === 'off') throw new UsageError(`--adapt ${config.adapt} runs on Accordion's regimes: leave out --accordion off`);
