@@ -36,7 +36,7 @@ export class BatchPolicy extends BasePolicy {
     return { lr: scheduledRate(this.s, epoch) * this.rateFactor(epoch), batch: this.globalBatch };
   }
 
-  /** The rate's multiple of the schedule's: B / B_low, reached over --batch-ramp epochs after the growth. */
+  /** The rate's multiple of the schedule's: B / B_low, reached over --batch-ramp epochs after the growth; 1 with --batch-rate-scaling none. */
   private rateFactor(epoch: number): number {
     if (this.s.config.batchRateScaling === 'none') return 1;
     const full = this.globalBatch / this.s.config.batchLow;
