@@ -54,3 +54,13 @@ export class NativeError extends AccordionError {
 export function signalExitCode(signal: NodeJS.Signals): number {
   return signal === 'SIGTERM' ? 143 : 130;
 }
+
+/**
+ * Writes the message of an error that ends a command (`accordion: …`; a bug's stack) and returns the
+ * exit code: 2 for a usage error, 1 for any other.
+ */
+export function reportFailure(err: unknown): number {
+  const e = err as Error;
+  process.stderr.write(`accordion: ${e instanceof AccordionError ? e.message : (e.stack ?? e.message)}\n`);
+  return e instanceof UsageError ? 2 : 1;
+}

@@ -8,8 +8,12 @@ import { UsageError } from '../base/errors.js';
 import { OPTIONS, OPTION_KEYS, type OptionSpec, type PresetName, type TrainConfig } from '../config/options.js';
 
 /** Options of the command line only: they are not part of a run's configuration. */
-const COMMAND_LINE_ONLY: Record<'text' | 'config' | 'help', OptionSpec> = {
+const COMMAND_LINE_ONLY: Record<'text' | 'inProcess' | 'config' | 'help', OptionSpec> = {
   text: { flag: '--text', type: 'string', help: 'lstm: a plain text file to train on instead of --data, its lines split 90/5/5 into train/valid/test' },
+  inProcess: {
+    flag: '--in-process', type: 'flag',
+    help: 'with --workers N: the N workers in this one process, each on its own native threads (on a GPU, its own stream of one CUDA context), joined over Gloo, instead of N processes',
+  },
   config: { flag: '--config', type: 'string', help: "JSON file of options (names as here or as in a run's config.json); flags override it" },
   help: { flag: '--help', type: 'flag', help: 'show this help' },
 };
@@ -17,8 +21,8 @@ const COMMAND_LINE_ONLY: Record<'text' | 'config' | 'help', OptionSpec> = {
 type Key = keyof TrainConfig | keyof typeof COMMAND_LINE_ONLY;
 const ALL: [Key, OptionSpec][] = [...OPTION_KEYS.map((k): [Key, OptionSpec] => [k, OPTIONS[k]]), ...(Object.entries(COMMAND_LINE_ONLY) as [Key, OptionSpec][])];
 
-/** What the command line gave: configuration keys (and text, config, help) to values. */
-export type TrainArgs = Partial<TrainConfig> & { text?: string; config?: string; help?: boolean };
+/** What the command line gave: configuration keys (and text, inProcess, config, help) to values. */
+export type TrainArgs = Partial<TrainConfig> & { text?: string; inProcess?: boolean; config?: string; help?: boolean };
 
 /** One value from its text (a flag's argument, or a config file's value as text). */
 export function parseValue(spec: OptionSpec, raw: string): unknown {

@@ -2,7 +2,7 @@
  * The command line's commands: each parses its own options; usage errors exit with code 2 and a
  * message naming the option, runtime errors with code 1.
  */
-import { AccordionError, UsageError } from '../base/errors.js';
+import { UsageError, reportFailure } from '../base/errors.js';
 import { clusterCommand } from './cluster.js';
 import { info } from './info.js';
 import { launchCommand } from './launch.js';
@@ -13,7 +13,7 @@ import { train } from './train.js';
 const USAGE = `Usage: accordion <command> [options]
 
 Commands:
-  train    train a model (accordion train --help for options; --workers N starts N processes)
+  train    train a model (accordion train --help for options; --workers N starts N processes, or N threads with --in-process)
   launch   start one training process per worker, like torchrun (accordion launch --help)
   cluster  run a job over N simulated hosts with shaped links; needs root (accordion cluster --help)
   report   write an HTML report of run directories (accordion report --help)
@@ -35,8 +35,6 @@ export async function main(argv: string[]): Promise<number> {
     else throw new UsageError(`unknown command '${command}'\n${USAGE}`);
     return 0;
   } catch (err) {
-    const e = err as Error & { code?: string };
-    process.stderr.write(`accordion: ${e instanceof AccordionError ? e.message : (e.stack ?? e.message)}\n`);
-    return e instanceof UsageError ? 2 : 1;
+    return reportFailure(err);
   }
 }

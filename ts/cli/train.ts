@@ -1,17 +1,20 @@
 /**
  * `accordion train`: one run from the command line (or, with --workers N outside a launched job, N
- * of them through the launcher), its signals, and what it prints at the start and the end.
+ * of them through the launcher, or with --in-process as N trainers in this process), its signals, and
+ * what it prints at the start and the end.
  */
+import * as os from 'node:os';
 import * as path from 'node:path';
-import { DataError, UsageError, signalExitCode } from '../base/errors.js';
+import { AccordionError, DataError, UsageError, reportFailure, signalExitCode } from '../base/errors.js';
 import { ARCHITECTURES, type TrainConfig } from '../config/options.js';
 import { LAUNCHER_NAMES } from '../comm/environment.js';
-import { distributedEnv } from '../comm/group.js';
+import { distributedEnv, type DistributedEnv } from '../comm/group.js';
+import { connectLocalGroups, type LocalGroups } from '../comm/local.js';
 import { watchLifeline } from '../comm/lifeline.js';
 import { splitTextFile } from '../data/wikitext.js';
 import { resolveCheckpointDir, savedRunConfig } from '../train/checkpoint.js';
 import { resumedOptions } from '../train/config.js';
-import type { TrainSummary } from '../train/records.js';
+import type { EpochRecord, TrainSummary } from '../train/records.js';
 import { binding } from '../native/binding.js';
 import { Trainer } from '../train/trainer.js';
 import { writeReport } from '../report/report.js';
@@ -37,9 +40,15 @@ export async function train(argv: string[]): Promise<number> {
   // A worker of `accordion launch` stops the moment its launcher is gone, even one killed outright,
   // as if the launcher had stopped it with SIGTERM: leaving now keeps the last complete checkpoint.
   watchLifeline(() => process.exit(signalExitCode('SIGTERM')));
+  const inProcess = args.inProcess === true;
+  delete args.inProcess;
+  const workers = typeof args.workers === 'number' ? args.workers : 1;
+  if (inProcess && distributed)
+    throw new UsageError(`option --in-process runs a job's workers in one process; under ${LAUNCHER_NAMES[distributed.launcher]} each process is one worker already`);
+  if (inProcess && workers < 2) throw new UsageError('option --in-process needs --workers N with N above 1');
   // --workers N outside a launched job: become the launcher of N workers on this machine.
-  if (!distributed && typeof args.workers === 'number' && args.workers > 1) {
-    return runLaunch({ nprocPerNode: args.workers, masterPort: 0, trainArgs: argv });
+  if (!distributed && !inProcess && workers > 1) {
+    return runLaunch({ nprocPerNode: workers, masterPort: 0, trainArgs: argv });
   }
   // The default run directory is stamped with each process's own clock; `accordion launch` picks one.
   if (distributed && distributed.launcher !== 'accordion' && distributed.worldSize > 1 && !args.outDir && !args.resume)
@@ -54,6 +63,22 @@ export async function train(argv: string[]): Promise<number> {
     if (parsed.dataDir === undefined) delete args.dataDir;
     useTextFile(args);
   }
+  if (!inProcess) return runTrainers(args, distributed, 1);
+  // Each worker takes the threads a launched one would: --threads, else OMP_NUM_THREADS, else its share of the cores.
+  args.threads ??= Number(process.env.OMP_NUM_THREADS) || Math.max(1, Math.floor(os.availableParallelism() / workers));
+  // A failed worker leaves the others waiting in a collective: the job ends with the process, as a
+  // launched job ends with its workers (a checkpoint being written is a temporary directory, so the
+  // last complete one is kept).
+  return runTrainers(args, undefined, workers).catch((err) => process.exit(reportFailure(err)));
+}
+
+type TrainerOptions = Partial<TrainConfig> & { model: TrainConfig['model'] };
+
+/**
+ * Trains the run: one trainer (this process's worker), or `workers` of them in this process, joined
+ * over groups of its own. Rank 0 prints the headline, the progress and the summary, and keeps the report.
+ */
+async function runTrainers(args: TrainArgs, distributed: DistributedEnv | undefined, workers: number): Promise<number> {
   // A signal while the data is read and the model built: nothing has been trained or written yet.
   const onEarlySignal = (signal: NodeJS.Signals) => {
     process.stderr.write(`\naccordion: interrupted by ${signal} before training started; no checkpoint was written\n`);
@@ -61,18 +86,30 @@ export async function train(argv: string[]): Promise<number> {
   };
   process.once('SIGINT', onEarlySignal);
   process.once('SIGTERM', onEarlySignal);
-  let trainer: Trainer;
+  let local: LocalGroups | undefined;
+  let trainers: Trainer[];
   try {
-    trainer = await Trainer.create(args as Partial<TrainConfig> & { model: TrainConfig['model'] });
+    if (workers > 1) {
+      local = await connectLocalGroups(workers, args.timeoutMs);
+      trainers = await Promise.all(local.groups.map((group, rank) => onRank(rank, Trainer.create(args as TrainerOptions, { group, localRank: rank }))));
+    } else {
+      trainers = [await Trainer.create(args as TrainerOptions)];
+    }
   } finally {
     process.off('SIGINT', onEarlySignal);
     process.off('SIGTERM', onEarlySignal);
   }
+  const trainer = trainers[0]!;
   let stoppedBy: NodeJS.Signals | undefined;
   const onSignal = (signal: NodeJS.Signals) => {
     if (distributed) {
       // The other workers are being stopped too; a checkpoint being written is a temporary
       // directory, so leaving now keeps the last complete one.
+      process.exit(signalExitCode(signal));
+    }
+    if (workers > 1) {
+      // The workers here could stop a step apart and wait for each other: they stop with the process.
+      process.stderr.write('\n' + describeInterruption(signal, trainer.completedEpochs, trainer.config, ' --in-process'));
       process.exit(signalExitCode(signal));
     }
     stoppedBy = signal;
@@ -90,41 +127,55 @@ export async function train(argv: string[]): Promise<number> {
   if (reporting) process.stderr.write(
     `accordion: ${config.model} (${trainer.model.parameterCount().toLocaleString('en-US')} parameters) on ${config.dataset}` +
       ` (${trainer.task.trainSamples} train / ${trainer.task.testSamples} test ${trainer.task.kind === 'language' ? 'tokens' : 'images'}), ${config.epochs} epochs,` +
-      ` batch ${config.batchSize}${config.workers > 1 ? ` per worker × ${config.workers} workers` : ''}, device ${config.device}, compressor ${describeCompressor(config)}, run directory ${config.outDir}\n`,
+      ` batch ${config.batchSize}${config.workers > 1 ? ` per worker × ${config.workers} workers${workers > 1 ? ' in this process' : ''}` : ''}, device ${config.device}, compressor ${describeCompressor(config)}, run directory ${config.outDir}\n`,
   );
   const report = reporting && config.outDir ? keepReport(trainer, config.outDir) : undefined;
   try {
-    const summary = await trainer.fit();
+    const [summary] = await Promise.all(trainers.map((t, rank) => onRank(rank, t.fit())));
     const reportFile = await report?.();
-    if (stoppedBy && summary.interrupted) {
-      process.stderr.write(describeInterruption(stoppedBy, summary, config));
+    if (stoppedBy && summary!.interrupted) {
+      process.stderr.write(describeInterruption(stoppedBy, summary!.epochs, config));
       return signalExitCode(stoppedBy);
     }
-    const last = summary.epochs[summary.epochs.length - 1];
-    if (reporting) process.stdout.write(
-      [
-        `model ${summary.model}, ${summary.parameters.toLocaleString('en-US')} parameters, dataset ${summary.dataset}`,
-        `epochs ${summary.epochs.length}, time ${summary.seconds.toFixed(1)} s` +
-          (last ? `, ${last.samplesPerSecond.toFixed(1)} samples/s in the last epoch` : ''),
-        `final test accuracy ${(100 * summary.finalTestAccuracy).toFixed(2)}%, best ${(100 * summary.bestTestAccuracy).toFixed(2)}%` +
-          (last?.testPerplexity !== undefined ? `; perplexity: validation ${last.validPerplexity!.toFixed(2)}, test ${last.testPerplexity.toFixed(2)}` : ''),
-        `compressor ${describeCompressor(config)}: ${summary.floatsSentTotal.toLocaleString('en-US')} floats sent by this worker` +
-          (last ? ` (${last.floatsSent.toLocaleString('en-US')} in the last epoch)` : '') +
-          `, ${(last?.bytesSentTotal ?? 0).toLocaleString('en-US')} bytes in ${config.commDtype}`,
-        ...(config.adapt !== 'compression' && config.adapt !== 'auto' && summary.epochs.length
-          ? [`global batch ${summary.epochs[0]!.batchSize} → ${summary.epochs[summary.epochs.length - 1]!.batchSize} (${config.adapt === 'smith' ? 'grown at the LR milestones' : 'Accordion on the whole-model norm'})`]
-          : []),
-        ...(summary.accordion ? [`Accordion: ${summary.switches.length} level switch${summary.switches.length === 1 ? '' : 'es'}`, ...describeSwitches(summary)] : []),
-        `run directory ${summary.runDir}`,
-        ...(reportFile ? [`report ${reportFile}`] : []),
-      ].join('\n') + '\n',
-    );
+    if (reporting) process.stdout.write(describeSummary(summary!, config, reportFile));
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
-    await trainer.dispose();
+    await Promise.all(trainers.map((t) => t.dispose()));
+    await local?.dispose();
   }
   return 0;
+}
+
+/** A worker's failure names its rank (a usage error is every rank's alike). */
+function onRank<T>(rank: number, work: Promise<T>): Promise<T> {
+  return work.catch((err: unknown) => {
+    if (err instanceof AccordionError && !(err instanceof UsageError)) err.message = `rank ${rank}: ${err.message}`;
+    throw err;
+  });
+}
+
+/** What a finished run prints: the model and data, time, accuracy, traffic and the level switches. */
+function describeSummary(summary: TrainSummary, config: TrainConfig, reportFile: string | undefined): string {
+  const last = summary.epochs[summary.epochs.length - 1];
+  return (
+    [
+      `model ${summary.model}, ${summary.parameters.toLocaleString('en-US')} parameters, dataset ${summary.dataset}`,
+      `epochs ${summary.epochs.length}, time ${summary.seconds.toFixed(1)} s` +
+        (last ? `, ${last.samplesPerSecond.toFixed(1)} samples/s in the last epoch` : ''),
+      `final test accuracy ${(100 * summary.finalTestAccuracy).toFixed(2)}%, best ${(100 * summary.bestTestAccuracy).toFixed(2)}%` +
+        (last?.testPerplexity !== undefined ? `; perplexity: validation ${last.validPerplexity!.toFixed(2)}, test ${last.testPerplexity.toFixed(2)}` : ''),
+      `compressor ${describeCompressor(config)}: ${summary.floatsSentTotal.toLocaleString('en-US')} floats sent by this worker` +
+        (last ? ` (${last.floatsSent.toLocaleString('en-US')} in the last epoch)` : '') +
+        `, ${(last?.bytesSentTotal ?? 0).toLocaleString('en-US')} bytes in ${config.commDtype}`,
+      ...(config.adapt !== 'compression' && config.adapt !== 'auto' && summary.epochs.length
+        ? [`global batch ${summary.epochs[0]!.batchSize} → ${summary.epochs[summary.epochs.length - 1]!.batchSize} (${config.adapt === 'smith' ? 'grown at the LR milestones' : 'Accordion on the whole-model norm'})`]
+        : []),
+      ...(summary.accordion ? [`Accordion: ${summary.switches.length} level switch${summary.switches.length === 1 ? '' : 'es'}`, ...describeSwitches(summary)] : []),
+      `run directory ${summary.runDir}`,
+      ...(reportFile ? [`report ${reportFile}`] : []),
+    ].join('\n') + '\n'
+  );
 }
 
 /**
@@ -182,8 +233,8 @@ function shellQuote(word: string): string {
  * What a run stopped by a signal tells its user: how far it got, the last complete checkpoint, and
  * the command that resumes from it (the run keeps its own settings: --resume RUN_DIR alone).
  */
-function describeInterruption(signal: NodeJS.Signals, summary: TrainSummary, config: TrainConfig): string {
-  const done = summary.epochs.length ? summary.epochs[summary.epochs.length - 1]!.epoch : undefined;
+function describeInterruption(signal: NodeJS.Signals, epochs: readonly EpochRecord[], config: TrainConfig, resumeFlags = ''): string {
+  const done = epochs.length ? epochs[epochs.length - 1]!.epoch : undefined;
   const lines = [
     `accordion: interrupted by ${signal}; this run did not finish` +
       (done !== undefined ? ` (${done} of ${config.epochs} epochs completed)` : ` (${config.epochs} epochs were planned)`),
@@ -195,7 +246,7 @@ function describeInterruption(signal: NodeJS.Signals, summary: TrainSummary, con
     checkpoint = undefined;
   }
   if (checkpoint && config.outDir) {
-    lines.push(`the last checkpoint is ${checkpoint}; resume with:`, `  accordion train --resume ${shellQuote(config.outDir)}`);
+    lines.push(`the last checkpoint is ${checkpoint}; resume with:`, `  accordion train --resume ${shellQuote(config.outDir)}${resumeFlags}`);
   } else {
     lines.push(`no checkpoint was written${config.outDir ? ` in ${config.outDir}` : ''}, so there is nothing to resume from`);
   }

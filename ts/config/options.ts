@@ -194,7 +194,7 @@ export const OPTIONS: { readonly [K in keyof TrainConfig]-?: OptionSpec } = {
   },
   lrDecay: { flag: '--lr-decay', type: 'number', default: 0.1, min: 0, help: 'factor applied to the lr at each milestone' },
   seed: { flag: '--seed', type: 'int', default: 42, min: 0, max: Number.MAX_SAFE_INTEGER, modelKey: 'seed', help: 'seed of initialisation, shuffling and augmentation' },
-  workers: { flag: '--workers', type: 'int', default: 1, ...positive, help: 'number of worker processes' },
+  workers: { flag: '--workers', type: 'int', default: 1, ...positive, help: 'number of workers: processes, or with --in-process trainers in this one' },
   compressor: { flag: '--compressor', type: 'string', default: 'none', choices: ['none', 'powersgd', 'topk'], modelKey: 'compressor', help: 'gradient compressor' },
   rank: { flag: '--rank', type: 'int', default: 2, ...positive, help: 'PowerSGD rank' },
   topkRatio: { flag: '--topk-ratio', type: 'number', default: 0.1, ...ratio, help: 'fraction of entries TopK sends' },

@@ -25,6 +25,8 @@ import type { EpochRecord, LevelSwitch } from './records.js';
 export interface TrainerContext {
   /** Join this data-parallel group instead of one described by the environment. */
   group?: ProcessGroup;
+  /** This worker's index among its host's workers, which picks its GPU (default: LOCAL_RANK, else 0). */
+  localRank?: number;
   /**
    * Replaces the measured per-parameter norms of each epoch's (from 1) summed gradients (for simulations and
    * tests of the switching rule); the measured sums are still read and restarted every epoch.
@@ -57,7 +59,7 @@ export async function setUp(given: TrainOptions, context: TrainerContext): Promi
   const spec = compressionSpec(config);
   const env = context.group ? undefined : distributedEnv();
   const worldSize = context.group?.worldSize ?? env?.worldSize ?? 1;
-  const job = { rank: context.group?.rank ?? env?.rank ?? 0, localRank: (env ?? distributedEnv())?.localRank ?? 0, worldSize };
+  const job = { rank: context.group?.rank ?? env?.rank ?? 0, localRank: context.localRank ?? (env ?? distributedEnv())?.localRank ?? 0, worldSize };
   config.device = workerDevice(config.device, job, config.distBackend);
   // Before any data is read: a device that cannot train fails the run at once.
   requireDevice(config.device);

@@ -97,6 +97,11 @@ export class Trainer extends EventEmitter {
     this.stopRequested = true;
   }
 
+  /** The records of the epochs completed so far (a resumed run's included). */
+  get completedEpochs(): readonly EpochRecord[] {
+    return this.history;
+  }
+
   /** True when stop() ended the run before its last epoch was completed. */
   get interrupted(): boolean {
     return this.stopRequested && this.history.length < this.config.epochs;
