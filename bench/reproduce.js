@@ -35,7 +35,10 @@ async function trainOne(s, config, seed, o) {
   if (finished(run)) return 'kept';
   const resumable = fs.existsSync(path.join(run, 'checkpoints', 'latest'));
   fs.mkdirSync(path.dirname(run), { recursive: true });
-  const args = [path.join(ROOT, 'lib', 'cli.js'), 'train', ...trainArgs(s, config, seed, o.data), '--out', run, ...(resumable ? ['--resume', run] : ['--overwrite'])];
+  const args = [
+    path.join(ROOT, 'lib', 'cli.js'), 'train', ...trainArgs(s, config, seed, o.data), ...(o.inProcess ? ['--in-process'] : []),
+    '--out', run, ...(resumable ? ['--resume', run] : ['--overwrite']),
+  ];
   const began = Date.now();
   const { code } = await runLogged(process.execPath, args, `${run}.log`, { spawn: { env: { ...process.env, OMP_NUM_THREADS: '1' } } });
   if (code !== 0) throw new Error(`${config} seed ${seed} failed (exit ${code}): see ${run}.log`);
@@ -124,6 +127,8 @@ Options:
   --quick          a smoke run on ${QUICK.trainImages} images for ${QUICK.epochs} epochs, tested on ${QUICK.testImages}; its figures are not quoted
   --width W, --train-images N, --epochs E, --batch-size B   replace the setting's values (to choose them)
   --device D       where every worker trains (default cpu); on a GPU the 4 workers share it over Gloo
+  --in-process     run: a run's 4 workers in one process (accordion train --in-process), not 4; the
+                   same checkpoints bit for bit, and on a GPU one CUDA context instead of four
   --dir DIR        run directories (default runs/reproduce)
   --data DIR       Fashion-MNIST (default ${FASHION_MNIST})
   --results DIR    where report and peer write their files (default bench/results)
@@ -141,6 +146,7 @@ async function main() {
       epochs: { type: 'string' },
       'batch-size': { type: 'string' },
       device: { type: 'string' },
+      'in-process': { type: 'boolean', default: false },
       dir: { type: 'string', default: path.join(ROOT, 'runs', 'reproduce') },
       data: { type: 'string', default: FASHION_MNIST },
       results: { type: 'string', default: path.join(ROOT, 'bench', 'results') },
@@ -164,7 +170,10 @@ async function main() {
   const main = ['low', 'high', 'accordion'];
   const configs = values.configs?.split(',') ?? (main.every((c) => known.includes(c)) ? main : known);
   for (const c of configs) if (!known.includes(c)) throw new Error(`--configs: unknown config '${c}' for ${s.name} (known: ${known.join(', ')})`);
-  const o = { configs, seeds: values.seeds.split(',').map(Number), dir: path.resolve(values.dir), data: values.data, results: path.resolve(values.results) };
+  const o = {
+    configs, seeds: values.seeds.split(',').map(Number), dir: path.resolve(values.dir), data: values.data, results: path.resolve(values.results),
+    inProcess: values['in-process'],
+  };
   if (command === 'run') await runSetting(s, o);
   else if (command === 'report') await writeSettingReport(s, o);
   else if (command === 'check') await checkEqualLevels(s, o);

@@ -116,7 +116,7 @@ const fashionMnist = () => [process.env.ACCORDION_FASHION_MNIST, path.join(REPO,
 
 /**
  * reproduce: the paper's PowerSGD setting at full width on this one GPU (bench/reproduce.js
- * resnet18-powersgd --width 1, 4 workers sharing the GPU over Gloo): static rank 2, static rank 1
+ * resnet18-powersgd --width 1, 4 workers in one process sharing the GPU over Gloo): static rank 2, static rank 1
  * and Accordion, seeds 1 and 2, for as many epochs as the stage's time holds. A pilot of two epochs
  * of the three side by side gives an epoch's and a start's seconds; the epochs follow from them. Each
  * finished run is a row; the report goes to $OUT/reproduce/. GPU_CHECK_DRY=1 tries the same steps
@@ -137,9 +137,11 @@ export async function reproduce(out, left) {
   try {
     const configs = ['low', 'high', 'accordion'];
     const shape = dry ? ['--device', 'cpu', '--width', '0.125', '--quick'] : ['--device', 'cuda', '--width', '1'];
+    // Each run's 4 workers in one process: 3 CUDA contexts on the card, not 12.
     const base = ['bench/reproduce.js', 'resnet18-powersgd', ...shape, '--data', data, '--dir', dir];
+    const runArgs = [...base.slice(1), '--in-process'];
     const side = (epochs, seed, seconds) =>
-      Promise.all(configs.map((config) => out.run(process.execPath, [base[0], 'run', ...base.slice(1), '--epochs', String(epochs), '--configs', config, '--seeds', String(seed)], { seconds })));
+      Promise.all(configs.map((config) => out.run(process.execPath, [base[0], 'run', ...runArgs, '--epochs', String(epochs), '--configs', config, '--seeds', String(seed)], { seconds })));
     // The pilot: two epochs of each config at once. The first epoch pays for cuDNN's choice of
     // algorithms (18.5 s against about 9.5 s for the others on an H200), so the second one times
     // an epoch; the start and the first epoch's extra are what the wall clock has beyond two of them.
