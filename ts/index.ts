@@ -26,6 +26,7 @@ export { learningRateForEpoch, type LrSchedule } from './train/rules/schedule.js
 export { readCifar, type ImageSet, type DatasetName } from './data/cifar.js';
 export { writeSyntheticCifar10, ensureSyntheticCifar10, type SyntheticOptions } from './data/synthetic.js';
 export { loadImageDataset, type ImageDataset, type ImageDatasetName } from './data/datasets.js';
+export { SharedData } from './data/shared.js';
 export { readSafetensors, writeSafetensors, type NamedTensor, type Dtype } from './engine/safetensors.js';
 export { saveCheckpoint, loadCheckpoint, type TrainerPosition } from './train/checkpoint.js';
 export { MetricsLog, readMetrics, readMetricsLog, type MetricsEvent, type MetricsRead } from './base/metrics.js';

@@ -11,6 +11,7 @@ import { LAUNCHER_NAMES } from '../comm/environment.js';
 import { distributedEnv, type DistributedEnv } from '../comm/group.js';
 import { connectLocalGroups, type LocalGroups } from '../comm/local.js';
 import { watchLifeline } from '../comm/lifeline.js';
+import { SharedData } from '../data/shared.js';
 import { splitTextFile } from '../data/wikitext.js';
 import { resolveCheckpointDir, savedRunConfig } from '../train/checkpoint.js';
 import { resumedOptions } from '../train/config.js';
@@ -91,7 +92,8 @@ async function runTrainers(args: TrainArgs, distributed: DistributedEnv | undefi
   try {
     if (workers > 1) {
       local = await connectLocalGroups(workers, args.timeoutMs);
-      trainers = await Promise.all(local.groups.map((group, rank) => onRank(rank, Trainer.create(args as TrainerOptions, { group, localRank: rank }))));
+      const sharedData = new SharedData();
+      trainers = await Promise.all(local.groups.map((group, rank) => onRank(rank, Trainer.create(args as TrainerOptions, { group, localRank: rank, sharedData }))));
     } else {
       trainers = [await Trainer.create(args as TrainerOptions)];
     }
@@ -131,7 +133,7 @@ async function runTrainers(args: TrainArgs, distributed: DistributedEnv | undefi
   );
   const report = reporting && config.outDir ? keepReport(trainer, config.outDir) : undefined;
   try {
-    const [summary] = await Promise.all(trainers.map((t, rank) => onRank(rank, t.fit())));
+    const [summary] = await Promise.all(trainers.map((t, rank) => (local ? onRank(rank, t.fit()) : t.fit())));
     const reportFile = await report?.();
     if (stoppedBy && summary!.interrupted) {
       process.stderr.write(describeInterruption(stoppedBy, summary!.epochs, config));
@@ -147,7 +149,7 @@ async function runTrainers(args: TrainArgs, distributed: DistributedEnv | undefi
   return 0;
 }
 
-/** A worker's failure names its rank (a usage error is every rank's alike). */
+/** In one process, a worker's failure names its rank (a usage error is every rank's alike); a launched worker's launcher names it. */
 function onRank<T>(rank: number, work: Promise<T>): Promise<T> {
   return work.catch((err: unknown) => {
     if (err instanceof AccordionError && !(err instanceof UsageError)) err.message = `rank ${rank}: ${err.message}`;

@@ -11,6 +11,7 @@ import { binding } from '../native/binding.js';
 import { requireDevice, workerDevice } from '../native/device.js';
 import { ProcessGroup, distributedEnv } from '../comm/group.js';
 import { firstImages, loadImageDataset, type ImageDataset } from '../data/datasets.js';
+import type { SharedData } from '../data/shared.js';
 import { readWikiText } from '../data/wikitext.js';
 import { Model } from '../engine/model.js';
 import { loadCheckpoint } from './checkpoint.js';
@@ -27,6 +28,8 @@ export interface TrainerContext {
   group?: ProcessGroup;
   /** This worker's index among its host's workers, which picks its GPU (default: LOCAL_RANK, else 0). */
   localRank?: number;
+  /** Datasets shared with the other trainers given the same one (the workers of one process), read once. */
+  sharedData?: SharedData;
   /**
    * Replaces the measured per-parameter norms of each epoch's (from 1) summed gradients (for simulations and
    * tests of the switching rule); the measured sums are still read and restarted every epoch.
@@ -92,10 +95,11 @@ export async function setUp(given: TrainOptions, context: TrainerContext): Promi
       config.outDir ??= path.resolve(checkpoint.dir, '..', '..');
     }
     const shard = { rank, worldSize: config.workers };
+    const read = <T>(key: unknown[], fn: () => T): T => (context.sharedData ? context.sharedData.get(JSON.stringify(key), fn) : fn());
     const task: TrainingTask =
       config.dataset === 'wikitext2'
-        ? new LanguageTask(readWikiText(config.dataDir!), { ...config, ...shard })
-        : new ImageTask(imageDataset(config), { ...config, ...shard });
+        ? new LanguageTask(read([config.dataset, config.dataDir], () => readWikiText(config.dataDir!)), { ...config, ...shard })
+        : new ImageTask(read([config.dataset, config.dataDir, config.syntheticTrain, config.syntheticTest, config.seed, config.trainImages, config.testImages], () => imageDataset(config)), { ...config, ...shard });
     const model = await Model.create({
       architecture: config.model,
       device: config.device,
