@@ -278,7 +278,7 @@ describe('several workers: PyTorch DDP semantics, against PyTorch DDP and float6
 
   it('one epoch of the synthetic recipe: 2 workers\' test loss with their saved statistics is within the 1-worker run\'s gap to statistics recomputed by PyTorch, plus 2%', async function () {
     const data = path.join(tmp, 'gap-data');
-    const common = { model: 'resnet18', dataset: 'synthetic', dataDir: data, syntheticTrain: 640, syntheticTest: 200, batchSize: 32, epochs: 1, threads: 1, progress: false };
+    const common = { model: 'resnet18', width: 0.5, dataset: 'synthetic', dataDir: data, syntheticTrain: 640, syntheticTest: 200, batchSize: 32, epochs: 1, threads: 1, progress: false };
     // Alone, the worker takes both cores (the two workers below one each).
     const solo = await Trainer.create({ ...common, threads: 2, outDir: path.join(tmp, 'gap-1') });
     await solo.fit();
@@ -296,7 +296,7 @@ describe('several workers: PyTorch DDP semantics, against PyTorch DDP and float6
     // bound is 2% and PyTorch's float32 losses agree with its float64 ones to 1e-6 here, in a
     // quarter of the time.
     const r = spawnSync(PYTHON, [
-      path.join(ORACLES, 'torch_recomputed_loss.py'), '--model', 'resnet18', '--data', data, '--train-images', '320', '--dtype', 'float32',
+      path.join(ORACLES, 'torch_recomputed_loss.py'), '--model', 'resnet18', '--width', '0.5', '--data', data, '--train-images', '320', '--dtype', 'float32',
       ...['gap-1', 'gap-2'].flatMap((run) => ['--checkpoint', path.join(loadCheckpoint(path.join(tmp, run)).dir, 'model.safetensors')]),
     ], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '2' }, timeout: 300000 });
     expect(r.status, `torch_recomputed_loss.py failed: ${r.stderr}`).to.equal(0);
