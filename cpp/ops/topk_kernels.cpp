@@ -9,20 +9,25 @@
 
 namespace accordion {
 
+// Above this many entries a pass is split between the threads.
+constexpr int64_t kParallelFrom = 65536;
+
 void CpuCompressionKernels::topKSelect(const std::vector<TopKTensor>& tensors) {
   for (const TopKTensor& t : tensors) {
     float* a = t.memory;
     const float* g = t.grad;
-    const int64_t n = t.size;
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+    const int64_t n = t.size, count = t.count;
+#pragma omp parallel for simd schedule(static) if (n > kParallelFrom)
     for (int64_t k = 0; k < n; ++k) a[k] += g[k];
-    selectTopK(a, n, t.count, indices_);
+    selectTopK(a, n, count, indices_);
     float* idxOut = t.send;
-    float* valOut = idxOut + t.count;
-    for (int64_t j = 0; j < t.count; ++j) {
-      std::memcpy(&idxOut[j], &indices_[j], sizeof(float));  // indices travel as raw bits
-      valOut[j] = a[indices_[j]];
-      a[indices_[j]] = 0.0f;  // e = a − sparse(a)
+    float* valOut = idxOut + count;
+    const int32_t* chosen = indices_.data();
+#pragma omp parallel for schedule(static) if (count > kParallelFrom)
+    for (int64_t j = 0; j < count; ++j) {
+      std::memcpy(&idxOut[j], &chosen[j], sizeof(float));  // indices travel as raw bits
+      valOut[j] = a[chosen[j]];
+      a[chosen[j]] = 0.0f;  // e = a − sparse(a)
     }
   }
 }
@@ -30,14 +35,18 @@ void CpuCompressionKernels::topKSelect(const std::vector<TopKTensor>& tensors) {
 void CpuCompressionKernels::topKCombine(const std::vector<TopKTensor>& tensors, const float* gathered, int world, int64_t perWorker,
                                         float scale) {
   for (const TopKTensor& t : tensors) {
-    std::fill(t.grad, t.grad + t.size, 0.0f);
+    float* out = t.grad;
+#pragma omp parallel for simd schedule(static) if (t.size > kParallelFrom)
+    for (int64_t k = 0; k < t.size; ++k) out[k] = 0.0f;
+    // One worker's indices are distinct, so its pairs scatter in parallel; the workers in turn.
     for (int w = 0; w < world; ++w) {
       const float* idx = gathered + w * perWorker + t.offset;
       const float* val = idx + t.count;
+#pragma omp parallel for schedule(static) if (t.count > kParallelFrom)
       for (int64_t j = 0; j < t.count; ++j) {
         int32_t index;
         std::memcpy(&index, &idx[j], sizeof(index));
-        t.grad[index] += val[j] * scale;
+        out[index] += val[j] * scale;
       }
     }
   }
@@ -45,7 +54,7 @@ void CpuCompressionKernels::topKCombine(const std::vector<TopKTensor>& tensors, 
 
 // Radix select on the magnitude bits: for non-negative floats the IEEE bit pattern orders like the
 // value, so the top bits bucket the entries; the bucket holding the count-th largest is then
-// resolved exactly. Two passes gather the winners in index order.
+// resolved exactly among its own entries. One more pass writes the winners in index order.
 void selectTopK(const float* values, int64_t n, int64_t count, std::vector<int32_t>& indices) {
   indices.resize(count);
   if (count <= 0) return;
@@ -61,9 +70,10 @@ void selectTopK(const float* values, int64_t n, int64_t count, std::vector<int32
   constexpr int kShift = 20, kBuckets = 1 << 11;  // the top 11 bits of the 31-bit magnitude
   // Every pass splits [0, n) into the same contiguous chunks, one per thread, so per-chunk counts
   // give each chunk's output offset.
-  const int chunks = n > (1 << 16) ? omp_get_max_threads() : 1;
+  const int chunks = n > kParallelFrom ? omp_get_max_threads() : 1;
   auto chunkBegin = [n, chunks](int t) { return n * t / chunks; };
   std::vector<int64_t> histograms(static_cast<size_t>(chunks) * kBuckets, 0);
+  auto histogram = [&](int t, int b) { return histograms[static_cast<size_t>(t) * kBuckets + b]; };
 #pragma omp parallel for num_threads(chunks) schedule(static, 1)
   for (int t = 0; t < chunks; ++t) {
     // Four interleaved sub-histograms: neighbouring gradients often share a bucket, and one
@@ -81,55 +91,60 @@ void selectTopK(const float* values, int64_t n, int64_t count, std::vector<int32
     int64_t* h = histograms.data() + static_cast<size_t>(t) * kBuckets;
     for (int b = 0; b < kBuckets; ++b) h[b] = sub[b] + sub[kBuckets + b] + sub[2 * kBuckets + b] + sub[3 * kBuckets + b];
   }
-  auto bucketCount = [&](int b) {
-    int64_t total = 0;
-    for (int t = 0; t < chunks; ++t) total += histograms[static_cast<size_t>(t) * kBuckets + b];
-    return total;
-  };
   int bucket = kBuckets - 1;
-  int64_t above = 0;
-  while (above + bucketCount(bucket) < count) above += bucketCount(bucket--);
-  // Exact threshold inside that bucket: gather its keys, each chunk into its own slice.
+  int64_t above = 0;  // entries in the buckets above `bucket`, all of them winners
+  for (;; --bucket) {
+    int64_t inBucket = 0;
+    for (int t = 0; t < chunks; ++t) inBucket += histogram(t, bucket);
+    if (above + inBucket >= count) break;
+    above += inBucket;
+  }
+  // The bucket's keys, each chunk's into its own slice. The stores are unconditional (a key is kept
+  // by advancing past it), which spares a mispredicted branch per entry; a chunk stops once its
+  // slice is full.
   std::vector<int64_t> slice(chunks + 1, 0);
-  for (int t = 0; t < chunks; ++t) slice[t + 1] = slice[t] + histograms[static_cast<size_t>(t) * kBuckets + bucket];
+  for (int t = 0; t < chunks; ++t) slice[t + 1] = slice[t] + histogram(t, bucket);
   std::vector<uint32_t> candidates(slice[chunks]);
 #pragma omp parallel for num_threads(chunks) schedule(static, 1)
   for (int t = 0; t < chunks; ++t) {
-    int64_t out = slice[t];
-    for (int64_t i = chunkBegin(t); i < chunkBegin(t + 1); ++i)
-      if (static_cast<int>(key(i) >> kShift) == bucket) candidates[out++] = key(i);
+    uint32_t* out = candidates.data() + slice[t];
+    const uint32_t* full = candidates.data() + slice[t + 1];
+    for (int64_t i = chunkBegin(t); out < full; ++i) {
+      const uint32_t k = key(i);
+      *out = k;
+      out += static_cast<int>(k >> kShift) == bucket;
+    }
   }
   const int64_t need = count - above;  // how many of the bucket's entries are kept, ≥ 1
-  std::nth_element(candidates.begin(), candidates.begin() + (need - 1), candidates.end(), std::greater<uint32_t>());
-  const uint32_t threshold = candidates[need - 1];
-  int64_t greaterInBucket = 0;
-  for (uint32_t c : candidates) greaterInBucket += c > threshold;
-  const int64_t equalToTake = need - greaterInBucket;
+  std::vector<uint32_t> ranked(candidates);
+  std::nth_element(ranked.begin(), ranked.begin() + (need - 1), ranked.end(), std::greater<uint32_t>());
+  const uint32_t threshold = ranked[need - 1];
 
-  // Per-chunk counts, then each chunk writes its winners at its offset (lowest indices take the ties).
+  // Each chunk's winners, from its histogram and its slice: every entry of a higher bucket and its
+  // candidates above the threshold, then as many ties at the threshold as are left, lowest indices first.
   std::vector<int64_t> greater(chunks + 1, 0), equal(chunks + 1, 0);
-#pragma omp parallel for num_threads(chunks) schedule(static, 1)
   for (int t = 0; t < chunks; ++t) {
     int64_t g = 0, e = 0;
-    for (int64_t i = chunkBegin(t); i < chunkBegin(t + 1); ++i) {
-      const uint32_t k = key(i);
-      g += k > threshold;
-      e += k == threshold;
+    for (int b = bucket + 1; b < kBuckets; ++b) g += histogram(t, b);
+    for (int64_t c = slice[t]; c < slice[t + 1]; ++c) {
+      g += candidates[c] > threshold;
+      e += candidates[c] == threshold;
     }
-    greater[t + 1] = g;
-    equal[t + 1] = e;
+    greater[t + 1] = greater[t] + g;
+    equal[t + 1] = equal[t] + e;
   }
-  for (int t = 0; t < chunks; ++t) {
-    greater[t + 1] += greater[t];
-    equal[t + 1] += equal[t];
-  }
+  const int64_t equalToTake = count - greater[chunks];
 #pragma omp parallel for num_threads(chunks) schedule(static, 1)
   for (int t = 0; t < chunks; ++t) {
     int64_t equalBefore = equal[t];
-    int64_t out = greater[t] + std::min(equalBefore, equalToTake);
-    for (int64_t i = chunkBegin(t); i < chunkBegin(t + 1); ++i) {
+    int32_t* out = indices.data() + greater[t] + std::min(equal[t], equalToTake);
+    const int32_t* full = indices.data() + greater[t + 1] + std::min(equal[t + 1], equalToTake);
+    for (int64_t i = chunkBegin(t); out < full; ++i) {
       const uint32_t k = key(i);
-      if (k > threshold || (k == threshold && equalBefore++ < equalToTake)) indices[out++] = static_cast<int32_t>(i);
+      const bool tie = k == threshold;
+      *out = static_cast<int32_t>(i);
+      out += (k > threshold) | (tie & (equalBefore < equalToTake));
+      equalBefore += tie;
     }
   }
 }
