@@ -314,11 +314,13 @@ describe('accordion cluster (needs root)', function () {
   });
 
   it('the live rate is not fooled by a token bucket: re-planning runs probe the link where the exchange cannot time it, and rank 0 measures the configured rate whatever the bucket', async function () {
-    // 2 hosts at 20 Mbit/s whose token buckets let 2 ms (5 kB), 50 ms (125 kB) and 150 ms (375 kB)
-    // of traffic through at once, refilled while each step computes. ResNet-18 at width 1/8 with
+    // 2 hosts at 20 Mbit/s whose token buckets let 2 ms (5 kB) and 150 ms (375 kB) of traffic
+    // through at once, refilled while each step computes: a bucket of a few packets, and one whose
+    // burst alone would read as a rate above the link's (below). ResNet-18 at width 1/8 with
     // PowerSGD sends no collective of 64 KiB: the link is probed (two all-reduces of 1 MiB).
     const read = [];
-    for (const burst of ['2ms', '50ms', '150ms']) {
+    const bursts = ['2ms', '150ms'];
+    for (const burst of bursts) {
       const dir = runDir(`burst-${burst}`);
       const c = start(['cluster', '--hosts', '2', '--bandwidth', '20mbit', '--burst', burst, '--', '--model', 'resnet18', '--width', '0.125', '--dataset', 'synthetic',
         '--synthetic-train', '512', '--synthetic-test', '64', '--batch-size', '16', '--seed', '7', '--quiet', '--bucket-mb', '0', '--compressor', 'powersgd',
@@ -357,7 +359,7 @@ describe('accordion cluster (needs root)', function () {
     // The burst read is not checked: where a step computes for less than the bucket takes to refill
     // (150 ms), the bucket is only partly full when the probe starts, and the burst read varies.
     for (const l of read) expect(8 * l.bytesPerSecond, `${l.burst}: ${JSON.stringify(l)}`).to.be.at.most(1.15 * 20e6);
-    for (const burst of ['2ms', '50ms', '150ms']) {
+    for (const burst of bursts) {
       const best = Math.max(...read.filter((l) => l.burst === burst).map((l) => 8 * l.bytesPerSecond));
       expect(best, `${burst}: the better epoch's rate`).to.be.at.least(0.6 * 20e6);
     }

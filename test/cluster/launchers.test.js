@@ -286,7 +286,7 @@ describe('launchers: accordion launch --max-restarts', function () {
     if (root) fs.rmSync(root, { recursive: true, force: true });
   });
 
-  const train = ['--model', 'resnet18', '--dataset', 'synthetic', '--synthetic-train', '128', '--synthetic-test', '32', '--batch-size', '16',
+  const train = ['--model', 'resnet18', '--width', '0.25', '--dataset', 'synthetic', '--synthetic-train', '128', '--synthetic-test', '32', '--batch-size', '16',
     '--eval-batch-size', '32', '--checkpoint-every', '1', '--seed', '3', '--quiet'];
   const launch = async (job, args) =>
     start(process.execPath, [CLI, 'launch', '--nproc-per-node', '2', '--master-port', String(await freePort()), ...args], cleanEnv({ XDG_CACHE_HOME: path.join(root, 'cache'), RESTART_JOB: job }));
@@ -295,7 +295,9 @@ describe('launchers: accordion launch --max-restarts', function () {
     this.timeout(480000);
     const dir = path.join(root, 'restarted');
     const job = `restart-${randomBytes(4).toString('hex')}`;
-    const launcher = await launch(job, ['--max-restarts', '1', '--', ...train, '--epochs', '3', '--out', dir]);
+    // Epochs of about 0.3 s at quarter width: six leave the kill time to land before the job ends.
+    const epochs = '6';
+    const launcher = await launch(job, ['--max-restarts', '1', '--', ...train, '--epochs', epochs, '--out', dir]);
     const latest = path.join(dir, 'checkpoints', 'latest');
     await waitFor('the first checkpoint', () => {
       if (launcher.child.exitCode !== null) throw new Error(`the job ended before its first checkpoint; stderr:\n${launcher.stderr}`);
@@ -317,7 +319,7 @@ describe('launchers: accordion launch --max-restarts', function () {
     const manual = path.join(root, 'manual');
     const first = await exitWithin(await launch(`${job}-a`, ['--', ...train, '--epochs', String(resumedAt), '--out', manual]), 300000);
     expect(first.code, first.stderr).to.equal(0);
-    const second = await exitWithin(await launch(`${job}-b`, ['--', ...train, '--epochs', '3', '--resume', manual]), 300000);
+    const second = await exitWithin(await launch(`${job}-b`, ['--', ...train, '--epochs', epochs, '--resume', manual]), 300000);
     expect(second.code, second.stderr).to.equal(0);
     const a = loadCheckpoint(dir, 0).model, b = loadCheckpoint(manual, 0).model;
     expect(a.map((t) => t.name)).to.deep.equal(b.map((t) => t.name));

@@ -1,6 +1,6 @@
 // The exchange overlapped with backward in buckets (compress/bucket_exchange.h) against the exchange
 // after backward: in-process workers (the bucketed reducer against reduce() at once, a non-finite
-// gradient in a late bucket) and real processes training ResNet-18 (2 and 4 workers, dense,
+// gradient in a late bucket) and real processes training ResNet-18 at half width (2 and 4 workers, dense,
 // PowerSGD and TopK with mixed levels, a worker killed in the middle of an exchange).
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -100,7 +100,7 @@ describe('the exchange in buckets, overlapped with backward', function () {
     });
   });
 
-  describe('real processes training ResNet-18', function () {
+  describe('real processes training ResNet-18 (half width)', function () {
     const dirs = [];
     after(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
     const live = new Set();

@@ -1,4 +1,4 @@
-// One worker of a data-parallel job that trains ResNet-18 (or, with `model: 'lstm'`, a small LSTM on
+// One worker of a data-parallel job that trains ResNet-18 at half width (or, with `model: 'lstm'`, a small LSTM on
 // token windows of its own) for a few steps with the exchange overlapped with backward in buckets, or
 // after backward (bucketMb 0), and writes its whole training state (weights, momentum, error
 // memories, Q) to `${spec.out}.rank${RANK}.safetensors`. It prints one JSON line: per step the loss
@@ -23,7 +23,7 @@ function mixedLevels(compressor, parameters) {
 async function trainAndSave(spec, group, env) {
   const language = spec.model === 'lstm';
   const model = await Model.create({
-    ...(language ? { architecture: 'lstm', classes: VOCABULARY, hidden: 24, layers: 2, dropout: 0, clipNorm: spec.clipNorm ?? 0 } : { architecture: 'resnet18', classes: 10 }),
+    ...(language ? { architecture: 'lstm', classes: VOCABULARY, hidden: 24, layers: 2, dropout: 0, clipNorm: spec.clipNorm ?? 0 } : { architecture: 'resnet18', width: 0.5, classes: 10 }),
     seed: spec.seed,
     learningRate: 0.01,
     compressor: spec.compressor,

@@ -11,6 +11,7 @@ import { ORACLES } from '../helpers/paths.js';
 function small(tmp, extra = {}) {
   return {
     model: 'resnet18',
+    width: 0.5,
     dataset: 'synthetic',
     dataDir: path.join(tmp, 'data'),
     syntheticTrain: 96,
@@ -79,7 +80,7 @@ describe('checkpoints', function () {
     expect(ckpt.position.epochsCompleted).to.equal(2);
     const model = readSafetensors(path.join(ckpt.dir, 'model.safetensors'));
     expect([...model.tensors.keys()].some((n) => n.startsWith('optimizer.'))).to.equal(false);
-    expect(model.tensors.get('conv1.weight').shape).to.deep.equal([64, 3, 3, 3]);
+    expect(model.tensors.get('conv1.weight').shape).to.deep.equal([32, 3, 3, 3]); // ResNet-18 at half width
     expect(ckpt.trainer.some((t) => t.name === 'optimizer.momentum_buffer.conv1.weight')).to.equal(true);
   });
 
