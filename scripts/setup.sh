@@ -3,9 +3,11 @@
 # apt-get, then npm ci (which builds the addon and the TypeScript). The test peers of `npm test` are
 # installed with them: PyTorch for the state_dict interoperability tests, Chromium to open the HTML
 # report, Open MPI's mpirun to start workers as an MPI job, Fashion-MNIST (real images for the
-# reader's tests and bench/reproduce.js) and patchelf (the prebuilt package's check,
-# scripts/check-prebuilt.sh) (ACCORDION_TEST_PEERS=0 leaves them out). As root it installs what is missing; as a user it prints the one `sudo apt-get install`
-# command that does, and stops when a library the build needs is among it.
+# reader's tests and bench/reproduce.js), patchelf (the prebuilt package's check,
+# scripts/check-prebuilt.sh) and ccache, through which rebuilds reuse unchanged objects
+# (ACCORDION_TEST_PEERS=0 leaves them out). As root it installs what is missing; as a user it prints
+# the one `sudo apt-get install` command that does, and stops when a library the build needs is
+# among it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +23,7 @@ if [ "${ACCORDION_TEST_PEERS:-1}" != 0 ]; then
   mpirun --version 2>/dev/null | grep -q 'Open MPI' || peers+=(openmpi-bin)
   [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || peers+=(dataset-fashion-mnist)
   command -v patchelf >/dev/null || peers+=(patchelf)
+  command -v ccache >/dev/null || peers+=(ccache)  # the second, CPU-only build of .ci/run reuses the first's objects
 fi
 needed=("${missing[@]}" "${peers[@]}")
 if ((${#needed[@]})); then
