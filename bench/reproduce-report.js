@@ -176,7 +176,7 @@ export async function writeSettingReport(s, o) {
   const separated = sep !== undefined && sep.mean <= metric.separation;
   if (sep) {
     const collapse = s.model === 'vgg19bn';
-    say(`- **Separation** (static high at least ${byPerplexity(s) ? '5% worse in perplexity' : '1 point below'} static low on the mean${collapse ? '; a collapse needs 5 points' : ''}): ` +
+    say(`- **Separation** (static high at least ${byPerplexity(s) ? '5% worse in perplexity than' : '1 point below'} static low on the mean${collapse ? '; a collapse needs 5 points' : ''}): ` +
       `${signed(sep.mean)}: ${separated ? 'separated' : 'NOT separated: a result of the adaptive runs here is no evidence'}` +
       `${collapse && sep.mean > -5 ? '; collapse not reproduced (rank 1 within 5 points of rank 4)' : ''}.`);
   }
