@@ -137,7 +137,9 @@ def main(argv=None):
 
     forward_times = []
     model.eval()
-    with torch.no_grad():
+    # Evaluated as trained: under autocast the LSTM returns its state in bf16, which it reads back
+    # only under autocast.
+    with torch.no_grad(), torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.autocast):
         for i in range(args.forward_steps):
             x, y = window(args.warmup + i)
             t0 = time.perf_counter()
