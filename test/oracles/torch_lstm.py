@@ -137,7 +137,7 @@ def main(argv=None):
 
     forward_times = []
     model.eval()
-    # Evaluated as trained: under autocast the LSTM returns its state in bf16, which it reads back
+    # Evaluated as trained: under autocast the LSTM returns its state in reduced precision, which it reads back
     # only under autocast.
     with torch.no_grad(), torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.autocast):
         for i in range(args.forward_steps):
