@@ -99,6 +99,7 @@ static_assert(dnn::kNhwc == CUDNN_TENSOR_NHWC, "cudnn::kNhwc");
 static_assert(dnn::kCrossCorrelation == CUDNN_CROSS_CORRELATION, "cudnn::kCrossCorrelation");
 static_assert(dnn::kFmaMath == CUDNN_FMA_MATH, "cudnn::kFmaMath");
 static_assert(dnn::kDefaultMath == CUDNN_DEFAULT_MATH, "cudnn::kDefaultMath");
+static_assert(dnn::kTensorOpMath == CUDNN_TENSOR_OP_MATH, "cudnn::kTensorOpMath");
 static_assert(dnn::kAlgorithmCount >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT && dnn::kAlgorithmCount >= CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT &&
                   dnn::kAlgorithmCount >= CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
               "cudnn::kAlgorithmCount is below an algorithm count, so a find could miss the fastest");

@@ -31,6 +31,7 @@ constexpr int kNchw = 0;              // CUDNN_TENSOR_NCHW
 constexpr int kNhwc = 1;              // CUDNN_TENSOR_NHWC
 constexpr int kCrossCorrelation = 1;  // CUDNN_CROSS_CORRELATION (what deep learning calls convolution)
 constexpr int kDefaultMath = 0;       // CUDNN_DEFAULT_MATH: fp32 on TF32 tensor cores where the device has them
+constexpr int kTensorOpMath = 1;      // CUDNN_TENSOR_OP_MATH: bf16 (and fp16) on the tensor cores, summed in fp32
 constexpr int kFmaMath = 3;           // CUDNN_FMA_MATH: plain fp32 arithmetic, no TF32 tensor cores
 constexpr int kAlgorithmCount = 8;    // at least CUDNN_CONVOLUTION_FWD_ALGO_COUNT and the backward counts
 

@@ -5,8 +5,10 @@
 // device's pool for the call: on Ampere and later, cuDNN may list algorithms that use TF32 tensor
 // cores even for a descriptor set to FMA math, and without tf32 those are passed over. With bf16
 // compute (--precision bf16) the tensors are bf16 copies, rounded as the CPU rounds them, summed in
-// fp32 on the tensor cores (cuDNN's bf16 configuration): each direction writes bf16, widened to the
-// fp32 the layers keep, as PyTorch's autocast writes a convolution's output and gradients in bf16.
+// fp32 on the tensor cores (cuDNN's bf16 configuration with tensor-op math, as PyTorch sets for bf16:
+// under the default math cuDNN ran every bf16 convolution on the CUDA cores, and on an H200 its
+// channels-last backward-data took 7-19 ms a call): each direction writes bf16, widened to the fp32
+// the layers keep, as PyTorch's autocast writes a convolution's output and gradients in bf16.
 // On channels-last activations (NHWC) the filter is channels-last too (cuDNN's KRSC, as PyTorch's
 // channels_last weights): the OIHW parameter is transposed into a copy for each call that reads
 // it, and the weight gradient transposed back.
@@ -76,7 +78,7 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
     conv_.reset(conv);
     checkCudnn(dnn_.setConvolution2dDescriptor(conv, padding, padding, stride, stride, 1, 1, cudnn::kCrossCorrelation, cudnn::kFloat),
                "cudnnSetConvolution2dDescriptor");
-    checkCudnn(dnn_.setConvolutionMathType(conv, backend.options.tf32 || bf16_ ? cudnn::kDefaultMath : cudnn::kFmaMath),
+    checkCudnn(dnn_.setConvolutionMathType(conv, bf16_ ? cudnn::kTensorOpMath : backend.options.tf32 ? cudnn::kDefaultMath : cudnn::kFmaMath),
                "cudnnSetConvolutionMathType");
 
     // The find functions run every algorithm on the handle's stream, on memory of cuDNN's own.
@@ -222,40 +224,46 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
 
   // cuDNN lists the algorithms it timed fastest first; some may have failed (unsupported for the
   // shape, or out of memory for their scratch), and some may use another math than FMA (TF32 tensor
-  // cores): the first that ran with an allowed math (FMA; any with tf32) is taken, and noted in
-  // algorithms_. With accurate
-  // convolutions (BackendOptions) the transform algorithms (FFT, FFT_TILING, WINOGRAD_NONFUSED) are
-  // passed over too: their rounding grows with the transform, and on an H200 the first convolution
-  // of VGG-19bn at batch 4 (3 → 64 channels, 32×32) gave a weight gradient 2e-3 away from float64
-  // where the others stay within 1e-4.
+  // cores): the first that ran with an allowed math (FMA; any with tf32 or bf16) and is not passed
+  // over is taken, and noted in algorithms_ with the faster ones passed over. Passed over:
+  // - with accurate convolutions (BackendOptions), the transform algorithms (FFT, FFT_TILING,
+  //   WINOGRAD_NONFUSED): their rounding grows with the transform, and on an H200 the first
+  //   convolution of VGG-19bn at batch 4 (3 -> 64 channels, 32x32) gave a weight gradient 2e-3 away
+  //   from float64 where the others stay within 1e-4;
+  // - in bf16, the backward ALGO_0s, which add their partial sums atomically into the result, here
+  //   bf16, so that every addition rounds to bf16: on an H200 every kernel-lab row that ran one in
+  //   bf16 missed the bound of one bf16 rounding of an fp32 sum (errors 5.5e-3 to 3.6e-2; a weight
+  //   gradient of 772 where float64 gives 746.36), and every other row met it.
   template <size_t N, typename Find>
   Algorithm fastest(const char* direction, const char* const (&names)[N], Find find) {
     cudnn::AlgoPerf results[cudnn::kAlgorithmCount] = {};
     int returned = 0;
     checkCudnn(find(cudnn::kAlgorithmCount, &returned, results), (std::string("finding the ") + direction + " algorithm").c_str());
-    std::string others;  // what was passed over, for the error
+    std::string others;  // what was passed over, fastest first
     const bool accurate = backend_.options.accurateConvolutions, tensorCores = backend_.options.tf32 || bf16_;
+    const bool backward = std::string(direction) != "forward";
     for (int i = 0; i < returned; ++i) {
       const cudnn::AlgoPerf& r = results[i];
       const std::string name = algorithmName(names, r.algo);
       const bool transform = name.find("FFT") != std::string::npos || name == "WINOGRAD_NONFUSED";
-      const bool allowed = !(transform && accurate);
-      if (r.status == cudnn::kSuccess && (r.mathType == cudnn::kFmaMath || tensorCores) && allowed) {
-        char timing[64];
-        std::snprintf(timing, sizeof timing, "%.3f ms, %zu B scratch", static_cast<double>(r.time), r.memory);
-        algorithms_ += (algorithms_.empty() ? "" : "; ") + std::string(direction) + " " + name + " (" + mathName(r.mathType) + ", " +
-                       timing + ")";
+      const char* why = r.status != cudnn::kSuccess                     ? nullptr
+                        : r.mathType != cudnn::kFmaMath && !tensorCores ? "its math"
+                        : transform && accurate                         ? "a transform"
+                        : bf16_ && backward && name == "ALGO_0"         ? "bf16 atomics"
+                                                                        : "";
+      char timing[64];
+      std::snprintf(timing, sizeof timing, "%.3f ms, %zu B scratch", static_cast<double>(r.time), r.memory);
+      const std::string described = name + " (" + mathName(r.mathType) + ", " + timing + ")";
+      if (why && !*why) {
+        algorithms_ += (algorithms_.empty() ? "" : "; ") + std::string(direction) + " " + described +
+                       (others.empty() ? "" : " [passed over: " + others + "]");
         return {r.algo, r.memory};
       }
-      others += (others.empty() ? "" : ", ") + name + " (" +
-                (r.status != cudnn::kSuccess ? "status " + std::to_string(r.status)
-                 : !allowed                  ? std::string("a transform")
-                                             : mathName(r.mathType) + " math") +
-                ")";
+      others += (others.empty() ? "" : ", ") + (why ? described + ": " + why : name + " (status " + std::to_string(r.status) + ")");
     }
     throw EngineError("ERR_CUDNN", "cuDNN has no " + std::string(direction) + " algorithm" + (tensorCores ? "" : " with FMA math") +
-                                       (accurate ? " and no transform" : "") + " that runs " + describe() + " (" +
-                                       std::to_string(returned) + " tried" + (others.empty() ? "" : ": " + others) + ")");
+                                       (accurate ? " and no transform" : "") + (bf16_ && backward ? " other than ALGO_0" : "") + " that runs " +
+                                       describe() + " (" + std::to_string(returned) + " tried" + (others.empty() ? "" : ": " + others) + ")");
   }
 
   CudaBackend& backend_;

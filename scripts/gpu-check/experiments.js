@@ -79,8 +79,14 @@ async function peerSteps(out, left, dry) {
   return !failed;
 }
 
-/** The kernel-lab families of the ops that mixed precision and channels-last change. */
-export const PRECISION_FAMILIES = ['conv2d', 'batchNorm2d', 'maxPool2d', 'globalAvgPool', 'flatten', 'gemm', 'linear', 'dropout', 'clipTotalNorm'];
+/**
+ * The kernel-lab families of the ops that mixed precision and channels-last change, and the seconds
+ * the precision stage keeps for each of those still to come. On an H200 (2026-12-04) conv2d took 45 s
+ * and batchNorm2d 47 s, and left maxPool2d 6 s and the rest none; so batchNorm2d, whose rows all
+ * passed then, comes last, after the small families.
+ */
+export const PRECISION_FAMILIES = ['conv2d', 'maxPool2d', 'globalAvgPool', 'flatten', 'gemm', 'linear', 'dropout', 'clipTotalNorm', 'batchNorm2d'];
+const FAMILY_RESERVE = 8;
 /** The GPU tests of TF32 and bf16, and of training in both layouts. */
 export const PRECISION_TESTS = ['test/gpu/gpu-precision.test.js', 'test/gpu/gpu-training.test.js'];
 
@@ -102,11 +108,11 @@ export async function precision(out, left) {
   const until = (share) => () => left() - total * (1 - share); // a part's seconds: until `share` of the stage has gone
   let passed = true;
   if (dry) out.row({ event: 'lab summary', families: Object.fromEntries(PRECISION_FAMILIES.map((f) => [f, 'not run (dry run: no device)'])) });
-  else passed = await lab(out, until(0.25), PRECISION_FAMILIES);
-  passed = (await tests(out, Math.floor(until(0.5)()), PRECISION_TESTS, { requireGpu: !dry })) && passed;
+  else passed = await lab(out, until(0.35), PRECISION_FAMILIES, { reserve: FAMILY_RESERVE });
+  passed = (await tests(out, Math.floor(until(0.53)()), PRECISION_TESTS, { requireGpu: !dry })) && passed;
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'gpu-check-precision-'));
   const lstm = dry ? ['--device', 'cpu', '--vocab', '1000', '--hidden', '64', '--warmup', '1', '--steps', '2', '--rounds', '1'] : ['--device', 'cuda', '--warmup', '3', '--steps', '10', '--rounds', '1'];
-  for (const [name, precisionArgs, share] of [['lstm-fp32', [], 0.58], ['lstm-bf16', ['--precision', 'bf16'], 0.66]])
+  for (const [name, precisionArgs, share] of [['lstm-fp32', [], 0.58], ['lstm-bf16', ['--precision', 'bf16'], 0.64]])
     passed = (await benchmark(out, name, ['bench/lstm.js', ...lstm, ...precisionArgs], Math.floor(until(share)()), tmp)) && passed;
   fs.rmSync(tmp, { recursive: true, force: true });
   return (await peerSteps(out, left, dry)) && passed ? 0 : 1;

@@ -106,13 +106,15 @@ export async function abiLab(out, left) {
 
 /**
  * The kernel lab, quick (5 timed launches per op), over `names`: one process per op family, so that
- * a fault in one leaves the others measured. Resolves to whether every family passed.
+ * a fault in one leaves the others measured. A family may take at most a minute, less the `reserve`
+ * seconds kept for each family after it, so that a slow one leaves the rest theirs. Resolves to
+ * whether every family passed.
  */
-export async function lab(out, left, names) {
+export async function lab(out, left, names, { reserve = 0 } = {}) {
   out.say('== lab (quick: 5 timed launches per op; one process per family)');
   const verdicts = {};
-  for (const family of names) {
-    const per = Math.min(60, Math.floor(left()));
+  for (const [i, family] of names.entries()) {
+    const per = Math.min(60, Math.floor(left() - reserve * (names.length - 1 - i)));
     if (per < 5) {
       out.row({ event: 'family', family, status: 'not run', error: "the stage's time ran out" });
       verdicts[family] = 'not run';
