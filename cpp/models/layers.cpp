@@ -1,8 +1,21 @@
 #include "models/layers.h"
 
 #include <cmath>
+#include <string>
+
+#include "core/errors.h"
 
 namespace accordion {
+
+namespace {
+// What a forward kept for its backward. Backward lets it go once used, so that the backend's pool
+// hands the memory to the gradients still to come and to the next forward, as autograd frees a
+// tensor it saved once its backward has run: a second backward needs a forward before it.
+const Tensor& kept(const Tensor& t, const char* layer) {
+  if (!t.defined()) throw EngineError("ERR_INVALID_STATE", std::string(layer) + " backward without a forward since the last backward");
+  return t;
+}
+}  // namespace
 
 void initUniformFanIn(Tensor& t, int64_t fanIn, Random& rng) {
   const float bound = 1.0f / std::sqrt(static_cast<float>(fanIn));
@@ -114,9 +127,11 @@ Tensor Conv2d::forward(const Tensor& input) {
 }
 
 Tensor Conv2d::backward(const Tensor& gradOutput) {
+  const Tensor& input = kept(input_, "Conv2d");
   Tensor gradInput = skipInputGradient_ ? Tensor() : Tensor(spec_.inputShape(), ops_);
-  op_->backward(input_.data(), weight.value.data(), gradOutput.data(), gradInput.data(), weight.grad.data(),
+  op_->backward(input.data(), weight.value.data(), gradOutput.data(), gradInput.data(), weight.grad.data(),
                 spec_.bias ? bias.grad.data() : nullptr);
+  input_ = output_ = Tensor();
   return gradInput;
 }
 
@@ -178,11 +193,13 @@ Tensor BatchNorm2d::forward(const Tensor& input) {
 }
 
 Tensor BatchNorm2d::backward(const Tensor& gradOutput) {
-  Tensor gradInput(input_.shape(), ops_);
+  const Tensor& input = kept(input_, "BatchNorm2d");
+  Tensor gradInput(input.shape(), ops_);
   const Tensor& mean = forwardWasTraining_ ? batchMean_ : runningMean.value;
   const Tensor& var = forwardWasTraining_ ? batchVar_ : runningVar.value;
-  op_->backward(input_.data(), gradOutput.data(), weight.value.data(), bias.value.data(), mean.data(), var.data(),
+  op_->backward(input.data(), gradOutput.data(), weight.value.data(), bias.value.data(), mean.data(), var.data(),
                 forwardWasTraining_, gradInput.data(), weight.grad.data(), bias.grad.data());
+  input_ = output_ = Tensor();
   return gradInput;
 }
 
@@ -198,8 +215,10 @@ Tensor ReLU::forward(const Tensor& input) {
 }
 
 Tensor ReLU::backward(const Tensor& gradOutput) {
-  Tensor gradInput(output_.shape(), ops_);
-  ops_.reluBackward(output_.data(), gradOutput.data(), gradInput.data(), output_.numel());
+  const Tensor& output = kept(output_, "ReLU");
+  Tensor gradInput(output.shape(), ops_);
+  ops_.reluBackward(output.data(), gradOutput.data(), gradInput.data(), output.numel());
+  output_ = Tensor();
   return gradInput;
 }
 
@@ -235,7 +254,8 @@ Tensor MaxPool2d::forward(const Tensor& input) {
 
 Tensor MaxPool2d::backward(const Tensor& gradOutput) {
   Tensor gradInput(spec_.inputShape(), ops_);
-  op_->backward(gradOutput.data(), gradInput.data());
+  op_->backward(gradOutput.data(), gradInput.data());  // the op keeps the forward's choices
+  output_ = Tensor();
   return gradInput;
 }
 
@@ -264,6 +284,7 @@ Tensor ImagesToRows::backward(const Tensor& gradOutput) {
     ops_.globalAvgPoolBackward(gradOutput.data(), gradInput.data(), n, c, h, w);
   else
     ops_.flattenBackward(gradOutput.data(), gradInput.data(), n, c, h, w);
+  output_ = Tensor();
   return gradInput;
 }
 
@@ -303,10 +324,12 @@ Tensor Linear::forward(const Tensor& input) {
 }
 
 Tensor Linear::backward(const Tensor& gradOutput) {
-  const int64_t n = input_.dim(0);
+  const Tensor& input = kept(input_, "Linear");
+  const int64_t n = input.dim(0);
   Tensor gradInput({n, in_}, ops_);
-  ops_.linearBackward(input_.data(), weight.value.data(), gradOutput.data(), gradInput.data(), weight.grad.data(),
+  ops_.linearBackward(input.data(), weight.value.data(), gradOutput.data(), gradInput.data(), weight.grad.data(),
                       bias.grad.data(), n, in_, out_);
+  input_ = output_ = Tensor();
   return gradInput;
 }
 
@@ -330,6 +353,7 @@ Tensor Dropout::backward(const Tensor& gradOutput) {
   if (!training_ || p_ == 0.0f) return gradOutput;
   Tensor gradInput(gradOutput.shape(), ops_);
   ops_.dropoutBackward(gradOutput.data(), keep_.data(), gradInput.data(), gradOutput.numel(), 1.0f / (1.0f - p_));
+  output_ = Tensor();  // the mask stays: a byte an entry, and backward may run again on it
   return gradInput;
 }
 

@@ -2,7 +2,8 @@
 // backward takes dL/d(output), writes dL/d(parameter) into each parameter's `grad` (overwriting it)
 // and returns dL/d(input) in a tensor of its own, which lives only until the caller drops it: the
 // backend's pool hands its memory to the next gradient of that size, so backward holds a few
-// gradients at a time rather than one per layer. Layers run their ops on the backend they were
+// gradients at a time rather than one per layer. Backward also lets go of the activations its
+// forward kept, so that backward frees them as it passes and no activation outlives its step. Layers run their ops on the backend they were
 // built with and never ask which device that is; 4-D activations are (N, C, H, W) in the backend's
 // layout.
 //

@@ -111,6 +111,21 @@ layerSuite('layers (LayerProbe): convolution and batch norm', function () {
       const err = thrown(() => probe.backward(new Float32Array(8)));
       expect(err.code).to.equal('ERR_INVALID_STATE');
     });
+
+    it('lets go of its input once backward has used it: a second backward needs a forward, and says so', () => {
+      for (const [kind, options] of [['conv2d', { inChannels: 2, outChannels: 2, kernel: 3, padding: 1, seed: 1 }], ['batchnorm2d', { channels: 2 }], ['relu', {}], ['linear', { inFeatures: 50, outFeatures: 3, seed: 1 }]]) {
+        const probe = new LayerProbe(kind, options);
+        const shape = kind === 'linear' ? [1, 50] : [1, 2, 5, 5];
+        const { data } = probe.forward(Float32Array.from({ length: 50 }, (_, i) => Math.sin(i)), shape);
+        const dy = Float32Array.from(data, (_, i) => Math.cos(i));
+        const first = probe.backward(dy);
+        const err = thrown(() => probe.backward(dy));
+        expect(err.code, kind).to.equal('ERR_INVALID_STATE');
+        expect(err.message, kind).to.include('backward without a forward since the last backward');
+        probe.forward(Float32Array.from({ length: 50 }, (_, i) => Math.sin(i)), shape);
+        expect(Array.from(probe.backward(dy)), `${kind}: backward after a new forward`).to.deep.equal(Array.from(first));
+      }
+    });
   });
 
   describe('batchnorm2d', () => {
