@@ -121,9 +121,9 @@ Tensor Conv2d::forward(const Tensor& input) {
     spec_ = spec;
   }
   input_ = input;
-  ensureShape(output_, spec_.outputShape(), ops_);
-  op_->forward(input.data(), weight.value.data(), spec_.bias ? bias.value.data() : nullptr, output_.data());
-  return output_;
+  Tensor output(spec_.outputShape(), ops_);
+  op_->forward(input.data(), weight.value.data(), spec_.bias ? bias.value.data() : nullptr, output.data());
+  return output;
 }
 
 Tensor Conv2d::backward(const Tensor& gradOutput) {
@@ -131,7 +131,7 @@ Tensor Conv2d::backward(const Tensor& gradOutput) {
   Tensor gradInput = skipInputGradient_ ? Tensor() : Tensor(spec_.inputShape(), ops_);
   op_->backward(input.data(), weight.value.data(), gradOutput.data(), gradInput.data(), weight.grad.data(),
                 spec_.bias ? bias.grad.data() : nullptr);
-  input_ = output_ = Tensor();
+  input_ = Tensor();
   return gradInput;
 }
 
@@ -178,18 +178,18 @@ Tensor BatchNorm2d::forward(const Tensor& input) {
   }
   input_ = input;
   forwardWasTraining_ = training_;
-  ensureShape(output_, input.shape(), ops_);
+  Tensor output(input.shape(), ops_);
   if (training_) {
     ensureShape(batchMean_, {spec_.channels}, ops_);
     ensureShape(batchVar_, {spec_.channels}, ops_);
-    op_->forwardTraining(input.data(), weight.value.data(), bias.value.data(), output_.data(), batchMean_.data(), batchVar_.data(),
+    op_->forwardTraining(input.data(), weight.value.data(), bias.value.data(), output.data(), batchMean_.data(), batchVar_.data(),
                          runningMean.value.data(), runningVar.value.data());
     ++batchesTracked;
   } else {
     op_->forwardInference(input.data(), weight.value.data(), bias.value.data(), runningMean.value.data(),
-                          runningVar.value.data(), output_.data());
+                          runningVar.value.data(), output.data());
   }
-  return output_;
+  return output;
 }
 
 Tensor BatchNorm2d::backward(const Tensor& gradOutput) {
@@ -199,17 +199,14 @@ Tensor BatchNorm2d::backward(const Tensor& gradOutput) {
   const Tensor& var = forwardWasTraining_ ? batchVar_ : runningVar.value;
   op_->backward(input.data(), gradOutput.data(), weight.value.data(), bias.value.data(), mean.data(), var.data(),
                 forwardWasTraining_, gradInput.data(), weight.grad.data(), bias.grad.data());
-  input_ = output_ = Tensor();
+  input_ = Tensor();
   return gradInput;
 }
 
 // ---------------------------------------------------------------------------------------------
 
 Tensor ReLU::forward(const Tensor& input) {
-  if (inPlace_)
-    output_ = input;
-  else
-    ensureShape(output_, input.shape(), ops_);
+  output_ = inPlace_ ? input : Tensor(input.shape(), ops_);
   ops_.reluForward(input.data(), output_.data(), input.numel());
   return output_;
 }
@@ -247,15 +244,14 @@ Tensor MaxPool2d::forward(const Tensor& input) {
     op_ = &prepared_.get(input.shape(), [&] { return ops_.maxPool2d(spec); });
     spec_ = spec;
   }
-  ensureShape(output_, spec_.outputShape(), ops_);
-  op_->forward(input.data(), output_.data());
-  return output_;
+  Tensor output(spec_.outputShape(), ops_);
+  op_->forward(input.data(), output.data());
+  return output;
 }
 
 Tensor MaxPool2d::backward(const Tensor& gradOutput) {
   Tensor gradInput(spec_.inputShape(), ops_);
   op_->backward(gradOutput.data(), gradInput.data());  // the op keeps the forward's choices
-  output_ = Tensor();
   return gradInput;
 }
 
@@ -266,14 +262,14 @@ Tensor ImagesToRows::forward(const Tensor& input) {
   inputShape_ = input.shape();
   const int64_t n = input.dim(0), c = input.dim(1), h = input.dim(2), w = input.dim(3);
   if (mode_ == kAverage) {
-    ensureShape(output_, {n, c}, ops_);
-    ops_.globalAvgPoolForward(input.data(), output_.data(), n, c, h, w);
-    return output_;
+    Tensor output({n, c}, ops_);
+    ops_.globalAvgPoolForward(input.data(), output.data(), n, c, h, w);
+    return output;
   }
   if (h * w == 1) return input.reshaped({n, c});  // the same order in every layout
-  ensureShape(output_, {n, c * h * w}, ops_);
-  ops_.flattenForward(input.data(), output_.data(), n, c, h, w);
-  return output_;
+  Tensor output({n, c * h * w}, ops_);
+  ops_.flattenForward(input.data(), output.data(), n, c, h, w);
+  return output;
 }
 
 Tensor ImagesToRows::backward(const Tensor& gradOutput) {
@@ -284,7 +280,6 @@ Tensor ImagesToRows::backward(const Tensor& gradOutput) {
     ops_.globalAvgPoolBackward(gradOutput.data(), gradInput.data(), n, c, h, w);
   else
     ops_.flattenBackward(gradOutput.data(), gradInput.data(), n, c, h, w);
-  output_ = Tensor();
   return gradInput;
 }
 
@@ -318,9 +313,9 @@ Tensor Linear::forward(const Tensor& input) {
     throw invalidArgument("Linear expects input (N, " + std::to_string(in_) + ") with N ≥ 1, got " + shapeString(input.shape()));
   const int64_t n = input.dim(0);
   input_ = input;
-  ensureShape(output_, {n, out_}, ops_);
-  ops_.linearForward(input.data(), weight.value.data(), bias.value.data(), output_.data(), n, in_, out_);
-  return output_;
+  Tensor output({n, out_}, ops_);
+  ops_.linearForward(input.data(), weight.value.data(), bias.value.data(), output.data(), n, in_, out_);
+  return output;
 }
 
 Tensor Linear::backward(const Tensor& gradOutput) {
@@ -329,7 +324,7 @@ Tensor Linear::backward(const Tensor& gradOutput) {
   Tensor gradInput({n, in_}, ops_);
   ops_.linearBackward(input.data(), weight.value.data(), gradOutput.data(), gradInput.data(), weight.grad.data(),
                       bias.grad.data(), n, in_, out_);
-  input_ = output_ = Tensor();
+  input_ = Tensor();
   return gradInput;
 }
 
@@ -342,18 +337,17 @@ Dropout::Dropout(Backend& ops, float p, uint64_t seed) : Module(ops), p_(p), rng
 Tensor Dropout::forward(const Tensor& input) {
   if (!training_ || p_ == 0.0f) return input;
   const int64_t n = input.numel();
-  ensureShape(output_, input.shape(), ops_);
+  Tensor output(input.shape(), ops_);
   ensureSize(keep_, n, ops_);
   ops_.dropoutMask(rng_.next(), p_, keep_.data(), n);
-  ops_.dropoutForward(input.data(), keep_.data(), output_.data(), n, 1.0f / (1.0f - p_));
-  return output_;
+  ops_.dropoutForward(input.data(), keep_.data(), output.data(), n, 1.0f / (1.0f - p_));
+  return output;
 }
 
 Tensor Dropout::backward(const Tensor& gradOutput) {
   if (!training_ || p_ == 0.0f) return gradOutput;
   Tensor gradInput(gradOutput.shape(), ops_);
   ops_.dropoutBackward(gradOutput.data(), keep_.data(), gradInput.data(), gradOutput.numel(), 1.0f / (1.0f - p_));
-  output_ = Tensor();  // the mask stays: a byte an entry, and backward may run again on it
   return gradInput;
 }
 

@@ -2,8 +2,10 @@
 // backward takes dL/d(output), writes dL/d(parameter) into each parameter's `grad` (overwriting it)
 // and returns dL/d(input) in a tensor of its own, which lives only until the caller drops it: the
 // backend's pool hands its memory to the next gradient of that size, so backward holds a few
-// gradients at a time rather than one per layer. Backward also lets go of the activations its
-// forward kept, so that backward frees them as it passes and no activation outlives its step. Layers run their ops on the backend they were
+// gradients at a time rather than one per layer. A layer keeps only what its own backward reads
+// (a ReLU its output, most layers their input), and backward lets go of it once used, so that
+// backward frees the activations as it passes and none outlives its step; an output nobody keeps
+// (a shortcut's batch norm, once the residual add has read it) goes as soon as it is read. Layers run their ops on the backend they were
 // built with and never ask which device that is; 4-D activations are (N, C, H, W) in the backend's
 // layout.
 //
@@ -114,7 +116,7 @@ class Conv2d : public Module {
   PreparedOps<Conv2dOp> prepared_;
   Conv2dOp* op_ = nullptr;
   bool skipInputGradient_ = false;
-  Tensor input_, output_;
+  Tensor input_;
 };
 
 // What follows a batch norm inside its op: nothing, or the ReLU after it (BatchNormSpec::relu), one
@@ -143,7 +145,7 @@ class BatchNorm2d : public Module {
   BatchNormSpec spec_;  // of the last input
   PreparedOps<BatchNorm2dOp> prepared_;
   BatchNorm2dOp* op_ = nullptr;
-  Tensor input_, output_, batchMean_, batchVar_;
+  Tensor input_, batchMean_, batchVar_;
   bool forwardWasTraining_ = true;
   bool frozen_ = false;
 };
@@ -170,7 +172,6 @@ class MaxPool2d : public Module {
   Pool2dSpec spec_;  // of the last input
   PreparedOps<MaxPool2dOp> prepared_;
   MaxPool2dOp* op_ = nullptr;
-  Tensor output_;
 };
 
 // Images to rows, (N, C, H, W) → (N, features): kAverage averages over H·W (adaptive average
@@ -186,7 +187,6 @@ class ImagesToRows : public Module {
  private:
   Mode mode_;
   Shape inputShape_;
-  Tensor output_;
 };
 
 class Linear : public Module {
@@ -202,7 +202,7 @@ class Linear : public Module {
 
  private:
   int64_t in_, out_;
-  Tensor input_, output_;
+  Tensor input_;
 };
 
 // The mask is drawn on the device from a key of the layer's own stream (ops/dropout_mask.h), the
@@ -219,7 +219,6 @@ class Dropout : public Module {
   float p_;
   Random rng_;
   Array<uint8_t> keep_;  // the mask, on the device
-  Tensor output_;
 };
 
 // Children run in order; names give the state_dict prefixes ("0", "1", … or explicit names).

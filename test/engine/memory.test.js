@@ -22,11 +22,12 @@ describe('memory held by a model (CPU)', function () {
         await model.forward(images, { train: true });
         const kept = (await model.memoryStats()).allocated - start.allocated;
         await model.trainStep({ images, labels });
+        await model.memoryStats({ resetPeak: true }); // the second step's peak alone
         await model.trainStep({ images, labels });
         const stats = await model.memoryStats({ resetPeak: true });
         const parameterBytes = 4 * model.parameterCount();
         // The activations the forward pass keeps outweigh the parameters many times over.
-        expect(kept, 'activations kept by forward').to.be.above(8 * parameterBytes);
+        expect(kept, 'activations kept by forward').to.be.above(4 * parameterBytes);
         // After the steps at most the optimiser's and the exchange's state beyond what was held:
         // every activation let go.
         expect(stats.allocated - start.allocated, 'held after two steps beyond the start').to.be.below(2 * parameterBytes);
