@@ -246,20 +246,20 @@ class CudaConv2d : public Conv2dOp, public ConvolutionChoice {
       const cudnn::AlgoPerf& r = results[i];
       const std::string name = algorithmName(names, r.algo);
       const bool transform = name.find("FFT") != std::string::npos || name == "WINOGRAD_NONFUSED";
-      const char* why = r.status != cudnn::kSuccess                     ? nullptr
-                        : r.mathType != cudnn::kFmaMath && !tensorCores ? "its math"
-                        : transform && accurate                         ? "a transform"
-                        : bf16_ && backward && name == "ALGO_0"         ? "bf16 atomics"
-                                                                        : "";
+      const std::string passedOver = r.status != cudnn::kSuccess                   ? "status " + std::to_string(r.status)
+                                     : r.mathType != cudnn::kFmaMath && !tensorCores ? "its math"
+                                     : transform && accurate                         ? "a transform"
+                                     : bf16_ && backward && name == "ALGO_0"         ? "bf16 atomics"
+                                                                                     : "";
       char timing[64];
       std::snprintf(timing, sizeof timing, "%.3f ms, %zu B scratch", static_cast<double>(r.time), r.memory);
-      const std::string described = name + " (" + mathName(r.mathType) + ", " + timing + ")";
-      if (why && !*why) {
+      const std::string described = r.status != cudnn::kSuccess ? name : name + " (" + mathName(r.mathType) + ", " + timing + ")";
+      if (passedOver.empty()) {
         algorithms_ += (algorithms_.empty() ? "" : "; ") + std::string(direction) + " " + described +
                        (others.empty() ? "" : " [passed over: " + others + "]");
         return {r.algo, r.memory};
       }
-      others += (others.empty() ? "" : ", ") + (why ? described + ": " + why : name + " (status " + std::to_string(r.status) + ")");
+      others += (others.empty() ? "" : ", ") + described + ": " + passedOver;
     }
     throw EngineError("ERR_CUDNN", "cuDNN has no " + std::string(direction) + " algorithm" + (tensorCores ? "" : " with FMA math") +
                                        (accurate ? " and no transform" : "") + (bf16_ && backward ? " other than ALGO_0" : "") + " that runs " +
