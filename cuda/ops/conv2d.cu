@@ -7,7 +7,7 @@
 // compute (--precision bf16) the tensors are bf16 copies, rounded as the CPU rounds them, summed in
 // fp32 on the tensor cores (cuDNN's bf16 configuration with tensor-op math, as PyTorch sets for bf16:
 // under the default math cuDNN ran every bf16 convolution on the CUDA cores, and on an H200 its
-// channels-last backward-data took 7-19 ms a call): each direction writes bf16, widened to the fp32
+// channels-last backward-data took 7-19 ms a 3x3 call): each direction writes bf16, widened to the fp32
 // the layers keep, as PyTorch's autocast writes a convolution's output and gradients in bf16.
 // On channels-last activations (NHWC) the filter is channels-last too (cuDNN's KRSC, as PyTorch's
 // channels_last weights): the OIHW parameter is transposed into a copy for each call that reads
