@@ -294,7 +294,7 @@ describe('GPU training (cuda:0)', function () {
           // few times. TopK's selection flips where two magnitudes lie closer than that (a ResNet-18
           // layer's million entries leave some), moving entries between what is sent and the memory,
           // and so into the weight and the momentum buffer: for TopK what error feedback conserves is
-          // compared (conserved, above). On the CPU, inputs 3e-6 apart flipped entries of
+          // compared (conserved, in test/helpers/state-compare.js). On the CPU, inputs 3e-6 apart flipped entries of
           // layer4.1.conv2: its memories 1.5e-2 apart, its weights 2e-5, what is conserved 1e-6.
           if (compressor === 'topk') expectStatesClose(...conserved([states[s].cuda, states[s].cpu], { learningRate: 0.05, momentum: 0.9 }), 2e-4);
           else expectStatesClose(states[s].cuda, states[s].cpu, 1e-3);
